@@ -1,0 +1,293 @@
+"""The ``run`` loop: collect from a source into the spool, and drain the spool to the API.
+
+One thread does both, on two clocks:
+
+* every ``interval_s`` it collects (``source.collect(now)`` + ``source.events()``), builds
+  report bodies, gives each a seq (persisted first, :meth:`StateStore.allocate_seq`), writes
+  it to the spool and enforces the spool's size cap;
+* whenever the spool has batches and no backoff is pending, it sends the oldest one.
+  200 -> delete; final 4xx -> spool/rejected/; 401 -> stop with :data:`EXIT_UNAUTHORIZED`,
+  spool kept; transient -> wait ``Backoff.next_delay()`` (collection goes on meanwhile, so an
+  API outage loses nothing: batches pile up in the spool and drain in seq order later).
+
+Report body (wire format, field names fixed with the server)::
+
+    {"host_id", "seq", "agent_version", "source", "sent_at", "driver_version", "cuda_version",
+     "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...]}
+
+``inventory`` is included in the first report after start, then every ``inventory_every``-th
+report, and whenever it differs from the last one sent. ``host_id`` and ``sent_at`` are
+stamped at send time (``sent_at`` is when the request left, so the server can see clock skew).
+
+Stopping: the ``stop`` event (SIGTERM/SIGINT) ends the loop after the request in flight;
+unsent batches stay in the spool for the next start. A finite source (replay) that is
+``exhausted`` or ``max_reports`` reached ends the loop once the spool is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from nvke_agent import __version__
+from nvke_agent.client import Ack, ApiClient, Backoff, Refused, RetryLater, Unauthorized
+from nvke_agent.sources.base import Event, Inventory, Sample, Source, SourceError, format_ts
+from nvke_agent.spool import Spool
+from nvke_agent.state import StateStore
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_UNAUTHORIZED = 1
+
+DEFAULT_INVENTORY_EVERY = 10
+DEFAULT_MAX_SAMPLES_PER_REPORT = 10_000
+
+
+class Agent:
+    """Runs one source against one API (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        source: Source,
+        client: ApiClient,
+        store: StateStore,
+        spool: Spool,
+        interval_s: float,
+        backoff: Backoff | None = None,
+        stop: threading.Event | None = None,
+        max_reports: int | None = None,
+        inventory_every: int = DEFAULT_INVENTORY_EVERY,
+        max_samples_per_report: int = DEFAULT_MAX_SAMPLES_PER_REPORT,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.source = source
+        self.client = client
+        self.store = store
+        self.spool = spool
+        self.interval_s = interval_s
+        self.backoff = backoff or Backoff()
+        self.stop = stop or threading.Event()
+        self.max_reports = max_reports
+        self.inventory_every = max(1, inventory_every)
+        self.max_samples_per_report = max(1, max_samples_per_report)
+        self._clock = clock
+        self._monotonic = monotonic
+        self.reports_made = 0
+        self.batches_acked = 0
+        self._last_inventory_key: str | None = None
+        self._driver_version: str | None = None
+        self._cuda_version: str | None = None
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Loop until stopped, exhausted or ``max_reports``; returns the process exit status."""
+        producing = True
+        next_collect = self._monotonic()
+        next_send = next_collect
+        if len(self.spool):
+            log.info("sending %d batch(es) left from a previous run first", len(self.spool))
+        while not self.stop.is_set():
+            now = self._monotonic()
+            if producing and now >= next_collect:
+                self.produce()
+                next_collect += self.interval_s
+                if next_collect <= self._monotonic():  # fell behind: do not burst
+                    next_collect = self._monotonic() + self.interval_s
+                if self._done_producing():
+                    producing = False
+            if len(self.spool) and self._monotonic() >= next_send:
+                try:
+                    outcome = self.send_oldest()
+                except Unauthorized as exc:
+                    log.error(
+                        "the API refused this host's credential (HTTP 401: %s); stopping, "
+                        "%d batch(es) kept in the spool",
+                        exc.detail,
+                        len(self.spool),
+                        extra={"fields": {"code": exc.code}},
+                    )
+                    return EXIT_UNAUTHORIZED
+                if isinstance(outcome, RetryLater):
+                    delay = self.backoff.next_delay(outcome.retry_after_s)
+                    next_send = self._monotonic() + delay
+                    log.warning(
+                        "sending failed (%s); %d batch(es) pending, retrying in %.2f s",
+                        outcome.reason,
+                        len(self.spool),
+                        delay,
+                        extra={"fields": {"pending": len(self.spool), "retry_in_s": delay}},
+                    )
+                else:
+                    self.backoff.reset()
+                    continue  # more to send? go round again without waiting
+            if not producing and not len(self.spool):
+                log.info(
+                    "done: %d report(s) made, %d batch(es) acknowledged",
+                    self.reports_made,
+                    self.batches_acked,
+                )
+                return EXIT_OK
+            wake = min(
+                next_collect if producing else math.inf,
+                next_send if len(self.spool) else math.inf,
+            )
+            self.stop.wait(max(0.0, wake - self._monotonic()) if wake != math.inf else None)
+        log.info("stopping: %d batch(es) left in the spool for the next start", len(self.spool))
+        return EXIT_OK
+
+    def _done_producing(self) -> bool:
+        if self.max_reports is not None and self.reports_made >= self.max_reports:
+            return True
+        return self.source.exhausted
+
+    # --- producing ------------------------------------------------------------------------------
+
+    def produce(self) -> list[int]:
+        """Collect once and spool the resulting report(s); returns their seqs."""
+        now = self._clock()
+        try:
+            samples: list[Sample] = self.source.collect(now)
+            events: list[Event] = self.source.events()
+        except SourceError as exc:
+            log.error("collection failed: %s", exc)
+            samples, events = [], []
+        try:
+            inventory = self.source.inventory()
+        except SourceError as exc:
+            log.error("inventory failed: %s", exc)
+            inventory = None
+        if inventory is not None:
+            self._driver_version = inventory["driver_version"]
+            self._cuda_version = inventory["cuda_version"]
+
+        chunks = [
+            samples[i : i + self.max_samples_per_report]
+            for i in range(0, len(samples), self.max_samples_per_report)
+        ] or [[]]
+        seqs = []
+        for position, chunk in enumerate(chunks):
+            body = self._body(
+                inventory=self._inventory_to_send(inventory),
+                samples=chunk,
+                events=events if position == 0 else [],
+            )
+            seq = self.store.allocate_seq()  # persisted before the body is written
+            body["seq"] = seq
+            self.spool.put(seq, body)
+            self.reports_made += 1
+            seqs.append(seq)
+        self._enforce_spool_cap()
+        return seqs
+
+    def _inventory_to_send(self, inventory: Inventory | None) -> dict[str, Any] | None:
+        if inventory is None:
+            return None
+        key = json.dumps(inventory, sort_keys=True)
+        due = self.reports_made % self.inventory_every == 0
+        if due or key != self._last_inventory_key:
+            self._last_inventory_key = key
+            return {"gpus": inventory["gpus"]}
+        return None
+
+    def _body(
+        self,
+        *,
+        inventory: dict[str, Any] | None,
+        samples: list[Sample],
+        events: list[Event],
+    ) -> dict[str, Any]:
+        return {
+            "host_id": self.store.state.host_id,
+            "seq": None,
+            "agent_version": __version__,
+            "source": self.source.name,
+            "sent_at": None,
+            "driver_version": self._driver_version,
+            "cuda_version": self._cuda_version,
+            "inventory": inventory,
+            "samples": samples,
+            "events": events,
+        }
+
+    def _enforce_spool_cap(self) -> None:
+        dropped = self.spool.enforce_cap()
+        if not dropped:
+            return
+        samples = sum(batch.samples for batch in dropped)
+        self.store.count_dropped(len(dropped), samples)
+        state = self.store.state
+        log.error(
+            "SPOOL OVER ITS CAP (%d bytes): DROPPED %d oldest batch(es) (seq %d..%d, %d "
+            "samples); %d batch(es) / %d samples dropped since this host was set up",
+            self.spool.max_bytes,
+            len(dropped),
+            dropped[0].seq,
+            dropped[-1].seq,
+            samples,
+            state.dropped_batches,
+            state.dropped_samples,
+            extra={
+                "fields": {
+                    "dropped_batches": len(dropped),
+                    "dropped_samples": samples,
+                    "dropped_batches_total": state.dropped_batches,
+                    "dropped_samples_total": state.dropped_samples,
+                }
+            },
+        )
+
+    # --- sending --------------------------------------------------------------------------------
+
+    def send_oldest(self) -> Ack | Refused | RetryLater | None:
+        """Send the oldest spooled batch once; ``None`` if it turned out unreadable."""
+        pending = self.spool.pending()
+        if not pending:
+            return None
+        seq = pending[0]
+        body = self.spool.load(seq)
+        if body is None:
+            return None
+        credential = self.store.state.credential
+        if not credential:
+            raise Unauthorized(401, "this host is not registered")
+        body["host_id"] = self.store.state.host_id
+        body["sent_at"] = format_ts(self._clock())
+        outcome = self.client.send_report(credential, body)
+        if isinstance(outcome, Ack):
+            if outcome.seq is not None and outcome.seq != seq:
+                log.error("API acknowledged seq %s for batch seq %d; will resend", outcome.seq, seq)
+                return RetryLater(f"acknowledgement for the wrong seq {outcome.seq}")
+            self.spool.ack(seq)
+            self.batches_acked += 1
+            log.info(
+                "batch seq=%d acknowledged%s",
+                seq,
+                " (duplicate)" if outcome.duplicate else "",
+                extra={
+                    "fields": {
+                        "seq": seq,
+                        "duplicate": outcome.duplicate,
+                        "samples_stored": outcome.samples_stored,
+                        "samples_rejected": outcome.samples_rejected,
+                    }
+                },
+            )
+            if outcome.samples_rejected:
+                log.warning(
+                    "API rejected %d sample(s) of batch seq=%d", outcome.samples_rejected, seq
+                )
+        elif isinstance(outcome, Refused):
+            self.spool.reject(seq, status=outcome.status, detail=outcome.detail)
+        return outcome

@@ -1,0 +1,328 @@
+"""``nvke-agent`` command line: ``register``, ``run`` and ``record``.
+
+Every option can also come from the environment: ``--state-dir`` is ``NVKE_STATE_DIR``,
+``--bootstrap-token`` is ``NVKE_BOOTSTRAP_TOKEN`` and so on (``NVKE_`` + the option name in
+upper case with ``_`` for ``-``); flags take ``1``/``true``/``yes``. The command line wins.
+
+Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 refused by the API (bad bootstrap token,
+401 on reports) or unusable state, 2 bad usage or a source that cannot start (for ``nvml``
+the message is NVML's own, e.g. "NVML Shared Library Not Found").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from nvke_agent import __version__
+from nvke_agent.agent import Agent
+from nvke_agent.client import ApiClient, Backoff, RegistrationRefused, Stopped
+from nvke_agent.jsonlog import setup_logging
+from nvke_agent.record import record
+from nvke_agent.sources import SOURCE_NAMES, Source, SourceUnavailable, open_source
+from nvke_agent.spool import DEFAULT_MAX_BYTES, Spool
+from nvke_agent.state import StateError, StateStore
+
+log = logging.getLogger("nvke_agent.cli")
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+DEFAULT_INTERVAL_S = 10.0
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nvke-agent`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level)
+    try:
+        return int(args.handler(args))
+    except StateError as exc:
+        _say(str(exc))
+        return EXIT_REFUSED
+
+
+# --- parser ---------------------------------------------------------------------------------
+
+
+def _env_name(flag: str) -> str:
+    return "NVKE_" + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _option(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
+    """Add ``flag`` with its default (and requiredness) taken from ``NVKE_<FLAG>``."""
+    env = _env_name(flag)
+    value = os.environ.get(env)
+    help_text = kwargs.pop("help", "")
+    kwargs["help"] = f"{help_text} [env {env}]".strip()
+    if kwargs.get("action") == "store_true":
+        if value is not None:
+            kwargs["default"] = value.strip().lower() in _TRUE
+    elif value is not None:
+        kwargs["default"] = value  # argparse converts string defaults with `type`
+        kwargs["required"] = False
+    parser.add_argument(flag, **kwargs)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    _option(parser, "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+
+
+def _add_source_options(parser: argparse.ArgumentParser) -> None:
+    _option(
+        parser, "--source", choices=SOURCE_NAMES, required=True, help="where GPU facts come from"
+    )
+    _option(parser, "--xml", help="nvidia-smi -q -x file (re-read every interval)")
+    _option(parser, "--replay", help="replay file written by `nvke-agent record`")
+    _option(
+        parser,
+        "--no-rebase",
+        action="store_true",
+        help="replay: keep the file's timestamps instead of moving them to now",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser (exposed for tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="nvke-agent",
+        description="NVKE node agent: reports GPU inventory, telemetry and Xid events.",
+    )
+    parser.add_argument("--version", action="version", version=f"nvke-agent {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    register = commands.add_parser("register", help="exchange a bootstrap token for a credential")
+    _option(register, "--server", required=True, help="NVKE API base URL")
+    _option(register, "--bootstrap-token", required=True, help="one-time bootstrap token")
+    _option(register, "--state-dir", required=True, help="where state and spool live")
+    _option(register, "--hostname", default=socket.gethostname(), help="name to register")
+    _add_common(register)
+    register.set_defaults(handler=cmd_register)
+
+    run = commands.add_parser("run", help="collect and report until stopped")
+    _option(run, "--server", required=True, help="NVKE API base URL")
+    _option(run, "--state-dir", required=True, help="where state and spool live")
+    _add_source_options(run)
+    _option(
+        run,
+        "--interval",
+        type=_positive_float,
+        help=f"seconds between collections (default: the server's, else {DEFAULT_INTERVAL_S:g})",
+    )
+    _option(run, "--bootstrap-token", help="registers first if the state has no credential")
+    _option(run, "--hostname", default=socket.gethostname(), help="name to register")
+    _option(run, "--max-reports", type=_positive_int, help="stop after N reports (flushed)")
+    _option(run, "--loop", action="store_true", help="replay: start over when the file ends")
+    _option(
+        run,
+        "--spool-max-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_BYTES,
+        help="drop the oldest batches past this size (default 256 MiB)",
+    )
+    _option(run, "--retry-base-s", type=_positive_float, default=1.0, help="backoff base (s)")
+    _option(run, "--retry-cap-s", type=_positive_float, default=60.0, help="backoff cap (s)")
+    _add_common(run)
+    run.set_defaults(handler=cmd_run)
+
+    rec = commands.add_parser("record", help="write a replay file from any source")
+    _add_source_options(rec)
+    _option(rec, "--out", required=True, help="replay file to write")
+    _option(rec, "--duration", type=_non_negative_float, required=True, help="seconds to record")
+    _option(
+        rec, "--interval", type=_positive_float, default=DEFAULT_INTERVAL_S, help="seconds apart"
+    )
+    _add_common(rec)
+    rec.set_defaults(handler=cmd_record)
+    return parser
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    """``nvke-agent register``: store host id and credential in the state dir."""
+    store = StateStore(args.state_dir)
+    if store.state.registered:
+        log.warning("already registered as host %s; registering again", store.state.host_id)
+    with _stop_on_signals() as stop:
+        return _register(args, store, stop)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """``nvke-agent run``: register if needed, then collect and report."""
+    store = StateStore(args.state_dir)
+    if args.loop and args.no_rebase:
+        _say("--loop needs rebased timestamps; drop --no-rebase")
+        return EXIT_USAGE
+    if not store.state.registered and not args.bootstrap_token:
+        _say(f"{store.path} has no credential: pass --bootstrap-token (or NVKE_BOOTSTRAP_TOKEN)")
+        return EXIT_USAGE
+    source = _open_source(args)
+    if source is None:
+        return EXIT_USAGE
+    try:
+        with _stop_on_signals() as stop:
+            if not store.state.registered:
+                status = _register(args, store, stop)
+                if status != EXIT_OK or stop.is_set():
+                    return status
+            interval = args.interval or store.state.report_interval_s or DEFAULT_INTERVAL_S
+            client = ApiClient(args.server)
+            try:
+                agent = Agent(
+                    source=source,
+                    client=client,
+                    store=store,
+                    spool=Spool(args.state_dir, max_bytes=args.spool_max_bytes),
+                    interval_s=float(interval),
+                    backoff=Backoff(
+                        base_s=args.retry_base_s, cap_s=max(args.retry_cap_s, args.retry_base_s)
+                    ),
+                    stop=stop,
+                    max_reports=args.max_reports,
+                )
+                log.info(
+                    "running",
+                    extra={
+                        "fields": {
+                            "host_id": store.state.host_id,
+                            "source": source.name,
+                            "interval_s": interval,
+                            "next_seq": store.state.next_seq,
+                        }
+                    },
+                )
+                return agent.run()
+            finally:
+                client.close()
+    finally:
+        source.close()
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    """``nvke-agent record``: write a replay file and print a one-line summary."""
+    source = _open_source(args, loop=False)
+    if source is None:
+        return EXIT_USAGE
+    try:
+        with _stop_on_signals() as stop:
+            summary = record(
+                source, args.out, duration_s=args.duration, interval_s=args.interval, stop=stop
+            )
+    finally:
+        source.close()
+    print(summary.line(), flush=True)
+    return EXIT_OK
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _register(args: argparse.Namespace, store: StateStore, stop: threading.Event) -> int:
+    client = ApiClient(args.server)
+    try:
+        registration = client.register(
+            bootstrap_token=args.bootstrap_token,
+            hostname=args.hostname,
+            agent_version=__version__,
+            backoff=Backoff(
+                base_s=getattr(args, "retry_base_s", 1.0),
+                cap_s=max(getattr(args, "retry_cap_s", 60.0), getattr(args, "retry_base_s", 1.0)),
+            ),
+            stop=stop,
+        )
+    except RegistrationRefused as exc:
+        _say(f"registration refused (HTTP {exc.status}, {exc.code or 'no code'}): {exc.detail}")
+        return EXIT_REFUSED
+    except Stopped:
+        return EXIT_OK
+    finally:
+        client.close()
+    store.set_registration(
+        registration.host_id, registration.credential, registration.report_interval_s
+    )
+    log.info("registered", extra={"fields": {"host_id": registration.host_id}})
+    print(json.dumps({"host_id": registration.host_id, "state": str(store.path)}), flush=True)
+    return EXIT_OK
+
+
+def _open_source(args: argparse.Namespace, *, loop: bool | None = None) -> Source | None:
+    try:
+        return open_source(
+            args.source,
+            start=datetime.now(UTC),
+            xml=args.xml,
+            replay=args.replay,
+            rebase=not args.no_rebase,
+            loop=getattr(args, "loop", False) if loop is None else loop,
+        )
+    except SourceUnavailable as exc:
+        _say(f"cannot start source {args.source}: {exc}")
+    except ValueError as exc:
+        _say(str(exc))
+    return None
+
+
+def _say(message: str) -> None:
+    print(f"nvke-agent: {message}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM/SIGINT; a second signal acts as usual (default handler)."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(signum: int, _frame: Any) -> None:
+        log.info(
+            "signal %s: finishing the current send, then stopping", signal.Signals(signum).name
+        )
+        stop.set()
+        signal.signal(
+            signum, signal.SIG_DFL if signum == signal.SIGTERM else signal.default_int_handler
+        )
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

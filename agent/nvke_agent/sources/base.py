@@ -1,0 +1,149 @@
+"""The interface every telemetry source implements, and the wire shapes it produces.
+
+The shapes below are the JSON the NVKE agent API accepts (``POST /api/v1/agent/reports``);
+sources return them ready to send, so the rest of the agent is the same for every source
+(DESIGN.md §5).
+
+Units (NVML's own, nvml.md §3): memory in **bytes**, utilization in **percent** (0..100),
+power in **milliwatts**, energy in **millijoules** since the driver was loaded, temperature in
+**°C**, ECC as an error **count**. A value the GPU cannot report is ``None`` (JSON ``null``),
+never 0. Timestamps are RFC 3339 UTC strings with microseconds (:func:`format_ts`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Protocol, TypedDict, runtime_checkable
+
+SOURCE_NAMES = ("nvml", "nvidia-smi-xml", "replay")
+
+
+class MigDeviceInventory(TypedDict):
+    """A MIG device (GPU instance + compute instance) of a GPU."""
+
+    uuid: str | None  # "MIG-…", None when the source does not know it
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+    memory_total_bytes: int | None
+    multiprocessor_count: int | None
+
+
+class GpuInventory(TypedDict):
+    """A physical GPU as the wire's ``inventory.gpus[]`` item."""
+
+    uuid: str  # "GPU-…"
+    index: int  # NVML enumeration index
+    name: str  # NVML name, e.g. "NVIDIA A100-SXM4-80GB"
+    pci_bus_id: str  # 8-hex-digit domain, e.g. "00000000:01:00.0"
+    memory_total_bytes: int | None
+    mig_mode: str | None  # "enabled" | "disabled" | None (no MIG on this GPU)
+    mig_devices: list[MigDeviceInventory]
+
+
+class Inventory(TypedDict):
+    """What :meth:`Source.inventory` returns: the GPU list plus the host's driver versions."""
+
+    driver_version: str | None  # e.g. "535.54.03"
+    cuda_version: str | None  # e.g. "12.2"
+    gpus: list[GpuInventory]
+
+
+class Sample(TypedDict):
+    """One telemetry sample of a GPU, or of one MIG device when ``mig_gpu_instance_id`` is set."""
+
+    ts: str
+    gpu_uuid: str
+    mig_gpu_instance_id: int | None
+    utilization_gpu_pct: float | None
+    utilization_memory_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    power_mw: int | None
+    energy_mj: int | None
+    temperature_c: float | None
+    ecc_volatile_uncorrected: int | None
+
+
+class Event(TypedDict):
+    """A GPU event; ``type`` is ``"xid"`` with the Xid code in ``xid``."""
+
+    ts: str
+    gpu_uuid: str
+    type: str
+    xid: int
+    message: str
+
+
+SAMPLE_FIELDS: tuple[str, ...] = tuple(Sample.__annotations__)
+EVENT_FIELDS: tuple[str, ...] = tuple(Event.__annotations__)
+
+
+class SourceUnavailable(RuntimeError):
+    """The source cannot start at all (no NVML library, no driver, XML file missing …).
+
+    ``str(err)`` is the underlying message (for NVML: NVML's own error string, e.g.
+    ``"NVML Shared Library Not Found"``); the CLI prints it and exits with status 2.
+    """
+
+
+class SourceError(RuntimeError):
+    """A collection round failed as a whole (e.g. the driver is being upgraded); try again later."""
+
+
+@runtime_checkable
+class Source(Protocol):
+    """A place GPU facts come from.
+
+    * ``name`` is the wire's ``source`` value.
+    * ``inventory()`` returns the current inventory, or ``None`` when the source has none
+      (a replay file without an inventory line).
+    * ``collect(now)`` returns the samples due at ``now`` (an aware UTC datetime).
+    * ``events()`` drains the events seen since the last call.
+    * ``exhausted`` becomes true when a finite source (replay) has returned everything.
+    * ``close()`` releases the source (threads, NVML handles); it is idempotent.
+    """
+
+    name: str
+
+    @property
+    def exhausted(self) -> bool: ...
+
+    def inventory(self) -> Inventory | None: ...
+
+    def collect(self, now: datetime) -> list[Sample]: ...
+
+    def events(self) -> list[Event]: ...
+
+    def close(self) -> None: ...
+
+
+def format_ts(moment: datetime) -> str:
+    """RFC 3339 UTC with microseconds: ``2024-05-01T12:00:00.000000Z``."""
+    if moment.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> datetime:
+    """Parse an RFC 3339 timestamp (``Z`` or an offset) into an aware UTC datetime."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"timestamp without a timezone: {text!r}")
+    return value.astimezone(UTC)
+
+
+def empty_sample(ts: str, gpu_uuid: str, mig_gpu_instance_id: int | None = None) -> Sample:
+    """A sample with every measurement ``None``; sources fill in what they can read."""
+    return Sample(
+        ts=ts,
+        gpu_uuid=gpu_uuid,
+        mig_gpu_instance_id=mig_gpu_instance_id,
+        utilization_gpu_pct=None,
+        utilization_memory_pct=None,
+        memory_used_bytes=None,
+        memory_total_bytes=None,
+        power_mw=None,
+        energy_mj=None,
+        temperature_c=None,
+        ecc_volatile_uncorrected=None,
+    )
