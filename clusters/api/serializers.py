@@ -1,0 +1,70 @@
+"""Cluster and operation serializers."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from clusters.models import Cluster, Operation
+
+DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class OperationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Operation
+        fields = [
+            "id",
+            "type",
+            "target_type",
+            "target_id",
+            "cluster_id",
+            "status",
+            "progress",
+            "error",
+            "requested_by",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "kubernetes_version",
+            "region",
+            "provider",
+            "phase",
+            "conditions",
+            "generation",
+            "observed_generation",
+            "endpoint",
+            "created_at",
+            "updated_at",
+            "deletion_requested_at",
+            "deleted_at",
+        ]
+
+
+class ClusterCreateSerializer(serializers.Serializer):
+    name = serializers.RegexField(
+        DNS_LABEL,
+        max_length=40,
+        error_messages={
+            "invalid": "name must be a DNS-1123 label: lower-case letters, digits and '-', "
+            "starting with a letter"
+        },
+    )
+    kubernetes_version = serializers.RegexField(
+        r"^\d+\.\d+(\.\d+)?$",
+        max_length=16,
+        error_messages={"invalid": "kubernetes_version must look like 1.34 or 1.34.2"},
+    )
+    region = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$",
+        max_length=64,
+        error_messages={"invalid": "region must be lower-case letters, digits and '-'"},
+    )

@@ -1,0 +1,182 @@
+"""Clusters (declarative spec + status) and Operations (the 202 contract)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from .choices import (
+    ACTIVE_OPERATION_STATUSES,
+    OperationStatus,
+    OperationType,
+    Phase,
+    TargetType,
+)
+
+
+class Cluster(models.Model):
+    """A tenant's Kubernetes cluster.
+
+    Spec: ``name``, ``kubernetes_version``, ``region``, ``provider``; ``generation`` increases
+    on every spec change (deletion included). Status: ``phase``, ``conditions``,
+    ``observed_generation`` (the generation the reconciler last converged to). A deleted
+    cluster keeps its row (phase ``DELETED``) for history and invoices.
+    """
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=63)
+    kubernetes_version = models.CharField(max_length=16)
+    region = models.CharField(max_length=64)
+    provider = models.CharField(max_length=32, default="simulated")
+    generation = models.PositiveIntegerField(default=1)
+    observed_generation = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
+    conditions = models.JSONField(default=list, blank=True)
+    endpoint = models.CharField(max_length=255, blank=True)
+    deletion_requested_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    delete_attempts = models.PositiveSmallIntegerField(default=0)
+    reconcile_failures = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=~Q(phase=Phase.DELETED),
+                name="cluster_tenant_name_live_uniq",
+            )
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Operation(models.Model):
+    """A long-running change, like a GKE operation: every mutating call answers 202 with one.
+
+    ``target_type``/``target_id`` name the cluster or node pool it acts on; ``progress`` is
+    ``{"done": int, "total": int, "stage": str}``; ``error`` is ``{"code", "message",
+    "retryable"}`` when ``status`` is FAILED.
+    """
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="operations")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="operations")
+    type = models.CharField(max_length=32, choices=OperationType.choices)
+    target_type = models.CharField(max_length=16, choices=TargetType.choices)
+    target_id = models.UUIDField()
+    status = models.CharField(
+        max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING
+    )
+    progress = models.JSONField(default=dict, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    requested_by = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["target_id", "status"]),
+            models.Index(fields=["tenant", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.target_type}/{self.target_id} {self.status}"
+
+
+def active_operation(target_id: uuid.UUID) -> Operation | None:
+    """The oldest PENDING/RUNNING operation of a target (the one a reconciler works on)."""
+    return (
+        Operation.objects.filter(target_id=target_id, status__in=ACTIVE_OPERATION_STATUSES)
+        .order_by("created_at")
+        .first()
+    )
+
+
+def progress_operation(
+    target_id: uuid.UUID, *, stage: str, done: int = 0, total: int = 1, now: datetime | None = None
+) -> None:
+    """Mark the target's active operation RUNNING with ``progress`` (guarded UPDATE)."""
+    now = now or timezone.now()
+    op = active_operation(target_id)
+    progress = {"done": done, "total": total, "stage": stage}
+    if op is None or (op.status == OperationStatus.RUNNING and op.progress == progress):
+        return
+    Operation.objects.filter(pk=op.pk, status__in=ACTIVE_OPERATION_STATUSES).update(
+        status=OperationStatus.RUNNING,
+        started_at=op.started_at or now,
+        progress=progress,
+    )
+
+
+def finish_operation(
+    target_id: uuid.UUID,
+    *,
+    error: dict[str, Any] | None = None,
+    stage: str = "done",
+    types: tuple[str, ...] | None = None,
+    now: datetime | None = None,
+) -> None:
+    """Finish the target's active operations: DONE, or FAILED with ``error`` (guarded UPDATE).
+
+    ``types`` limits which operation types are finished (None: all active ones).
+    """
+    now = now or timezone.now()
+    qs = Operation.objects.filter(target_id=target_id, status__in=ACTIVE_OPERATION_STATUSES)
+    if types is not None:
+        qs = qs.filter(type__in=types)
+    for op in qs:
+        total = (op.progress or {}).get("total", 1)
+        Operation.objects.filter(pk=op.pk, status__in=ACTIVE_OPERATION_STATUSES).update(
+            status=OperationStatus.FAILED if error else OperationStatus.DONE,
+            error=error,
+            started_at=op.started_at or now,
+            finished_at=now,
+            progress={
+                "done": (op.progress or {}).get("done", 0) if error else total,
+                "total": total,
+                "stage": "failed" if error else stage,
+            },
+        )
+
+
+def cancel_operations(target_id: uuid.UUID, reason: str, now: datetime | None = None) -> int:
+    """CANCEL the target's active operations (e.g. a create superseded by a delete)."""
+    now = now or timezone.now()
+    return Operation.objects.filter(
+        target_id=target_id, status__in=ACTIVE_OPERATION_STATUSES
+    ).update(
+        status=OperationStatus.CANCELLED,
+        finished_at=now,
+        error={"code": "superseded", "message": reason, "retryable": False},
+    )
+
+
+__all__ = [
+    "Cluster",
+    "Operation",
+    "OperationStatus",
+    "OperationType",
+    "Phase",
+    "TargetType",
+    "active_operation",
+    "cancel_operations",
+    "finish_operation",
+    "progress_operation",
+]

@@ -1,0 +1,17 @@
+"""Provider registry: ``get_provider(name)``."""
+
+from __future__ import annotations
+
+from .base import Provider, ProviderError
+
+
+def get_provider(name: str) -> Provider:
+    """The provider called ``name``; raises ProviderError (not retryable) for an unknown one."""
+    if name == "simulated":
+        from .simulated import SimulatedProvider
+
+        return SimulatedProvider()
+    raise ProviderError(f"unknown provider {name!r}", retryable=False, code="unknown_provider")
+
+
+__all__ = ["Provider", "ProviderError", "get_provider"]

@@ -1,0 +1,130 @@
+"""What an infrastructure provider must do (DESIGN §3 "Providers").
+
+Providers take and return plain dataclasses: a cluster spec, a node pool spec with its rendered
+GPU config and the nodes to create in; placements and status out. They never touch NVKE's
+models (only ``nodepools`` writes Node rows). Errors are :class:`ProviderError` with
+``retryable`` telling the reconciler whether to back off and retry.
+"""
+
+from __future__ import annotations
+
+import abc
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    kubernetes_version: str
+    region: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ControlPlaneStatus:
+    ready: bool
+    endpoint: str = ""
+    message: str = ""
+    #: seconds until it is worth asking again (when not ready)
+    retry_after_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node (machine) of a pool: its id (the GPU holder id) and name."""
+
+    id: uuid.UUID
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class NodePoolSpec:
+    """A node pool as a provider sees it. ``gpu_config`` is the rendered GPU Operator input."""
+
+    id: uuid.UUID
+    cluster: ClusterSpec
+    name: str
+    gpu_model: str
+    gpus_per_node: int
+    isolation: dict[str, Any]
+    gpu_config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MachinePlacement:
+    """Where a node's machine runs: host and GPU UUIDs (whole GPUs, by index)."""
+
+    node_id: uuid.UUID
+    host_id: uuid.UUID | None
+    hostname: str
+    zone: str
+    gpu_uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MachineStatus:
+    node_id: uuid.UUID
+    ready: bool
+    message: str = ""
+    retry_after_s: float = 1.0
+
+
+class ProviderError(Exception):
+    """A provider call failed. ``code`` is stable; ``retryable`` says if trying again can help."""
+
+    code = "provider_error"
+
+    def __init__(self, message: str, *, retryable: bool = True, code: str | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        if code:
+            self.code = code
+
+
+class InsufficientCapacity(ProviderError):
+    """No capacity for the requested machines; nothing was placed."""
+
+    code = "insufficient_capacity"
+
+
+class Provider(abc.ABC):
+    """Interface every provider implements (``simulated``, ``clusterapi``)."""
+
+    name: str
+
+    @abc.abstractmethod
+    def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
+        """Create the control plane if needed and report whether it is ready."""
+
+    @abc.abstractmethod
+    def delete_control_plane(self, cluster: ClusterSpec) -> bool:
+        """Delete the control plane; True when it is gone."""
+
+    @abc.abstractmethod
+    def ensure_machines(
+        self, pool: NodePoolSpec, nodes: list[NodeSpec]
+    ) -> list[MachinePlacement]:
+        """Create machines for ``nodes``, all or none (raises InsufficientCapacity).
+
+        Must be called inside the caller's transaction; idempotent per node id.
+        """
+
+    @abc.abstractmethod
+    def machine_status(
+        self, pool: NodePoolSpec, node: NodeSpec, now: datetime
+    ) -> MachineStatus:
+        """Whether a node's machine has joined the cluster and is Ready."""
+
+    @abc.abstractmethod
+    def delete_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> None:
+        """Delete the machines of ``nodes`` and release what they held. Idempotent."""
+
+    @abc.abstractmethod
+    def kubeconfig(self, cluster: ClusterSpec) -> str:
+        """An admin kubeconfig (YAML) for the cluster."""

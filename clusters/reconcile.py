@@ -1,0 +1,211 @@
+"""The cluster reconciler: one level-triggered, idempotent step per call.
+
+``reconcile_cluster(id)`` locks the cluster row (``FOR UPDATE SKIP LOCKED``: a cluster being
+reconciled by another worker is skipped, that worker requeues if needed), compares spec and
+status, takes one step, saves status and returns the delay after which it wants to run again
+(None when converged). Running it twice in a row changes nothing the second time.
+
+Phases: PROVISIONING -> RUNNING once the provider reports the control plane ready;
+deletion: DELETING (node pools are asked to go through the ``cluster_deleting`` signal) ->
+control plane deleted -> DELETED, or DELETE_FAILED with the leftovers named after
+``NVKE_MAX_DELETE_ATTEMPTS`` failed attempts. Provider errors back off exponentially and end in
+ERROR (with a condition in words a tenant understands) after ``MAX_RECONCILE_FAILURES``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from nvke.conditions import set_condition
+
+from .choices import GONE_PHASES, OperationType, Phase
+from .models import Cluster, cancel_operations, finish_operation, progress_operation
+from .providers import ProviderError, get_provider
+from .signals import cluster_deleting
+from .specs import cluster_spec
+
+log = logging.getLogger(__name__)
+
+MAX_RECONCILE_FAILURES = 6
+DELETE_POLL_S = 1.0
+
+
+def backoff(failures: int) -> float:
+    """Exponential backoff in seconds: 1, 2, 4 … capped at 60."""
+    return float(min(2 ** max(failures - 1, 0), 60))
+
+
+def reconcile_cluster(cluster_id: uuid.UUID | str, now: datetime | None = None) -> float | None:
+    """Take one reconcile step for a cluster; returns the requeue delay (s) or None."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
+        if cluster is None or cluster.phase in (Phase.DELETED, Phase.DELETE_FAILED):
+            return None
+        if cluster.deletion_requested_at is not None:
+            return _step_delete(cluster, now)
+        return _step_ensure(cluster, now)
+
+
+def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
+    provider = get_provider(cluster.provider)
+    try:
+        status = provider.ensure_control_plane(cluster_spec(cluster), now)
+    except ProviderError as exc:
+        return _provider_failed(cluster, exc, now)
+    if not status.ready:
+        conditions = set_condition(
+            cluster.conditions, "ControlPlaneReady", False, "Provisioning", status.message, now
+        )
+        conditions = set_condition(
+            conditions, "Ready", False, "ControlPlaneProvisioning", status.message, now
+        )
+        if conditions != cluster.conditions:
+            cluster.conditions = conditions
+            _save(cluster, ["conditions"])
+        progress_operation(cluster.id, stage="control-plane", total=1, now=now)
+        return status.retry_after_s
+    if cluster.phase == Phase.RUNNING and cluster.observed_generation == cluster.generation:
+        return None  # converged: nothing to write
+    cluster.phase = Phase.RUNNING
+    cluster.endpoint = status.endpoint
+    cluster.observed_generation = cluster.generation
+    cluster.reconcile_failures = 0
+    cluster.conditions = set_condition(
+        cluster.conditions, "ControlPlaneReady", True, "Ready", "control plane is ready", now
+    )
+    cluster.conditions = set_condition(
+        cluster.conditions, "Ready", True, "Ready", "cluster is running", now
+    )
+    _save(
+        cluster,
+        ["phase", "endpoint", "observed_generation", "reconcile_failures", "conditions"],
+    )
+    finish_operation(
+        cluster.id,
+        types=(OperationType.CREATE_CLUSTER, OperationType.UPGRADE_CONTROL_PLANE),
+        now=now,
+    )
+    return None
+
+
+def _step_delete(cluster: Cluster, now: datetime) -> float | None:
+    if cluster.phase != Phase.DELETING:
+        cluster.phase = Phase.DELETING
+        _save(cluster, ["phase"])
+    progress_operation(cluster.id, stage="node-pools", total=2, now=now)
+    remaining = 0
+    failed: list[str] = []
+    for _receiver, response in cluster_deleting.send(sender=Cluster, cluster=cluster):
+        if isinstance(response, list):
+            failed.extend(response)
+        elif isinstance(response, int):
+            remaining += response
+    if failed:
+        return _delete_failed(cluster, f"node pools could not be deleted: {', '.join(failed)}", now)
+    if remaining:
+        conditions = set_condition(
+            cluster.conditions,
+            "Ready",
+            False,
+            "Deleting",
+            f"waiting for {remaining} node pool(s) to be deleted",
+            now,
+        )
+        if conditions != cluster.conditions:
+            cluster.conditions = conditions
+            _save(cluster, ["conditions"])
+        return DELETE_POLL_S
+    progress_operation(cluster.id, stage="control-plane", done=1, total=2, now=now)
+    try:
+        gone = get_provider(cluster.provider).delete_control_plane(cluster_spec(cluster))
+    except ProviderError as exc:
+        cluster.delete_attempts += 1
+        _save(cluster, ["delete_attempts"])
+        if cluster.delete_attempts >= settings.NVKE_MAX_DELETE_ATTEMPTS:
+            return _delete_failed(cluster, f"control plane could not be deleted: {exc}", now)
+        return backoff(cluster.delete_attempts)
+    if not gone:
+        return DELETE_POLL_S
+    cluster.phase = Phase.DELETED
+    cluster.deleted_at = now
+    cluster.observed_generation = cluster.generation
+    cluster.conditions = set_condition(
+        cluster.conditions, "Ready", False, "Deleted", "cluster deleted", now
+    )
+    cluster.conditions = set_condition(
+        cluster.conditions, "ControlPlaneReady", False, "Deleted", "control plane deleted", now
+    )
+    _save(cluster, ["phase", "deleted_at", "observed_generation", "conditions"])
+    finish_operation(cluster.id, types=(OperationType.DELETE_CLUSTER,), now=now)
+    return None
+
+
+def _delete_failed(cluster: Cluster, message: str, now: datetime) -> None:
+    cluster.phase = Phase.DELETE_FAILED
+    cluster.conditions = set_condition(
+        cluster.conditions, "Ready", False, "DeleteFailed", message, now
+    )
+    _save(cluster, ["phase", "conditions"])
+    finish_operation(
+        cluster.id,
+        types=(OperationType.DELETE_CLUSTER,),
+        error={"code": "delete_failed", "message": message, "retryable": True},
+        now=now,
+    )
+    return None
+
+
+def _provider_failed(cluster: Cluster, exc: ProviderError, now: datetime) -> float | None:
+    cluster.reconcile_failures += 1
+    message = f"the infrastructure provider failed: {exc}"
+    if not exc.retryable or cluster.reconcile_failures >= MAX_RECONCILE_FAILURES:
+        cluster.phase = Phase.ERROR
+        cluster.observed_generation = cluster.generation
+        cluster.conditions = set_condition(
+            cluster.conditions, "Ready", False, "ProviderError", message, now
+        )
+        _save(cluster, ["phase", "observed_generation", "reconcile_failures", "conditions"])
+        finish_operation(
+            cluster.id,
+            error={"code": exc.code, "message": message, "retryable": exc.retryable},
+            now=now,
+        )
+        return None
+    cluster.conditions = set_condition(
+        cluster.conditions, "Ready", False, "ProviderRetrying", message, now
+    )
+    _save(cluster, ["reconcile_failures", "conditions"])
+    return backoff(cluster.reconcile_failures)
+
+
+def _save(cluster: Cluster, fields: list[str]) -> None:
+    cluster.save(update_fields=[*fields, "updated_at"])
+
+
+def clusters_needing_reconcile() -> list[uuid.UUID]:
+    """Ids the periodic resync re-enqueues: unconverged or in a transitional phase."""
+    from django.db.models import F, Q
+
+    return list(
+        Cluster.objects.filter(
+            Q(observed_generation__lt=F("generation"))
+            | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING, Phase.DELETING))
+        )
+        .exclude(phase__in=(Phase.DELETED, Phase.DELETE_FAILED))
+        .values_list("id", flat=True)
+    )
+
+
+__all__ = [
+    "GONE_PHASES",
+    "cancel_operations",
+    "clusters_needing_reconcile",
+    "reconcile_cluster",
+]

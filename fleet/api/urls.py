@@ -1,0 +1,15 @@
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from .views import AgentRegisterView, AgentReportView, HostViewSet
+
+app_name = "fleet"
+
+router = SimpleRouter(trailing_slash="/?")
+router.register("fleet/hosts", HostViewSet, basename="host")
+
+urlpatterns = [
+    path("agent/register", AgentRegisterView.as_view(), name="agent-register"),
+    path("agent/reports", AgentReportView.as_view(), name="agent-reports"),
+    *router.urls,
+]

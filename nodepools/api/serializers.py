@@ -1,0 +1,76 @@
+"""Node pool and node serializers."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from nodepools.models import Node, NodePool
+
+DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    host = serializers.CharField(source="host.hostname", default=None, read_only=True)
+    host_id = serializers.UUIDField(read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "phase",
+            "host",
+            "host_id",
+            "zone",
+            "gpu_uuids",
+            "created_at",
+            "ready_at",
+            "released_at",
+        ]
+
+
+class NodePoolSerializer(serializers.ModelSerializer):
+    cluster_id = serializers.UUIDField(read_only=True)
+    gpu_model = serializers.CharField(source="gpu_model_id", read_only=True)
+    nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodePool
+        fields = [
+            "id",
+            "cluster_id",
+            "name",
+            "gpu_model",
+            "gpus_per_node",
+            "node_count",
+            "isolation",
+            "gpu_config",
+            "phase",
+            "conditions",
+            "generation",
+            "observed_generation",
+            "created_at",
+            "updated_at",
+            "deletion_requested_at",
+            "deleted_at",
+            "nodes",
+        ]
+
+    def get_nodes(self, pool: NodePool) -> list[dict]:
+        nodes = [n for n in pool.nodes.all() if n.phase != "DELETED"] if pool.phase != "DELETED" else list(pool.nodes.all())
+        return NodeSerializer(nodes, many=True).data
+
+
+class NodePoolCreateSerializer(serializers.Serializer):
+    name = serializers.RegexField(
+        DNS_LABEL,
+        max_length=40,
+        error_messages={
+            "invalid": "name must be a DNS-1123 label: lower-case letters, digits and '-', "
+            "starting with a letter"
+        },
+    )
+    gpu_model = serializers.CharField(max_length=64)
+    gpus_per_node = serializers.IntegerField(min_value=1, max_value=64)
+    node_count = serializers.IntegerField(min_value=1, max_value=1000)
+    isolation = serializers.JSONField(required=False, default=lambda: {"mode": "exclusive"})

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from .views import NodePoolViewSet
+
+app_name = "nodepools"
+
+pool_list = NodePoolViewSet.as_view({"get": "list", "post": "create"})
+pool_detail = NodePoolViewSet.as_view({"get": "retrieve", "delete": "destroy"})
+
+urlpatterns = [
+    path("clusters/<uuid:cluster_pk>/nodepools", pool_list, name="nodepool-list"),
+    path("clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>", pool_detail, name="nodepool-detail"),
+]

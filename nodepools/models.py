@@ -1,0 +1,93 @@
+"""Node pools (declarative GPU node groups of a cluster) and their nodes."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from clusters.choices import Phase
+
+from .choices import NodePhase
+
+
+class NodePool(models.Model):
+    """A group of identical GPU nodes in a cluster.
+
+    Spec: ``gpu_model`` (catalog slug), ``gpus_per_node``, ``node_count``, ``isolation``
+    (DESIGN §10 shapes: ``{"mode": "exclusive"}``, ``{"mode": "mig", "mig_profile":
+    "1g.20gb"}``). Status: ``phase``, ``conditions``, ``observed_generation``, and the
+    rendered ``gpu_config`` (labels, taints, extended resources) its nodes receive.
+    """
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.PROTECT, related_name="nodepools"
+    )
+    name = models.CharField(max_length=40)
+    gpu_model = models.ForeignKey("catalog.GpuModel", on_delete=models.PROTECT, related_name="+")
+    gpus_per_node = models.PositiveSmallIntegerField()
+    node_count = models.PositiveIntegerField()
+    isolation = models.JSONField(default=dict)
+    gpu_config = models.JSONField(default=dict, blank=True)
+    generation = models.PositiveIntegerField(default=1)
+    observed_generation = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
+    conditions = models.JSONField(default=list, blank=True)
+    deletion_requested_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "name"],
+                condition=~Q(phase=Phase.DELETED),
+                name="nodepool_cluster_name_live_uniq",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A Kubernetes node of a pool, placed on (part of) a physical host.
+
+    ``gpu_uuids`` are the physical GPUs it holds (the fleet records the node id as their
+    holder). ``ready_at``/``released_at`` bound its allocation (the billing ledger copies them).
+    A deleted node keeps its row (phase DELETED) for history.
+    """
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
+    nodepool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="nodes")
+    name = models.CharField(max_length=63, unique=True)
+    phase = models.CharField(
+        max_length=16, choices=NodePhase.choices, default=NodePhase.PROVISIONING
+    )
+    host = models.ForeignKey(
+        "fleet.Host", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    zone = models.CharField(max_length=64, blank=True)
+    gpu_uuids = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["nodepool", "created_at", "name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,44 @@
+"""Receivers of signals sent by lower apps (connected in ``NodepoolsConfig.ready``)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
+
+from clusters.choices import Phase
+from clusters.models import cancel_operations
+from clusters.signals import cluster_deleting
+from nvke.queueing import enqueue_once
+
+from .models import NodePool
+
+
+@receiver(cluster_deleting)
+def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[str]:
+    """Mark the cluster's pools for deletion and enqueue their reconcilers.
+
+    Returns the number of pools not yet DELETED, or the names of pools whose deletion failed.
+    Pools locked by their own reconciler are skipped this round (SKIP LOCKED; they see the
+    cluster's deletion themselves).
+    """
+    from .tasks import reconcile_nodepool
+
+    pools = list(NodePool.objects.filter(cluster=cluster).exclude(phase=Phase.DELETED))
+    failed = [p.name for p in pools if p.phase == Phase.DELETE_FAILED]
+    if failed:
+        return failed
+    now = timezone.now()
+    for pool in pools:
+        locked = (
+            NodePool.objects.select_for_update(skip_locked=True)
+            .filter(pk=pool.pk, deletion_requested_at__isnull=True)
+            .first()
+        )
+        if locked is not None:
+            cancel_operations(pool.id, "superseded by the cluster's deletion", now)
+            NodePool.objects.filter(pk=pool.pk).update(
+                deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
+            )
+        transaction.on_commit(lambda pid=pool.id: enqueue_once(reconcile_nodepool, pid))
+    return len(pools)

@@ -1,0 +1,11 @@
+"""Signals the nodepools app sends (DESIGN §2); billing connects to them.
+
+``node_ready(sender, node)``: a node became READY and holds its GPUs from ``node.ready_at``.
+``node_released(sender, node)``: a node gave its GPUs back at ``node.released_at``.
+Both are sent inside the reconciler's transaction, so receivers' writes commit with it.
+"""
+
+from django.dispatch import Signal
+
+node_ready = Signal()
+node_released = Signal()

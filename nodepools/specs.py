@@ -1,0 +1,24 @@
+"""Model -> provider dataclass conversion for node pools and nodes."""
+
+from __future__ import annotations
+
+from clusters.providers.base import NodePoolSpec, NodeSpec
+from clusters.specs import cluster_spec
+
+from .models import Node, NodePool
+
+
+def nodepool_spec(pool: NodePool) -> NodePoolSpec:
+    return NodePoolSpec(
+        id=pool.id,
+        cluster=cluster_spec(pool.cluster),
+        name=pool.name,
+        gpu_model=pool.gpu_model_id,
+        gpus_per_node=pool.gpus_per_node,
+        isolation=pool.isolation,
+        gpu_config=pool.gpu_config,
+    )
+
+
+def node_spec(node: Node) -> NodeSpec:
+    return NodeSpec(id=node.id, name=node.name, created_at=node.created_at)

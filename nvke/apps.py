@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NvkeConfig(AppConfig):
+    name = "nvke"
+    verbose_name = "NVKE core"

@@ -1,0 +1,202 @@
+"""NVKE settings: 12-factor, everything from environment variables (django-environ).
+
+Required in production: ``SECRET_KEY``, ``DATABASE_URL`` (PostgreSQL only), ``REDIS_URL``.
+The defaults point at a developer's local PostgreSQL / Redis; ``make run`` sets both to the
+embedded servers it starts (see ``nvke/embedded``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env("SECRET_KEY", default="nvke-insecure-dev-key-change-me")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "rest_framework_api_key",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "nvke",
+    "tenants",
+    "catalog",
+    "fleet",
+    "clusters",
+    "nodepools",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "nvke.middleware.RequestIdMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "nvke.urls"
+WSGI_APPLICATION = "nvke.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/nvke"),
+}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default="test_nvke")}
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise environ.ImproperlyConfigured("NVKE supports PostgreSQL only (DATABASE_URL=postgres://...)")
+
+REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "nvke",
+    }
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = env("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=16 * 1024 * 1024)
+
+# ---------------------------------------------------------------- REST API
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsAuthenticatedPrincipal"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PAGINATION_CLASS": "nvke.pagination.DefaultPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "nvke.errors.problem_exception_handler",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "COERCE_DECIMAL_TO_STRING": False,
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "NVKE API",
+    "DESCRIPTION": "Managed Kubernetes on GPU infrastructure: clusters, GPU node pools, fleet, usage.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# ---------------------------------------------------------------- Celery
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longer than the longest countdown a reconciler uses, so Redis does not redeliver a
+    # delayed message while it still waits (Celery docs: "visibility timeout").
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ROUTES = {
+    "clusters.tasks.*": {"queue": "reconcile"},
+    "nodepools.tasks.*": {"queue": "reconcile"},
+    "fleet.tasks.*": {"queue": "telemetry"},
+    "billing.tasks.*": {"queue": "billing"},
+}
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
+RESYNC_INTERVAL_S = env.float("NVKE_RESYNC_INTERVAL_S", default=30.0)
+CELERY_BEAT_SCHEDULE = {
+    "resync-clusters": {
+        "task": "clusters.tasks.resync_clusters",
+        "schedule": RESYNC_INTERVAL_S,
+        "options": {"expires": RESYNC_INTERVAL_S * 0.9},
+    },
+    "resync-nodepools": {
+        "task": "nodepools.tasks.resync_nodepools",
+        "schedule": RESYNC_INTERVAL_S,
+        "options": {"expires": RESYNC_INTERVAL_S * 0.9},
+    },
+    "mark-silent-hosts-not-ready": {
+        "task": "fleet.tasks.mark_silent_hosts_not_ready",
+        "schedule": 60.0,
+        "options": {"expires": 50.0},
+    },
+    "ensure-sample-partitions": {
+        "task": "fleet.tasks.ensure_sample_partitions",
+        "schedule": 3600.0,
+        "options": {"expires": 3000.0},
+    },
+}
+
+# ---------------------------------------------------------------- NVKE
+# Simulated provider: seconds a control plane / node takes to become ready (0 in tests).
+NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float("NVKE_SIMULATED_CONTROL_PLANE_DELAY_S", default=2.0)
+NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
+NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
+# A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
+NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
+# Agent: bootstrap tokens expire after this long; a host silent this long becomes NOT_READY.
+NVKE_BOOTSTRAP_TOKEN_TTL = timedelta(hours=env.float("NVKE_BOOTSTRAP_TOKEN_TTL_HOURS", default=24))
+NVKE_AGENT_REPORT_INTERVAL_S = env.int("NVKE_AGENT_REPORT_INTERVAL_S", default=10)
+NVKE_HOST_HEARTBEAT_TIMEOUT_S = env.int("NVKE_HOST_HEARTBEAT_TIMEOUT_S", default=120)
+# Samples: retention of raw rows, and how far from "now" a sample timestamp may be.
+NVKE_SAMPLE_RETENTION_DAYS = env.int("NVKE_SAMPLE_RETENTION_DAYS", default=14)
+NVKE_SAMPLE_MAX_FUTURE_S = env.int("NVKE_SAMPLE_MAX_FUTURE_S", default=300)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+}

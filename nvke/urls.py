@@ -1,0 +1,36 @@
+"""Root URLconf: probes, API v1 (+ OpenAPI schema and docs UI served locally), admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from rest_framework.permissions import AllowAny
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from nvke.health import healthz, readyz
+
+api_v1 = [
+    path("", include("tenants.api.urls")),
+    path("catalog/", include("catalog.api.urls")),
+    path("", include("fleet.api.urls")),
+    path("", include("clusters.api.urls")),
+    path("", include("nodepools.api.urls")),
+    path("", include("billing.api.urls")),
+    path(
+        "schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[AllowAny]),
+        name="schema",
+    ),
+    path(
+        "docs/",
+        SpectacularSwaggerView.as_view(
+            url_name="schema", authentication_classes=[], permission_classes=[AllowAny]
+        ),
+        name="docs",
+    ),
+]
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("api/v1/", include(api_v1)),
+    path("admin/", admin.site.urls),
+]

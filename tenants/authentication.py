@@ -1,0 +1,64 @@
+"""``Authorization: Bearer <key>`` authentication for tenant and operator API keys."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+
+from .choices import Role
+from .models import ApiKey
+from .principal import Principal
+
+#: last_used_at is written at most this often per key, to keep reads free of writes.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """Resolve a bearer API key to a :class:`~tenants.principal.Principal`.
+
+    Raises ``AuthenticationFailed`` (401, code ``invalid_api_key``) for an unknown, revoked or
+    expired key; a request without ``Authorization`` stays anonymous (the permission class then
+    answers 401 ``not_authenticated``).
+    """
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):  # type: ignore[override]
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != self.keyword.lower() or not key.strip():
+            raise exceptions.AuthenticationFailed(
+                "Use 'Authorization: Bearer <api key>'.", code="invalid_api_key"
+            )
+        principal = principal_for_key(key.strip())
+        if principal is None:
+            raise exceptions.AuthenticationFailed(
+                "The API key is unknown, revoked or expired.", code="invalid_api_key"
+            )
+        return principal, key
+
+    def authenticate_header(self, request) -> str:  # type: ignore[override]
+        return self.keyword
+
+
+def principal_for_key(key: str) -> Principal | None:
+    """Return the principal of a valid key, or None (unknown, revoked, expired, malformed)."""
+    try:
+        api_key = ApiKey.objects.select_related("tenant").get_from_key(key)
+    except ApiKey.DoesNotExist:
+        return None
+    if api_key.has_expired:
+        return None
+    now = timezone.now()
+    if api_key.last_used_at is None or now - api_key.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    return Principal(
+        tenant=api_key.tenant,
+        role=Role(api_key.role),
+        is_operator=api_key.is_operator,
+        label=f"apikey:{api_key.prefix}",
+    )
