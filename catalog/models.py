@@ -91,8 +91,8 @@ class MigProfile(models.Model):
         """The ``-lgipp`` notation, e.g. ``{0,2,4}:2``; empty when no placement is known."""
         if not self.placement_starts or self.placement_size is None:
             return ""
-        return "{" + ",".join(str(s) for s in self.placement_starts) + "}:" + str(
-            self.placement_size
+        return (
+            "{" + ",".join(str(s) for s in self.placement_starts) + "}:" + str(self.placement_size)
         )
 
 
@@ -116,18 +116,20 @@ class KubernetesVersion(models.Model):
     def __str__(self) -> str:
         return self.version
 
-    def clean(self) -> None:
-        if not _MINOR_RE.match(self.version or ""):
-            raise ValidationError({"version": "a minor version like 1.34"})
-        if self.released and self.end_of_life and self.end_of_life < self.released:
-            raise ValidationError({"end_of_life": "end of life before the release date"})
-
     def save(self, *args, **kwargs) -> None:
         match = _MINOR_RE.match(self.version or "")
         if match is None:
             raise ValidationError({"version": f"{self.version!r} is not a minor version like 1.34"})
         self.major, self.minor = int(match.group(1)), int(match.group(2))
+        if kwargs.get("update_fields") is not None:  # update_or_create names the fields it set
+            kwargs["update_fields"] = {*kwargs["update_fields"], "major", "minor"}
         super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        if not _MINOR_RE.match(self.version or ""):
+            raise ValidationError({"version": "a minor version like 1.34"})
+        if self.released and self.end_of_life and self.end_of_life < self.released:
+            raise ValidationError({"end_of_life": "end of life before the release date"})
 
     def is_supported(self, today: date) -> bool:
         """Released and not past end of life on ``today``."""

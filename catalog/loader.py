@@ -1,0 +1,179 @@
+"""Load the catalog data files into the database: idempotent update-or-create, one transaction.
+
+``load_catalog()`` reads ``catalog/data/`` (see its README) plus any ``extra`` files shaped like
+``gpu_models.yaml`` (operators add GPU models without code), normalises them with
+:mod:`catalog.gpu_rows` / :mod:`catalog.table_rows` and writes every row with
+``update_or_create``. Running it twice changes nothing the second time. Rows that are no longer
+in the data are kept (other apps may reference them) unless ``prune=True``, which deletes the
+MIG profiles of loaded models that the data no longer lists.
+
+Raises :class:`~catalog.datafiles.CatalogDataError` on malformed data (nothing is written).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from . import table_rows
+from .datafiles import (
+    DATA_DIR,
+    DRIVERS_FILE,
+    GPU_MODELS_FILE,
+    KUBERNETES_VERSIONS_FILE,
+    MIG_ALIASES_FILE,
+    XID_FILE,
+    CatalogDataError,
+    read_yaml,
+)
+from .gpu_rows import (
+    GpuModelRow,
+    apply_extra_aliases,
+    normalise_models,
+    parse_placements,
+    product_names,
+    slug_for_key,
+)
+from .models import (
+    CudaDriverRequirement,
+    DriverBranch,
+    GpuArchitecture,
+    GpuModel,
+    KubernetesVersion,
+    MigProfile,
+    XidCode,
+)
+
+__all__ = [
+    "CatalogDataError",
+    "LoadResult",
+    "gpu_model_rows",
+    "load_catalog",
+    "parse_placements",
+    "product_names",
+    "slug_for_key",
+]
+
+
+@dataclass
+class LoadResult:
+    """Rows in the data per kind (``counts``) and how many of them were newly created."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    created: dict[str, int] = field(default_factory=dict)
+    pruned_profiles: list[str] = field(default_factory=list)
+    stale_profiles: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpu_model_rows(
+    data_dir: Path = DATA_DIR, extra: Sequence[Path | str] = ()
+) -> list[GpuModelRow]:
+    """The normalised GPU models of ``gpu_models.yaml`` + ``mig_aliases.yaml`` + extras.
+
+    An extra model with the key of a built-in one replaces it. Product names must be unique
+    across models (a host's GPU must match one model).
+    """
+    main = read_yaml(data_dir / GPU_MODELS_FILE)
+    rows = {row.name: row for row in normalise_models(main)}
+    apply_extra_aliases(rows.values(), read_yaml(data_dir / MIG_ALIASES_FILE))
+    for path in extra:
+        for row in normalise_models(read_yaml(path), defaults=main, known=rows):
+            rows[row.name] = row
+    _check_unique([(row.slug, name) for row in rows.values() for name in row.product_names])
+    slugs = Counter(row.slug for row in rows.values())
+    if any(count > 1 for count in slugs.values()):
+        raise CatalogDataError("models", f"keys give the same slug: {sorted(slugs)}")
+    return list(rows.values())
+
+
+def _check_unique(pairs: Iterable[tuple[str, str]]) -> None:
+    owner: dict[str, str] = {}
+    for slug, name in pairs:
+        key = " ".join(name.split()).casefold()
+        if owner.setdefault(key, slug) != slug:
+            raise CatalogDataError(
+                "product_names", f"{name!r} is a product name of both {owner[key]} and {slug}"
+            )
+
+
+def load_catalog(
+    *, data_dir: Path | str = DATA_DIR, extra: Sequence[Path | str] = (), prune: bool = False
+) -> LoadResult:
+    """Write all catalog rows (update-or-create, one transaction); see the module docstring."""
+    data_dir = Path(data_dir)
+    gpus = gpu_model_rows(data_dir, extra)
+    drivers = read_yaml(data_dir / DRIVERS_FILE)
+    archs = table_rows.architectures(drivers)
+    tables: list[tuple[str, type, str, list[dict[str, Any]]]] = [
+        (
+            "kubernetes_versions",
+            KubernetesVersion,
+            "version",
+            table_rows.kubernetes_versions(read_yaml(data_dir / KUBERNETES_VERSIONS_FILE)),
+        ),
+        ("gpu_architectures", GpuArchitecture, "name", archs),
+        ("driver_branches", DriverBranch, "branch", table_rows.driver_branches(drivers, archs)),
+        (
+            "cuda_driver_requirements",
+            CudaDriverRequirement,
+            "label",
+            table_rows.cuda_requirements(drivers),
+        ),
+        ("xid_codes", XidCode, "code", table_rows.xid_codes(read_yaml(data_dir / XID_FILE))),
+    ]
+    result = LoadResult()
+    with transaction.atomic():
+        _write_gpus(gpus, result, prune=prune)
+        for kind, model, key, rows in tables:
+            created = 0
+            for row in rows:
+                values = dict(row)
+                lookup = {key: values.pop(key)}
+                created += model.objects.update_or_create(**lookup, defaults=values)[1]
+            result.counts[kind], result.created[kind] = len(rows), created
+        _check_unique(_db_product_names())
+    return result
+
+
+def _db_product_names() -> list[tuple[str, str]]:
+    """(slug, product name) of every model in the database, admin-added ones included."""
+    return [
+        (slug, name)
+        for slug, names in GpuModel.objects.values_list("slug", "product_names")
+        for name in names
+    ]
+
+
+def _write_gpus(rows: list[GpuModelRow], result: LoadResult, *, prune: bool) -> None:
+    created_models = created_profiles = profile_count = 0
+    for row in rows:
+        values = asdict(row)
+        profiles = values.pop("profiles")
+        slug = values.pop("slug")
+        gpu, created = GpuModel.objects.update_or_create(slug=slug, defaults=values)
+        created_models += created
+        names = []
+        for profile in profiles:
+            name = profile.pop("name")
+            names.append(name)
+            created_profiles += MigProfile.objects.update_or_create(
+                gpu_model=gpu, name=name, defaults=profile
+            )[1]
+        profile_count += len(profiles)
+        stale = MigProfile.objects.filter(gpu_model=gpu).exclude(name__in=names)
+        labels = [f"{slug}/{name}" for name in stale.values_list("name", flat=True)]
+        if prune and labels:
+            stale.delete()
+            result.pruned_profiles += labels
+        else:
+            result.stale_profiles += labels
+    result.counts.update(gpu_models=len(rows), mig_profiles=profile_count)
+    result.created.update(gpu_models=created_models, mig_profiles=created_profiles)

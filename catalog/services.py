@@ -1,0 +1,270 @@
+"""What other apps ask the catalog: GPU models, MIG profiles, Kubernetes versions, drivers, Xids.
+
+Every lookup raises a :class:`CatalogError` subclass (a ValueError) that carries the data as
+attributes and a message a person can act on; the API layer turns them into problem+json.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from django.utils import timezone
+
+from .datafiles import version_tuple
+from .models import (
+    CudaDriverRequirement,
+    GpuArchitecture,
+    GpuModel,
+    KubernetesVersion,
+    MigProfile,
+    XidCode,
+)
+
+_KUBERNETES_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
+_CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+class CatalogError(ValueError):
+    """Base of the catalog's lookup errors; ``code`` is stable for programs."""
+
+    code = "catalog_error"
+
+
+class UnknownGpuModel(CatalogError):
+    """No GPU model has this slug. ``valid`` lists the slugs that exist."""
+
+    code = "unknown_gpu_model"
+
+    def __init__(self, slug: str, valid: list[str]) -> None:
+        self.slug = slug
+        self.valid = valid
+        super().__init__(f"unknown GPU model {slug!r}; valid: {', '.join(valid) or 'none loaded'}")
+
+
+class MigNotSupported(CatalogError):
+    """The GPU model has no MIG (e.g. T4, L40S)."""
+
+    code = "mig_not_supported"
+
+    def __init__(self, gpu_model: GpuModel) -> None:
+        self.gpu_model = gpu_model
+        super().__init__(f"{gpu_model.slug} does not support MIG")
+
+
+class UnknownMigProfile(CatalogError):
+    """The name is neither a MIG profile nor an alias of one on this GPU model."""
+
+    code = "unknown_mig_profile"
+
+    def __init__(self, gpu_model: GpuModel, name: str, valid: list[str]) -> None:
+        self.gpu_model = gpu_model
+        self.name = name
+        self.valid = valid
+        super().__init__(
+            f"{name!r} is not a MIG profile of {gpu_model.slug}; valid: {', '.join(valid)}"
+        )
+
+
+class UnsupportedKubernetesVersion(CatalogError):
+    """Unknown, malformed, not yet released or past end of life; ``supported`` lists minors."""
+
+    code = "unsupported_kubernetes_version"
+
+    def __init__(self, version: str, supported: list[str], reason: str = "") -> None:
+        self.version = version
+        self.supported = supported
+        self.reason = reason or "is not a Kubernetes version NVKE offers"
+        super().__init__(
+            f"Kubernetes {version!r} {self.reason}; supported: {', '.join(supported) or 'none'}"
+        )
+
+
+class UnknownCudaVersion(CatalogError):
+    """No CUDA toolkit release with this version is in the catalog."""
+
+    code = "unknown_cuda_version"
+
+    def __init__(self, version: str, known: list[str]) -> None:
+        self.version = version
+        self.known = known
+        super().__init__(f"unknown CUDA version {version!r}; known: {', '.join(known)}")
+
+
+class DriverNotSupported(CatalogError):
+    """The driver cannot serve the GPU architecture or CUDA version; ``reasons`` say why."""
+
+    code = "driver_not_supported"
+
+    def __init__(self, driver_version: str, reasons: list[str], minimum: str | None) -> None:
+        self.driver_version = driver_version
+        self.reasons = reasons
+        self.minimum = minimum
+        super().__init__(f"driver {driver_version}: " + "; ".join(reasons))
+
+
+def _normalise(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def match_product_name(product_name: str) -> GpuModel | None:
+    """The GPU model whose NVML product names include ``product_name``.
+
+    Exact match, case-insensitive, whitespace-normalised: ``"NVIDIA A100-SXM4-80GB"`` ->
+    a100-sxm4-80gb, ``"Tesla T4"`` -> t4; None for a product the catalog does not know.
+    (The loader keeps product names unique across models.)
+    """
+    wanted = _normalise(product_name)
+    if not wanted:
+        return None
+    for model in GpuModel.objects.exclude(product_names=[]):
+        if any(_normalise(name) == wanted for name in model.product_names):
+            return model
+    return None
+
+
+def get_gpu_model(slug: str) -> GpuModel:
+    """The GPU model with this catalog slug; raises :class:`UnknownGpuModel`."""
+    try:
+        return GpuModel.objects.get(slug=slug)
+    except GpuModel.DoesNotExist:
+        raise UnknownGpuModel(
+            slug, list(GpuModel.objects.order_by("slug").values_list("slug", flat=True))
+        ) from None
+
+
+def resolve_mig_profile(gpu_model: GpuModel, name: str) -> MigProfile:
+    """The MIG profile ``name`` (or a known alias, e.g. ``3g.39gb``) of ``gpu_model``.
+
+    Raises :class:`MigNotSupported` for a model without MIG and :class:`UnknownMigProfile`
+    when the name is not a profile of this model (``1g.18gb`` is H200, not A100).
+    """
+    if not gpu_model.mig_capable:
+        raise MigNotSupported(gpu_model)
+    profiles = MigProfile.objects.filter(gpu_model=gpu_model)
+    wanted = name.strip()
+    profile = (
+        profiles.filter(name=wanted).first() or profiles.filter(aliases__contains=[wanted]).first()
+    )
+    if profile is None:
+        raise UnknownMigProfile(gpu_model, name, list(profiles.values_list("name", flat=True)))
+    return profile
+
+
+def supported_kubernetes_versions(today: date | None = None) -> list[KubernetesVersion]:
+    """Minors supported on ``today`` (default: today, UTC), newest first."""
+    today = today or timezone.now().date()
+    return list(KubernetesVersion.objects.filter(released__lte=today, end_of_life__gte=today))
+
+
+def check_kubernetes_version(version: str, today: date | None = None) -> KubernetesVersion:
+    """The catalog row of a supported Kubernetes version.
+
+    Accepts ``"1.34"``, ``"1.34.2"`` and ``"v1.34.2"`` (the patch is ignored for the lookup).
+    Raises :class:`UnsupportedKubernetesVersion` when it is malformed, unknown, not yet
+    released or past its end of life on ``today`` (default: today, UTC).
+    """
+    today = today or timezone.now().date()
+    supported = [kv.version for kv in supported_kubernetes_versions(today)]
+    match = _KUBERNETES_RE.match(version.strip())
+    if match is None:
+        raise UnsupportedKubernetesVersion(version, supported, "is not a version like 1.34")
+    minor = f"{int(match.group(1))}.{int(match.group(2))}"
+    row = KubernetesVersion.objects.filter(version=minor).first()
+    if row is None:
+        raise UnsupportedKubernetesVersion(version, supported)
+    if today > row.end_of_life:
+        raise UnsupportedKubernetesVersion(
+            version, supported, f"reached end of life on {row.end_of_life.isoformat()}"
+        )
+    if today < row.released:
+        raise UnsupportedKubernetesVersion(
+            version, supported, f"is not released until {row.released.isoformat()}"
+        )
+    return row
+
+
+def minimum_driver_for_cuda(cuda_version: str) -> CudaDriverRequirement:
+    """The CUDA toolkit release and its minimum Linux driver (CUDA release notes, Table 3).
+
+    ``"12.4"`` -> the 12.4 GA row (>= 550.54.14); ``"12.4.1"`` -> 12.4 Update 1; a label as
+    printed (``"11.0.3 Update 1"``) also works. Raises :class:`UnknownCudaVersion`.
+    """
+    text = " ".join(cuda_version.split())
+    row = CudaDriverRequirement.objects.filter(label=text).first()
+    match = _CUDA_RE.match(text)
+    if row is None and match is not None:
+        minor = f"{int(match.group(1))}.{int(match.group(2))}"
+        if match.group(3) is None:
+            row = CudaDriverRequirement.objects.filter(cuda_version=minor, update=0).first()
+        else:
+            row = (
+                CudaDriverRequirement.objects.filter(label__startswith=f"{text} ").first()
+                or CudaDriverRequirement.objects.filter(
+                    cuda_version=minor, update=int(match.group(3))
+                ).first()
+            )
+    if row is None:
+        known = sorted(
+            set(CudaDriverRequirement.objects.values_list("cuda_version", flat=True)),
+            key=version_tuple,
+        )
+        raise UnknownCudaVersion(cuda_version, known)
+    return row
+
+
+@dataclass(frozen=True)
+class DriverCheck:
+    """The minimum a driver must meet and why (for messages)."""
+
+    minimum: str | None
+    reasons: list[str]
+
+
+def check_driver_version(
+    driver_version: str,
+    *,
+    gpu_model: GpuModel | None = None,
+    cuda_version: str | None = None,
+    minor_version_compatibility: bool = False,
+) -> DriverCheck:
+    """Check a Linux driver version against a GPU model's architecture and a CUDA version.
+
+    Architecture: the derived minimum driver and the last branch that supports it
+    (drivers.yaml ``architectures``). CUDA: the toolkit's minimum driver, or with
+    ``minor_version_compatibility`` the family floor (12.x >= 525; limited feature set).
+    Returns what was checked; raises :class:`DriverNotSupported` (or
+    :class:`UnknownCudaVersion`).
+    """
+    try:
+        have = version_tuple(driver_version)
+    except ValueError:
+        reasons = ["not a driver version like 570.133.20"]
+        raise DriverNotSupported(driver_version, reasons, None) from None
+    required: list[tuple[str, str]] = []
+    reasons: list[str] = []
+    if gpu_model is not None and gpu_model.architecture:
+        arch = GpuArchitecture.objects.filter(name=gpu_model.architecture).first()
+        if arch is not None and arch.min_driver:
+            required.append((arch.min_driver, f"{gpu_model.slug} ({arch.name}) needs"))
+        if arch is not None and arch.last_driver_branch:
+            last = int(arch.last_driver_branch.lstrip("R"))
+            if have[0] > last:
+                reasons.append(f"{arch.name} is supported up to branch {arch.last_driver_branch}")
+    if cuda_version is not None:
+        cuda = minimum_driver_for_cuda(cuda_version)
+        floor = cuda.family_min_driver if minor_version_compatibility else cuda.min_linux_driver
+        required.append((floor, f"CUDA {cuda.label} needs"))
+    minimum = max((v for v, _ in required), key=version_tuple, default=None)
+    for version, why in required:
+        if have < version_tuple(version):
+            reasons.append(f"{why} >= {version}")
+    if reasons:
+        raise DriverNotSupported(driver_version, reasons, minimum)
+    return DriverCheck(minimum, [f"{why} >= {version}" for version, why in required])
+
+
+def get_xid_code(code: int) -> XidCode | None:
+    """The catalog entry of an Xid (severity, operator action), or None when not catalogued."""
+    return XidCode.objects.filter(code=code).first()
