@@ -54,6 +54,7 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "nvke.urls"
+APPEND_SLASH = False
 WSGI_APPLICATION = "nvke.wsgi.application"
 
 TEMPLATES = [

@@ -48,7 +48,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 def principal_for_key(key: str) -> Principal | None:
     """Return the principal of a valid key, or None (unknown, revoked, expired, malformed)."""
     try:
-        api_key = ApiKey.objects.select_related("tenant").get_from_key(key)
+        api_key = ApiKey.objects.get_from_key(key)
     except ApiKey.DoesNotExist:
         return None
     if api_key.has_expired:

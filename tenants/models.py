@@ -10,7 +10,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from rest_framework_api_key.models import AbstractAPIKey
+from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
 from .choices import Role
 
@@ -45,6 +45,13 @@ class Membership(models.Model):
         ]
 
 
+class ApiKeyManager(BaseAPIKeyManager):
+    """Key lookups fetch the tenant in the same query."""
+
+    def get_usable_keys(self):
+        return self.filter(revoked=False).select_related("tenant")
+
+
 class ApiKey(AbstractAPIKey):
     """An API key (``Authorization: Bearer <prefix>.<secret>``), stored hashed (SHA-512).
 
@@ -52,6 +59,8 @@ class ApiKey(AbstractAPIKey):
     key has a ``tenant`` and a ``role``; an operator key has ``is_operator=True`` and no
     tenant. The plain key is returned once, at creation.
     """
+
+    objects = ApiKeyManager()
 
     tenant = models.ForeignKey(
         Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"

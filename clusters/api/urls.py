@@ -1,10 +1,10 @@
-from rest_framework.routers import SimpleRouter
+from nvke.routers import OptionalSlashRouter
 
 from .views import ClusterViewSet, OperationViewSet
 
 app_name = "clusters"
 
-router = SimpleRouter(trailing_slash="/?")
+router = OptionalSlashRouter()
 router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("operations", OperationViewSet, basename="operation")
 

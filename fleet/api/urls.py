@@ -1,11 +1,11 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
+from nvke.routers import OptionalSlashRouter
 
 from .views import AgentRegisterView, AgentReportView, HostViewSet
 
 app_name = "fleet"
 
-router = SimpleRouter(trailing_slash="/?")
+router = OptionalSlashRouter()
 router.register("fleet/hosts", HostViewSet, basename="host")
 
 urlpatterns = [

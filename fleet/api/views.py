@@ -6,6 +6,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -33,10 +34,19 @@ class HostViewSet(
     serializer_class = HostSerializer
     queryset = Host.objects.prefetch_related("gpus").order_by("hostname")
     filterset_fields = ["state", "zone", "gpu_model"]
+    # JSON per the contract; multipart/form also accepted so that
+    # `curl -F nvidia_smi_xml=<report.xml` works without escaping XML into JSON.
+    parser_classes = [JSONParser, MultiPartParser, FormParser]
 
     @extend_schema(request=HostImportSerializer, responses={201: HostCreatedSerializer})
     def create(self, request, *args, **kwargs):
-        form = HostImportSerializer(data=request.data)
+        data = request.data
+        if hasattr(data, "getlist"):  # multipart/form: plain values, an uploaded file read as text
+            data = {k: data.get(k) for k in ("hostname", "zone", "rack", "nvidia_smi_xml") if k in data}
+            upload = request.FILES.get("nvidia_smi_xml")
+            if upload is not None:
+                data["nvidia_smi_xml"] = upload.read().decode("utf-8", errors="replace")
+        form = HostImportSerializer(data=data)
         form.is_valid(raise_exception=True)
         imported = services.import_host(**form.validated_data)
         host = Host.objects.prefetch_related("gpus").get(pk=imported.host.pk)

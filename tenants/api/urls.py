@@ -1,10 +1,10 @@
-from rest_framework.routers import SimpleRouter
+from nvke.routers import OptionalSlashRouter
 
 from .views import TenantViewSet
 
 app_name = "tenants"
 
-router = SimpleRouter(trailing_slash="/?")
+router = OptionalSlashRouter()
 router.register("tenants", TenantViewSet, basename="tenant")
 
 urlpatterns = router.urls

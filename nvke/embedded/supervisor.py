@@ -1,0 +1,353 @@
+"""Supervise web, Celery worker, beat and the demo agents with honcho's Python API.
+
+Each process runs as ``exec <argv>`` in its own session (honcho's default), so its pid is also
+its process group id and honcho's SIGTERM/SIGKILL to the group reaches gunicorn workers and
+Celery pool processes too. On top of honcho:
+
+- every process gets SIGTERM when the runner dies (``PR_SET_PDEATHSIG``), even by SIGKILL;
+- after honcho returns, any process still in those groups, and any other descendant of the
+  runner (orphans are re-parented to it when it is a child subreaper), is stopped;
+- a watcher thread records pids in ``services.json`` and prints the URLs once ``/healthz``
+  answers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import honcho.manager
+import honcho.process
+from honcho.printer import Message, Printer
+
+from .datadir import StateFile
+from .procutil import (
+    descendants,
+    group_members,
+    process_create_time,
+    reap_children,
+    set_parent_death_signal,
+    stop_process_group,
+    terminate_processes,
+)
+
+log = logging.getLogger(__name__)
+
+WORKER_QUEUES = "reconcile,telemetry,billing,default"
+AGENT_INTERVAL_S = 10
+SIGNAL_RETURN_CODES = (130, 143)  # honcho's return code after SIGINT / SIGTERM
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One supervised process: a name for the log prefix and the argv to exec."""
+
+    name: str
+    argv: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        """The shell line honcho runs; ``exec`` so the pid is the program's (and its group's)."""
+        return "exec " + shlex.join(self.argv)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One entry of ``$NVKE_DATA_DIR/agents.json`` (written by ``manage.py seed_demo``)."""
+
+    name: str
+    xml: str
+    state_dir: str
+    bootstrap_token: str | None = None
+
+
+def project_root() -> Path:
+    """The folder holding ``manage.py`` (the cwd of every process the runner starts)."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "manage.py").exists() else Path.cwd()
+
+
+def venv_command(script: str, module: str) -> list[str]:
+    """``<venv>/bin/<script>`` next to ``sys.executable``, else ``python -m <module>``."""
+    exe = Path(sys.executable).parent / script
+    if exe.is_file() and os.access(exe, os.X_OK):
+        return [str(exe)]
+    return [sys.executable, "-m", module]
+
+
+def setup_commands(data_dir: Path) -> list[list[str]]:
+    """What runs, in order, before the processes start (each must exit 0)."""
+    manage = [sys.executable, "manage.py"]
+    return [
+        [*manage, "migrate", "--noinput"],
+        [*manage, "load_catalog"],
+        [*manage, "collectstatic", "--noinput"],
+        [*manage, "seed_demo", "--data-dir", str(data_dir)],
+    ]
+
+
+class SetupError(RuntimeError):
+    """A setup command failed."""
+
+
+def run_setup(
+    commands: Iterable[Sequence[str]],
+    env: Mapping[str, str],
+    cwd: Path,
+    output: TextIO | None = None,
+) -> None:
+    """Run ``commands`` one by one with ``env``; raise :class:`SetupError` on the first failure.
+
+    Their output goes straight to this process's stdout/stderr. An exception here (Ctrl-C,
+    SIGTERM) kills the running command before it propagates.
+    """
+    out = output or sys.stdout
+    for argv in commands:
+        shown = shlex.join(["python", *argv[1:]] if argv[0] == sys.executable else argv)
+        print(f"==> {shown}", file=out, flush=True)
+        result = subprocess.run(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            raise SetupError(f"`{shown}` failed with exit code {result.returncode}")
+
+
+def load_agents(data_dir: Path) -> list[AgentSpec]:
+    """Read ``agents.json`` (a list of ``{"name", "xml", "bootstrap_token", "state_dir"}``)."""
+    path = data_dir / "agents.json"
+    if not path.exists():
+        log.warning("%s not found: no demo agents will run", path)
+        return []
+    entries = json.loads(path.read_text())
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: expected a JSON list")
+    return [
+        AgentSpec(
+            name=str(e["name"]),
+            xml=str(e["xml"]),
+            state_dir=str(e["state_dir"]),
+            bootstrap_token=e.get("bootstrap_token") or None,
+        )
+        for e in entries
+    ]
+
+
+def _process_name(prefix: str, name: str, taken: set[str]) -> str:
+    base = prefix + (re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "x")
+    candidate, n = base, 2
+    while candidate in taken:
+        candidate, n = f"{base}-{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def default_processes(
+    *, data_dir: Path, port: int, agents: Iterable[AgentSpec] = ()
+) -> list[ProcessSpec]:
+    """web (gunicorn), worker and beat (Celery), and one ``agent-<name>`` per agent."""
+    celery = venv_command("celery", "celery")
+    web = [
+        *venv_command("gunicorn", "gunicorn"), "nvke.wsgi",
+        "--bind", f"127.0.0.1:{port}",
+        "--workers", "2",
+        "--access-logfile", "-",
+    ]  # fmt: skip
+    worker = [
+        *celery, "-A", "nvke", "worker",
+        "-Q", WORKER_QUEUES,
+        "--concurrency", "2",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+    beat = [
+        *celery, "-A", "nvke", "beat",
+        "--loglevel", "INFO",
+        "--schedule", str(data_dir / "celerybeat-schedule"),
+    ]  # fmt: skip
+    specs = [
+        ProcessSpec("web", tuple(web)),
+        ProcessSpec("worker", tuple(worker)),
+        ProcessSpec("beat", tuple(beat)),
+    ]
+    agent = venv_command("nvke-agent", "nvke_agent")
+    taken = {s.name for s in specs}
+    for a in agents:
+        argv = [
+            *agent, "run",
+            "--server", f"http://127.0.0.1:{port}",
+            "--state-dir", a.state_dir,
+            "--source", "nvidia-smi-xml",
+            "--xml", a.xml,
+            "--interval", str(AGENT_INTERVAL_S),
+        ]  # fmt: skip
+        if a.bootstrap_token:
+            argv += ["--bootstrap-token", a.bootstrap_token]
+        specs.append(ProcessSpec(_process_name("agent-", a.name, taken), tuple(argv)))
+    return specs
+
+
+# ---------------------------------------------------------------------- honcho glue
+class _Popen(honcho.process.Popen):
+    """honcho's Popen (own session, stdout+stderr piped) plus SIGTERM on parent death."""
+
+    def __init__(self, cmd: str, **kwargs: Any) -> None:
+        kwargs.setdefault("preexec_fn", set_parent_death_signal)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        super().__init__(cmd, **kwargs)
+
+
+class _Process(honcho.process.Process):
+    """honcho's per-process relay (a forked helper), which dies with the runner."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._child_ctor = _Popen
+        self._runner_pid = os.getpid()
+
+    def run(self, events: Any = None, ignore_signals: bool = False) -> None:
+        set_parent_death_signal(9)  # SIGKILL: the relay has nothing to clean up
+        if os.getppid() != self._runner_pid:  # the runner died before prctl took effect
+            os._exit(1)
+        super().run(events, ignore_signals)
+
+
+def _answers(opener: urllib.request.OpenerDirector, url: str) -> bool:
+    """True when ``url`` answers 200 (proxies ignored: this is 127.0.0.1)."""
+    try:
+        with opener.open(url, timeout=2) as resp:
+            return resp.status == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+class Supervisor:
+    """Run ``specs`` under a honcho Manager until Ctrl-C/SIGTERM or until one of them exits.
+
+    ``protect`` returns pids (with their descendants) the final sweep must leave alone: the
+    embedded PostgreSQL and Redis, which are stopped afterwards in their own order.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[ProcessSpec],
+        env: Mapping[str, str],
+        cwd: Path,
+        *,
+        state: StateFile | None = None,
+        health_url: str | None = None,
+        banner: str | None = None,
+        output: TextIO | None = None,
+        kill_wait: float = 10.0,
+        health_timeout: float = 180.0,
+        protect: Callable[[], Iterable[int]] = lambda: (),
+    ) -> None:
+        self.specs = list(specs)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.state = state
+        self.health_url = health_url
+        self.banner = banner
+        self.output = output or sys.stdout
+        self.kill_wait = kill_wait
+        self.health_timeout = health_timeout
+        self.protect = protect
+        self.manager: honcho.manager.Manager | None = None
+        self._done = threading.Event()
+
+    def run(self) -> int:
+        """Supervise until done; return honcho's code (130/143 after SIGINT/SIGTERM)."""
+        manager = honcho.manager.Manager(Printer(self.output))
+        manager._process_ctor = _Process
+        honcho.manager.KILL_WAIT = self.kill_wait
+        for spec in self.specs:
+            manager.add_process(spec.name, spec.command, env=self.env, cwd=str(self.cwd))
+        self.manager = manager
+        watcher = threading.Thread(target=self._watch, name="nvke-watch", daemon=True)
+        watcher.start()
+        try:
+            manager.loop()
+        finally:
+            self._done.set()
+            watcher.join(timeout=5)
+            self.sweep()
+        return manager.returncode if manager.returncode is not None else 0
+
+    # -------------------------------------------------------------- watcher thread
+    def _say(self, text: str) -> None:
+        assert self.manager is not None
+        now = datetime.datetime.now()
+        self.manager.events.put(Message("line", text, now, "nvke", None))
+
+    def _pids(self) -> dict[str, int]:
+        assert self.manager is not None
+        procs = self.manager._processes
+        return {name: p["pid"] for name, p in list(procs.items()) if p.get("pid")}
+
+    def _watch(self) -> None:
+        # 1. record pids (with start times, so a later run never signals a recycled pid)
+        while not self._done.is_set() and len(self._pids()) < len(self.specs):
+            self._done.wait(0.1)
+        if self._done.is_set():
+            return
+        if self.state is not None:
+            self.state.update(
+                processes={
+                    name: {"pid": pid, "create_time": process_create_time(pid)}
+                    for name, pid in self._pids().items()
+                }
+            )
+        if not self.health_url:
+            return
+        # 2. announce once the web server answers
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=self.health_timeout)
+        while not self._done.is_set():
+            if _answers(opener, self.health_url):
+                break
+            if datetime.datetime.now() > deadline:
+                self._say(f"{self.health_url} has not answered after {self.health_timeout:.0f}s")
+                return
+            self._done.wait(0.5)
+        else:
+            return
+        if self.state is not None:
+            web = dict(self.state.data.get("web") or {})
+            self.state.update(web={**web, "ready": True})
+        if self.banner:
+            self._say(self.banner)
+
+    # -------------------------------------------------------------- cleanup
+    def sweep(self, timeout: float = 5.0) -> None:
+        """Stop anything honcho left: group members, relays, then any other descendant."""
+        if self.manager is not None:
+            for name, p in list(self.manager._processes.items()):
+                pid = p.get("pid")
+                if pid and group_members(pid):
+                    log.warning("stopping what is left of %s (process group %s)", name, pid)
+                    stop_process_group(pid, timeout)
+            for p in list(self.manager._processes.values()):
+                relay = p.get("process")
+                if relay is not None:
+                    relay.join(timeout)
+                    if relay.is_alive():
+                        relay.kill()
+                        relay.join(timeout)
+        protected: set[int] = set()
+        for pid in self.protect():
+            protected.add(pid)
+            protected.update(d.pid for d in descendants(pid))
+        left = [p.pid for p in descendants() if p.pid not in protected]
+        if left:
+            log.warning("stopping leftover processes %s", left)
+            terminate_processes(left, timeout)
+        reap_children()
