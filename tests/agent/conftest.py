@@ -82,7 +82,7 @@ class ApiState:
     credentials: dict[str, str] = field(default_factory=dict)  # credential -> host_id
     hosts: dict[str, str] = field(default_factory=dict)  # host_id -> hostname
     stored: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    failures: list[ScriptedFailure] = field(default_factory=list)  # next report answers
+    failures: list[ScriptedFailure] = field(default_factory=list)  # next answers, any path
     refuse_seqs: dict[int, int] = field(default_factory=dict)  # seq -> final 4xx status
     requests: list[tuple[str, int, int | None]] = field(default_factory=list)  # path, status, seq
     request_times: list[float] = field(default_factory=list)
@@ -97,7 +97,7 @@ class ApiTestServer:
         handler = type("Handler", (_Handler,), {"api": self.state})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     @property
@@ -189,6 +189,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, body: Any) -> tuple[int, int | None]:
         api = self.api
+        if api.failures:  # e.g. the API behind its load balancer is down
+            failure = api.failures.pop(0)
+            headers = {"Retry-After": failure.retry_after} if failure.retry_after else None
+            self._problem(failure.status, "unavailable", "scripted failure", headers)
+            seq = body.get("seq") if isinstance(body, dict) else None
+            return failure.status, seq
         if self.path == "/api/v1/agent/register":
             token = body.get("bootstrap_token") if isinstance(body, dict) else None
             if token not in api.bootstrap_tokens:
@@ -218,11 +224,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._problem(401, "invalid_credential", "unknown host credential")
             return 401, None
         seq = body.get("seq") if isinstance(body, dict) else None
-        if api.failures:
-            failure = api.failures.pop(0)
-            headers = {"Retry-After": failure.retry_after} if failure.retry_after else None
-            self._problem(failure.status, "unavailable", "scripted failure", headers)
-            return failure.status, seq
         if not isinstance(seq, int) or seq < 1 or body.get("host_id") != host_id:
             self._problem(
                 400, "invalid", "seq must be an int >= 1 and host_id the credential's host"
