@@ -176,15 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_register(args: argparse.Namespace) -> int:
     """``nvke-agent register``: store host id and credential in the state dir."""
     store = StateStore(args.state_dir)
-    if store.state.registered:
-        log.warning("already registered as host %s; registering again", store.state.host_id)
-    with _stop_on_signals() as stop:
-        return _register(args, store, stop)
+    with store.exclusive():
+        if store.state.registered:
+            log.warning("already registered as host %s; registering again", store.state.host_id)
+        with _stop_on_signals() as stop:
+            return _register(args, store, stop)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``nvke-agent run``: register if needed, then collect and report."""
     store = StateStore(args.state_dir)
+    with store.exclusive():
+        return _run(args, store)
+
+
+def _run(args: argparse.Namespace, store: StateStore) -> int:
     if args.loop and args.no_rebase:
         _say("--loop needs rebased timestamps; drop --no-rebase")
         return EXIT_USAGE

@@ -118,7 +118,7 @@ class Backoff:
 
     def ceiling(self) -> float:
         """Upper bound of the next delay: ``min(cap, base * 2**attempt)`` seconds."""
-        return min(self.cap_s, self.base_s * 2 ** min(self.attempt, 62))
+        return min(self.cap_s, self.base_s * float(2 ** min(self.attempt, 62)))
 
     def next_delay(self, retry_after_s: float | None = None) -> float:
         """Seconds to wait before the next attempt; advances the attempt counter."""

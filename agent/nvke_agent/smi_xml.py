@@ -162,13 +162,14 @@ def _parse_safely(data: bytes | str) -> ET.Element:
     # defusedxml defaults: forbid_dtd=False (the report's DOCTYPE line is fine),
     # forbid_entities=True, forbid_external=True.
     try:
-        return DefusedET.fromstring(data)
+        root: ET.Element = DefusedET.fromstring(data)
     except DefusedXmlException as exc:
         raise NotAnNvidiaSmiReport(
             f"refused XML with entity declarations or external references: {exc!r}"
         ) from exc
     except ET.ParseError as exc:
         raise NotAnNvidiaSmiReport(f"malformed XML: {exc}") from exc
+    return root
 
 
 def _text(parent: ET.Element, path: str) -> str | None:

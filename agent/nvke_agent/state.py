@@ -12,18 +12,25 @@ Shape::
 ``next_seq`` is persisted *before* a seq is used (:meth:`StateStore.allocate_seq`), so a crash
 can skip a seq but never reuse one; the server is idempotent on ``(host, seq)``, so reusing a
 seq would silently lose a batch. A state file that cannot be read is an error, never a reset.
+Two agents on one state dir would hand out the same seqs, so commands hold
+:meth:`StateStore.exclusive` (an ``flock`` on ``<state_dir>/lock``) while they run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nvke_agent.fsutil import atomic_write
 
 STATE_FILE = "state.json"
+LOCK_FILE = "lock"
 
 
 class StateError(RuntimeError):
@@ -57,6 +64,23 @@ class StateStore:
         self.path = self.state_dir / STATE_FILE
         self._lock = threading.Lock()
         self.state = self._load()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold an exclusive lock on the state dir; :class:`StateError` if another holds it."""
+        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise StateError(
+                f"another nvke-agent is using {self.state_dir} (lock held on {LOCK_FILE})"
+            ) from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def _load(self) -> State:
         try:

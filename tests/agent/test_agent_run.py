@@ -419,3 +419,18 @@ def test_a_missing_input_file_fails_to_start_with_status_2(
     )  # fmt: skip
     assert status == 2
     assert "cannot start source" in capsys.readouterr().err
+
+
+def test_a_second_agent_on_the_same_state_dir_is_refused(
+    api_server, tmp_path: Path, capsys
+) -> None:
+    store = StateStore(tmp_path)
+    store.set_registration(*api_server.add_host(), 10)
+    with store.exclusive():  # the first agent
+        status = cli.main(
+            ["run", "--server", api_server.url, "--state-dir", str(tmp_path),
+             "--source", "replay", "--replay", "x"]
+        )  # fmt: skip
+    assert status == 1
+    assert "another nvke-agent is using" in capsys.readouterr().err
+    assert store.state.next_seq == 1

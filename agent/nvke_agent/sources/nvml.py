@@ -420,10 +420,9 @@ class _Round:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and isinstance(exc, self._node_errors):
             raise SourceError(f"NVML: {exc}") from exc
-        return False
 
 
 class _PerGpu:
@@ -440,13 +439,13 @@ class _PerGpu:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         source = self._source
         nvml = source._nvml
         if exc is None or not isinstance(exc, nvml.NVMLError):
-            return False
+            return
         if isinstance(exc, source._node_errors):
-            return False
+            return
         if isinstance(exc, nvml.NVMLError_GpuIsLost):
             source._mark_lost(self._index)
         else:

@@ -176,7 +176,7 @@ def _sample(payload: dict[str, Any], ts: str) -> Sample:
         "temperature_c",
         "ecc_volatile_uncorrected",
     ):
-        sample[field] = payload.get(field)  # type: ignore[literal-required]
+        sample[field] = payload.get(field)
     return sample
 
 

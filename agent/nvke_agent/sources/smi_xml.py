@@ -76,24 +76,20 @@ class SmiXmlSource:
         samples: list[Sample] = []
         for gpu in self._report.gpus:
             sample = empty_sample(ts, gpu.uuid)
-            sample.update(
-                utilization_gpu_pct=gpu.utilization_gpu_pct,
-                utilization_memory_pct=gpu.utilization_memory_pct,
-                memory_used_bytes=gpu.memory_used_bytes,
-                memory_total_bytes=gpu.memory_total_bytes,
-                power_mw=gpu.power_draw_mw,
-                temperature_c=gpu.temperature_c,
-                ecc_volatile_uncorrected=gpu.ecc_volatile_uncorrected,
-            )
+            sample["utilization_gpu_pct"] = gpu.utilization_gpu_pct
+            sample["utilization_memory_pct"] = gpu.utilization_memory_pct
+            sample["memory_used_bytes"] = gpu.memory_used_bytes
+            sample["memory_total_bytes"] = gpu.memory_total_bytes
+            sample["power_mw"] = gpu.power_draw_mw
+            sample["temperature_c"] = gpu.temperature_c
+            sample["ecc_volatile_uncorrected"] = gpu.ecc_volatile_uncorrected
             samples.append(sample)
             for mig in gpu.mig_devices:
                 if mig.gpu_instance_id is None:
                     continue
                 mig_sample = empty_sample(ts, gpu.uuid, mig.gpu_instance_id)
-                mig_sample.update(
-                    memory_used_bytes=mig.memory_used_bytes,
-                    memory_total_bytes=mig.memory_total_bytes,
-                )
+                mig_sample["memory_used_bytes"] = mig.memory_used_bytes
+                mig_sample["memory_total_bytes"] = mig.memory_total_bytes
                 samples.append(mig_sample)
         return samples
 
