@@ -41,7 +41,8 @@ def ensure_partitions(days: Iterable[date]) -> list[str]:
         except ProgrammingError:
             # Another process created it between our check and CREATE: it exists now.
             pass
-        _known.add(day)
+        # Remember it only once committed: a rolled-back creation must be redone.
+        transaction.on_commit(lambda d=day: _known.add(d))
     return created
 
 
