@@ -1,0 +1,73 @@
+"""Read-only serializers of the catalog API (shapes documented in the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from catalog.models import GpuModel, KubernetesVersion, MigProfile
+
+
+class MigProfileSerializer(serializers.ModelSerializer):
+    """A MIG profile; ``placements`` in ``nvidia-smi mig -lgipp`` notation (``{0,2,4}:2``)."""
+
+    placements = serializers.CharField(
+        read_only=True, help_text="valid start memory slices and slices per instance, {0,2,4}:2"
+    )
+
+    class Meta:
+        model = MigProfile
+        fields = [
+            "name",
+            "aliases",
+            "compute_slices",
+            "memory_slices",
+            "max_instances",
+            "placements",
+            "placements_verified",
+            "memory_mib",
+        ]
+        read_only_fields = fields
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    """A GPU model with its MIG profiles (empty for GPUs without MIG)."""
+
+    mig_profiles = MigProfileSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = GpuModel
+        fields = [
+            "slug",
+            "name",
+            "product_names",
+            "architecture",
+            "memory_mib",
+            "mig_capable",
+            "mig_compute_slices",
+            "mig_memory_slices",
+            "max_mig_instances",
+            "placements_verified",
+            "mig_profiles",
+        ]
+        read_only_fields = fields
+
+
+class KubernetesVersionSerializer(serializers.ModelSerializer):
+    """A Kubernetes minor with its upstream dates; ``supported`` is computed for today (UTC)."""
+
+    supported = serializers.SerializerMethodField()
+
+    class Meta:
+        model = KubernetesVersion
+        fields = ["version", "released", "end_of_life", "supported", "source"]
+        read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_supported(self, obj: KubernetesVersion) -> bool:
+        today: date = self.context.get("today") or timezone.now().date()
+        return obj.is_supported(today)

@@ -1,0 +1,31 @@
+"""Read-only catalog endpoints. Authentication and permissions are the project defaults
+(any authenticated principal may read); the lists are small, so they are not paginated."""
+
+from __future__ import annotations
+
+from rest_framework import mixins, viewsets
+
+from catalog.models import GpuModel, KubernetesVersion
+
+from .serializers import GpuModelSerializer, KubernetesVersionSerializer
+
+#: catalog slugs: lower-case letters, digits and hyphens (``h200-sxm-141gb``)
+SLUG_REGEX = r"[a-z0-9]+(?:-[a-z0-9]+)*"
+
+
+class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
+    """``GET gpu-models`` and ``GET gpu-models/{slug}``: GPU models with their MIG profiles."""
+
+    queryset = GpuModel.objects.prefetch_related("mig_profiles")
+    serializer_class = GpuModelSerializer
+    lookup_field = "slug"
+    lookup_value_regex = SLUG_REGEX
+    pagination_class = None
+
+
+class KubernetesVersionViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """``GET kubernetes-versions``: newest first, each with ``supported`` for today."""
+
+    queryset = KubernetesVersion.objects.all()
+    serializer_class = KubernetesVersionSerializer
+    pagination_class = None
