@@ -21,7 +21,6 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Any
 
 from nvke_agent import __version__
@@ -290,7 +289,6 @@ def _open_source(args: argparse.Namespace, *, loop: bool | None = None) -> Sourc
     try:
         return open_source(
             args.source,
-            start=datetime.now(UTC),
             xml=args.xml,
             replay=args.replay,
             rebase=not args.no_rebase,

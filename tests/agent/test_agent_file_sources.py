@@ -265,3 +265,13 @@ def test_record_stops_when_a_replay_source_is_exhausted(tmp_path: Path) -> None:
     source = ReplaySource(path, start=T0, rebase=False)
     summary = record(source, tmp_path / "out.jsonl", duration_s=3600, interval_s=1)
     assert (summary.samples, summary.events, summary.collections) == (3, 1, 1)
+
+
+def test_replay_without_a_start_is_anchored_at_its_first_collection(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    _write_replay(path, [0, 10])
+    source = open_source("replay", replay=str(path))
+    first_collect = datetime(2031, 6, 1, tzinfo=UTC)
+    assert [s["ts"] for s in source.collect(first_collect)] == [format_ts(first_collect)]
+    later = first_collect + timedelta(seconds=10)
+    assert [s["ts"] for s in source.collect(later)] == [format_ts(later)]

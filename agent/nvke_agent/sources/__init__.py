@@ -36,7 +36,7 @@ __all__ = [
 def open_source(
     name: str,
     *,
-    start: datetime,
+    start: datetime | None = None,
     xml: str | None = None,
     replay: str | None = None,
     rebase: bool = True,
@@ -45,7 +45,7 @@ def open_source(
     """Open the source called ``name`` (one of :data:`SOURCE_NAMES`).
 
     ``xml`` is required for ``nvidia-smi-xml`` and ``replay`` for ``replay``; ``start`` (aware
-    UTC) is the instant the replay's first record is rebased to. Raises
+    UTC) is the instant the replay's first record is rebased to (default: the first collect). Raises
     :class:`SourceUnavailable` when the source cannot start, :class:`ValueError` for bad
     arguments.
     """

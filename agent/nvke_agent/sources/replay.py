@@ -9,12 +9,13 @@ File format (what ``nvke-agent record`` writes), one JSON object per line:
 * ``{"kind": "event", "ts": RFC3339, "gpu_uuid": str, "type": "xid", "xid": int, "message": str}``
 
 Time: by default timestamps are *rebased*: the earliest record's ``ts`` maps to ``start`` (the
-agent's start time) and every other record keeps its distance from it, so intervals are
-preserved. ``collect(now)`` returns the samples whose rebased ``ts <= now`` (events due by then
-are handed out by the next ``events()``). With ``rebase=False`` the original timestamps are kept
-(everything in the past is due at once). When every record has been returned the source is
-``exhausted``; with ``loop=True`` it starts over instead, each pass shifted after the previous
-one by the file's span plus its smallest sample step, so no ``(gpu_uuid, ts)`` repeats.
+agent's start time; when not given, the time of the first ``collect``) and every other record
+keeps its distance from it, so intervals are preserved. ``collect(now)`` returns the samples
+whose rebased ``ts <= now`` (events due by then are handed out by the next ``events()``).
+With ``rebase=False`` the original timestamps are kept (everything in the past is due at
+once). When every record has been returned the source is ``exhausted``; with ``loop=True`` it
+starts over instead, each pass shifted after the previous one by the file's span plus its
+smallest sample step, so no ``(gpu_uuid, ts)`` repeats.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class ReplaySource:
         self,
         path: str | Path,
         *,
-        start: datetime,
+        start: datetime | None = None,
         rebase: bool = True,
         loop: bool = False,
     ) -> None:
@@ -68,11 +69,15 @@ class ReplaySource:
         self._loop = loop
         self._cursor = 0
         self._due_events: list[Event] = []
-        if self._records and rebase:
-            self._offset = start - self._records[0].ts
-        else:
-            self._offset = timedelta(0)
+        self._offset = timedelta(0)
+        self._anchored = not (self._records and rebase)
+        if not self._anchored and start is not None:
+            self._anchor(start)
         self._pass_shift = _pass_shift(self._records)
+
+    def _anchor(self, start: datetime) -> None:
+        self._offset = start - self._records[0].ts
+        self._anchored = True
 
     @property
     def exhausted(self) -> bool:
@@ -87,6 +92,8 @@ class ReplaySource:
 
     def collect(self, now: datetime) -> list[Sample]:
         """Samples whose rebased ``ts <= now``; due events are kept for :meth:`events`."""
+        if not self._anchored:
+            self._anchor(now)  # no start given: the first collection is the start
         samples: list[Sample] = []
         while self._records:
             if self._cursor >= len(self._records):
