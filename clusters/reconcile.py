@@ -50,6 +50,8 @@ def reconcile_cluster(cluster_id: uuid.UUID | str, now: datetime | None = None) 
             return None
         if cluster.deletion_requested_at is not None:
             return _step_delete(cluster, now)
+        if cluster.phase == Phase.ERROR and cluster.observed_generation == cluster.generation:
+            return None  # failed for this spec: wait for a spec change (or deletion)
         return _step_ensure(cluster, now)
 
 

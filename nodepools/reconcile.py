@@ -57,6 +57,8 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
             return None
         if pool.deletion_requested_at is not None or pool.cluster.deletion_requested_at is not None:
             delay = _step_delete(pool, now)
+        elif pool.phase == Phase.ERROR and pool.observed_generation == pool.generation:
+            delay = None  # failed for this spec: wait for a spec change (or deletion)
         elif pool.cluster.phase != Phase.RUNNING:
             delay = _wait_for_cluster(pool, now)
         else:

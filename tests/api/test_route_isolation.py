@@ -1,0 +1,194 @@
+"""Walk every route of the URLconf: each must be classified here, so a new endpoint fails
+this test until its tenant isolation is stated and checked.
+
+For tenant-scoped routes: the owner gets 200; the outsider (tenant B) gets 404 with the same
+body as a missing id (or a list without A's objects); a viewer cannot write (403); no
+credentials -> 401. Operator routes refuse tenants (403) and anonymous callers (401).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from tests.helpers import drive_cluster, drive_pool
+
+pytestmark = pytest.mark.django_db
+
+MISSING = "00000000-0000-0000-0000-000000000000"
+
+#: route name -> kind. "tenant-detail" routes take ids of tenant A's objects.
+ROUTES = {
+    "tenant-list": "tenant-list",
+    "tenant-detail": "tenant-detail",
+    "tenant-api-keys": "tenant-detail",
+    "cluster-list": "tenant-list",
+    "cluster-detail": "tenant-detail",
+    "operation-list": "tenant-list",
+    "operation-detail": "tenant-detail",
+    "nodepool-list": "tenant-detail",
+    "nodepool-detail": "tenant-detail",
+    "cluster-usage": "tenant-detail",
+    "host-list": "operator",
+    "host-detail": "operator",
+    "host-bootstrap-token": "operator",
+    "gpu-model-list": "catalog",
+    "gpu-model-detail": "catalog",
+    "kubernetes-version-list": "catalog",
+    "agent-register": "agent",
+    "agent-reports": "agent",
+    "schema": "public",
+    "docs": "public",
+}
+
+
+def api_routes():
+    """``[(name, pattern string)]`` for every route under /api/v1/."""
+    out = []
+
+    def walk(patterns, prefix):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, prefix + str(p.pattern))
+            elif isinstance(p, URLPattern):
+                out.append((p.name, prefix + str(p.pattern)))
+
+    walk(get_resolver().url_patterns, "")
+    return [(name, pat) for name, pat in out if pat.startswith("api/v1/")]
+
+
+def test_every_api_route_is_classified():
+    unclassified = sorted({name for name, _ in api_routes()} - set(ROUTES))
+    assert unclassified == [], f"classify these routes in ROUTES and test them: {unclassified}"
+
+
+@pytest.fixture
+def world(owner, import_capture, tenant_a, operator):
+    """Tenant A's cluster, running node pool and operation; a host."""
+    host = import_capture("a10g.xml", "gpu-a10g-01", "us-east-1b").host
+    op = owner.post(
+        "/api/v1/clusters",
+        {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    ).json()
+    drive_cluster(op["target_id"])
+    pool_op = owner.post(
+        f"/api/v1/clusters/{op['target_id']}/nodepools",
+        {"name": "p1", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1},
+        format="json",
+    ).json()
+    drive_pool(pool_op["target_id"])
+    return {
+        "cluster": op["target_id"],
+        "pool": pool_op["target_id"],
+        "operation": op["id"],
+        "tenant": str(tenant_a.id),
+        "host": str(host.id),
+    }
+
+
+def detail_urls(world, missing=False):
+    ids = {k: (MISSING if missing else v) for k, v in world.items()}
+    c = ids["cluster"] if not missing else MISSING
+    return {
+        "tenant-detail": f"/api/v1/tenants/{ids['tenant']}",
+        "tenant-api-keys": f"/api/v1/tenants/{ids['tenant']}/api-keys",
+        "cluster-detail": f"/api/v1/clusters/{c}",
+        "operation-detail": f"/api/v1/operations/{ids['operation']}",
+        "nodepool-list": f"/api/v1/clusters/{c}/nodepools",
+        "nodepool-detail": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}",
+        "cluster-usage": f"/api/v1/clusters/{c}/usage",
+    }
+
+
+LISTS = {
+    "tenant-list": "/api/v1/tenants",
+    "cluster-list": "/api/v1/clusters",
+    "operation-list": "/api/v1/operations",
+}
+
+
+def results(body):
+    return body["results"] if isinstance(body, dict) and "results" in body else body
+
+
+def test_owner_reads_every_tenant_route(owner, world):
+    for name, url in {**detail_urls(world), **LISTS}.items():
+        resp = owner.get(url)
+        assert resp.status_code == 200, (name, resp.status_code, resp.content)
+
+
+def test_outsider_gets_404_like_a_missing_object(outsider, owner, world):
+    missing = detail_urls(world, missing=True)
+    for name, url in detail_urls(world).items():
+        foreign = outsider.get(url)
+        absent = outsider.get(missing[name])
+        assert foreign.status_code == 404, (name, foreign.status_code)
+        assert foreign.json() == absent.json(), name
+        if name in ("cluster-detail", "nodepool-detail"):
+            assert outsider.delete(url).status_code == 404, name
+    assert outsider.post(
+        f"/api/v1/clusters/{world['cluster']}/nodepools",
+        {"name": "evil", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1},
+        format="json",
+    ).status_code == 404
+
+
+def test_outsider_lists_do_not_show_tenant_a(outsider, world):
+    for name, url in LISTS.items():
+        ids = {str(row["id"]) for row in results(outsider.get(url).json())}
+        assert not ids & set(world.values()), name
+
+
+def test_viewer_cannot_write(viewer, world):
+    assert viewer.delete(f"/api/v1/clusters/{world['cluster']}").status_code == 403
+    assert viewer.delete(
+        f"/api/v1/clusters/{world['cluster']}/nodepools/{world['pool']}"
+    ).status_code == 403
+    resp = viewer.post(
+        "/api/v1/clusters", {"name": "x", "kubernetes_version": "1.36", "region": "us-east-1"}
+    )
+    assert resp.status_code == 403
+    assert viewer.post(f"/api/v1/tenants/{world['tenant']}/api-keys", {"name": "k"}).status_code == 403
+    assert viewer.get(f"/api/v1/clusters/{world['cluster']}").status_code == 200
+
+
+def test_no_credentials_is_401(anonymous, world):
+    urls = [*detail_urls(world).values(), *LISTS.values(), "/api/v1/fleet/hosts"]
+    urls.append("/api/v1/catalog/gpu-models")
+    for url in urls:
+        resp = anonymous.get(url)
+        assert resp.status_code == 401, url
+        assert resp.json()["code"] == "not_authenticated"
+
+
+def test_operator_routes_refuse_tenants(owner, operator, world):
+    host = world["host"]
+    for method, url in [
+        ("get", "/api/v1/fleet/hosts"),
+        ("get", f"/api/v1/fleet/hosts/{host}"),
+        ("post", f"/api/v1/fleet/hosts/{host}/bootstrap-token"),
+        ("post", "/api/v1/tenants"),
+    ]:
+        assert getattr(owner, method)(url, {}, format="json").status_code == 403, url
+    assert operator.get(f"/api/v1/fleet/hosts/{host}").status_code == 200
+    assert operator.post("/api/v1/tenants", {"name": "t-new"}, format="json").status_code == 201
+
+
+def test_operators_see_every_tenant(operator, world):
+    assert operator.get(f"/api/v1/clusters/{world['cluster']}").status_code == 200
+
+
+def test_catalog_and_public_routes(owner, anonymous, catalog):
+    assert owner.get("/api/v1/catalog/gpu-models/a100-sxm4-80gb").status_code == 200
+    assert owner.get("/api/v1/catalog/kubernetes-versions").status_code == 200
+    assert anonymous.get("/api/v1/schema/").status_code == 200
+    assert anonymous.get("/api/v1/docs/").status_code == 200
+
+
+def test_random_ids_are_404_not_500(owner):
+    assert owner.get(f"/api/v1/clusters/{uuid.uuid4()}").status_code == 404
+    assert owner.get("/api/v1/clusters/not-a-uuid").status_code == 404
+    assert owner.get("/api/v1/operations/not-a-uuid").status_code == 404
