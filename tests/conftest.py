@@ -11,15 +11,20 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from rest_framework.test import APIClient
 
 CAPTURES = Path(__file__).resolve().parent.parent / "fleet" / "captures"
 
 
 def pytest_configure(config):
-    settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 0
-    settings.NVKE_SIMULATED_NODE_DELAY_S = 0
+    """Simulated infrastructure answers at once in tests (the e2e worker sets its own)."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 0
+        settings.NVKE_SIMULATED_NODE_DELAY_S = 0
+    except ImproperlyConfigured:  # run without Django (agent tests with -p no:django)
+        pass
 
 
 @pytest.fixture
@@ -46,7 +51,9 @@ def tenant_b(db):
     return Tenant.objects.create(name="tenant-b")
 
 
-def _client(key: str) -> APIClient:
+def _client(key: str):
+    from rest_framework.test import APIClient
+
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     return client
@@ -59,27 +66,29 @@ def _key(tenant, role):
 
 
 @pytest.fixture
-def owner(tenant_a) -> APIClient:
+def owner(tenant_a):
     return _client(_key(tenant_a, "owner"))
 
 
 @pytest.fixture
-def viewer(tenant_a) -> APIClient:
+def viewer(tenant_a):
     return _client(_key(tenant_a, "viewer"))
 
 
 @pytest.fixture
-def outsider(tenant_b) -> APIClient:
+def outsider(tenant_b):
     return _client(_key(tenant_b, "owner"))
 
 
 @pytest.fixture
-def operator(db) -> APIClient:
+def operator(db):
     return _client(_key(None, "admin"))
 
 
 @pytest.fixture
-def anonymous() -> APIClient:
+def anonymous():
+    from rest_framework.test import APIClient
+
     return APIClient()
 
 

@@ -1,0 +1,159 @@
+"""The honcho supervisor with stand-in programs: Ctrl-C, a crash, and processes that resist.
+
+A driver script (a separate process, as honcho installs signal handlers and forks) supervises:
+
+- ``web``: answers 200 on every path and has a child of its own (like gunicorn workers);
+- ``stubborn``: ignores SIGTERM, so only honcho's SIGKILL after ``kill_wait`` stops it;
+- ``escaper``: starts a grandchild in a new session (outside honcho's process group), which
+  only the final sweep of the runner's descendants can find.
+
+Every stand-in writes its pid(s) to ``pids/``; afterwards none may be running.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from .conftest import PYTHON, REPO_ROOT, all_gone, processes_mentioning, python_env, wait_until
+
+WEB = """
+import http.server, os, subprocess, sys
+d = sys.argv[2]
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", d])
+open(os.path.join(d, "web"), "w").write(f"{os.getpid()}\\n{child.pid}\\n")
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(os.path.join(sys.argv[1], "stubborn"), "w").write(f"{os.getpid()}\\n")
+while True: time.sleep(1)
+"""
+ESCAPER = """
+import os, sys, time
+d = sys.argv[1]
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    time.sleep(300)
+    os._exit(0)
+open(os.path.join(d, "escaper"), "w").write(f"{os.getpid()}\\n{pid}\\n")
+time.sleep(300)
+"""
+CRASHER = """
+import os, sys, time
+open(os.path.join(sys.argv[1], "crasher"), "w").write(f"{os.getpid()}\\n")
+time.sleep(float(sys.argv[2])); sys.exit(3)
+"""
+DRIVER = """
+import sys
+from pathlib import Path
+from nvke.embedded.datadir import StateFile
+from nvke.embedded.procutil import become_child_subreaper
+from nvke.embedded.supervisor import ProcessSpec, Supervisor
+
+tmp, port, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+pids = str(tmp / "pids")
+py = sys.executable
+specs = [
+    ProcessSpec("web", (py, str(tmp / "web.py"), port, pids)),
+    ProcessSpec("stubborn", (py, str(tmp / "stubborn.py"), pids)),
+    ProcessSpec("escaper", (py, str(tmp / "escaper.py"), pids)),
+]
+if mode == "crash":
+    specs.append(ProcessSpec("crasher", (py, str(tmp / "crasher.py"), pids, "3")))
+become_child_subreaper()
+state = StateFile(tmp)
+state.update(web={"port": int(port)})
+rc = Supervisor(
+    specs, {"PATH": "/usr/bin:/bin"}, tmp, state=state,
+    health_url=f"http://127.0.0.1:{port}/healthz", banner="STAND-INS READY", kill_wait=2,
+).run()
+print("SUPERVISOR RC", rc, flush=True)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
+    for name, source in [
+        ("web.py", WEB),
+        ("stubborn.py", STUBBORN),
+        ("escaper.py", ESCAPER),
+        ("crasher.py", CRASHER),
+        ("driver.py", DRIVER),
+    ]:
+        (tmp_path / name).write_text(textwrap.dedent(source))
+    (tmp_path / "pids").mkdir()
+    return subprocess.Popen(
+        [PYTHON, str(tmp_path / "driver.py"), str(tmp_path), str(_free_port()), mode],
+        cwd=REPO_ROOT,
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _recorded_pids(tmp_path: Path) -> list[int]:
+    return [int(x) for f in (tmp_path / "pids").iterdir() for x in f.read_text().split()]
+
+
+def test_sigint_stops_every_process_including_stubborn_and_escaped_ones(tmp_path: Path) -> None:
+    driver = _start(tmp_path, "signal")
+    state_file = tmp_path / "services.json"
+
+    def ready() -> bool:
+        try:
+            return json.loads(state_file.read_text()).get("web", {}).get("ready") is True
+        except (OSError, ValueError):
+            return False
+
+    assert wait_until(ready, 30), driver.stdout and driver.stdout.read()
+    assert wait_until(lambda: len(list((tmp_path / "pids").iterdir())) == 3, 10)
+    state = json.loads(state_file.read_text())
+    assert set(state["processes"]) == {"web", "stubborn", "escaper"}
+    assert all(p["pid"] and p["create_time"] for p in state["processes"].values())
+    pids = _recorded_pids(tmp_path)
+    assert len(pids) == 5
+
+    started = time.monotonic()
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=40)
+
+    assert "STAND-INS READY" in out
+    assert "SUPERVISOR RC 130" in out
+    assert time.monotonic() - started < 30
+    assert all_gone(pids) == []
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_a_crashing_process_stops_all_the_others(tmp_path: Path) -> None:
+    driver = _start(tmp_path, "crash")
+
+    out, _ = driver.communicate(timeout=40)
+
+    assert "SUPERVISOR RC 3" in out
+    assert "crasher stopped (rc=3)" in out
+    assert all_gone(_recorded_pids(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_python_is_the_virtualenv_interpreter() -> None:
+    # The runner execs celery/gunicorn/nvke-agent from the directory of sys.executable.
+    assert Path(sys.executable).parent.joinpath("python").exists()
