@@ -54,3 +54,6 @@ class LedgerEntry(models.Model):
             models.Index(fields=["tenant"]),
             models.Index(fields=["node"]),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_uuid} x{self.billable_fraction} {self.period}"

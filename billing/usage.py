@@ -69,7 +69,9 @@ class Usage:
             "mean_gpu_utilization_pct": (weighted / util_samples) if util_samples else None,
             "sample_count": samples,
             "utilization_sample_count": util_samples,
-            "by_gpu_model": [m.as_dict() for m in sorted(self.by_model.values(), key=lambda m: m.gpu_model)],
+            "by_gpu_model": [
+                m.as_dict() for m in sorted(self.by_model.values(), key=lambda m: m.gpu_model)
+            ],
         }
 
 

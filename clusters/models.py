@@ -74,7 +74,9 @@ class Operation(models.Model):
     tenant_path = "tenant"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="operations")
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="operations"
+    )
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="operations")
     type = models.CharField(max_length=32, choices=OperationType.choices)
     target_type = models.CharField(max_length=16, choices=TargetType.choices)

@@ -35,7 +35,9 @@ class HostCredentialAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "Use 'Authorization: Bearer <host credential>'.", code="invalid_host_credential"
             )
-        host = Host.objects.filter(credential_hash=digest(token)).exclude(credential_hash="").first()
+        host = (
+            Host.objects.filter(credential_hash=digest(token)).exclude(credential_hash="").first()
+        )
         if host is None:
             raise exceptions.AuthenticationFailed(
                 "The host credential is unknown or was revoked.", code="invalid_host_credential"

@@ -17,6 +17,6 @@ def mark_silent_hosts_not_ready(now: datetime) -> int:
     its agent starts). Returns the number of hosts changed (a guarded UPDATE).
     """
     cutoff = now - timedelta(seconds=settings.NVKE_HOST_HEARTBEAT_TIMEOUT_S)
-    return Host.objects.filter(
-        state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff
-    ).update(state=HostState.NOT_READY)
+    return Host.objects.filter(state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff).update(
+        state=HostState.NOT_READY
+    )

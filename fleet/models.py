@@ -115,6 +115,9 @@ class AgentReport(models.Model):
             models.UniqueConstraint(fields=["host", "seq"], name="agentreport_host_seq_uniq")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.host_id}#{self.seq}"
+
 
 class GpuSample(models.Model):
     """A telemetry sample of one GPU (or one MIG GPU instance) at ``ts``.
@@ -145,6 +148,9 @@ class GpuSample(models.Model):
         managed = False
         db_table = "fleet_gpusample"
 
+    def __str__(self) -> str:
+        return f"{self.gpu_uuid}@{self.ts}"
+
 
 class XidEvent(models.Model):
     """An Xid error reported by a host's agent (NVIDIA Xid catalog code + driver message)."""
@@ -159,3 +165,6 @@ class XidEvent(models.Model):
     class Meta:
         ordering = ["-ts"]
         indexes = [models.Index(fields=["gpu_uuid", "ts"])]
+
+    def __str__(self) -> str:
+        return f"Xid {self.xid} on {self.gpu_uuid}"

@@ -160,13 +160,9 @@ def _refresh_host_state(host_id: uuid.UUID) -> None:
     """ALLOCATED <-> AVAILABLE by whether any GPU is held (other states are left alone)."""
     held = Gpu.objects.filter(host_id=host_id, holder_id__isnull=False).exists()
     if held:
-        Host.objects.filter(pk=host_id, state=HostState.AVAILABLE).update(
-            state=HostState.ALLOCATED
-        )
+        Host.objects.filter(pk=host_id, state=HostState.AVAILABLE).update(state=HostState.ALLOCATED)
     else:
-        Host.objects.filter(pk=host_id, state=HostState.ALLOCATED).update(
-            state=HostState.AVAILABLE
-        )
+        Host.objects.filter(pk=host_id, state=HostState.ALLOCATED).update(state=HostState.AVAILABLE)
 
 
 def max_host_gpus(gpu_model: str) -> int:

@@ -127,7 +127,9 @@ def register_agent(*, bootstrap_token: str, agent_version: str = "") -> tuple[Ho
         if host is None:
             raise InvalidBootstrapToken("the bootstrap token is unknown or was already used")
         if host.bootstrap_token_expires_at and host.bootstrap_token_expires_at < now:
-            raise InvalidBootstrapToken("the bootstrap token has expired; ask an operator for a new one")
+            raise InvalidBootstrapToken(
+                "the bootstrap token has expired; ask an operator for a new one"
+            )
         host.bootstrap_token_used_at = now
         host.credential_hash = digest(credential)
         host.registered_at = now
@@ -182,9 +184,7 @@ def _single_model(report: SmiReport) -> GpuModel:
 
 def _refuse_known_uuids(report: SmiReport) -> None:
     known = (
-        Gpu.objects.filter(uuid__in=[g.uuid for g in report.gpus])
-        .select_related("host")
-        .first()
+        Gpu.objects.filter(uuid__in=[g.uuid for g in report.gpus]).select_related("host").first()
     )
     if known is not None:
         raise Conflict(

@@ -31,7 +31,9 @@ def render_gpu_config(
 
     ``resources`` are the extended resources one node advertises (what pods request).
     """
-    product = product_label(gpu_model.product_names[0] if gpu_model.product_names else gpu_model.name)
+    product = product_label(
+        gpu_model.product_names[0] if gpu_model.product_names else gpu_model.name
+    )
     labels = {"nvke.io/nodepool": pool_name, "nvke.io/gpu-model": gpu_model.slug}
     mode = isolation.get("mode")
     if mode == IsolationMode.MIG:

@@ -103,16 +103,19 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             now,
             ("Ready", False, "NodesProvisioning", f"{ready} of {pool.node_count} nodes ready"),
         )
-        progress_operation(
-            pool.id, stage="nodes", done=ready, total=pool.node_count, now=now
-        )
+        progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)
         return min(waits)
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
     pool.phase = Phase.RUNNING
     pool.observed_generation = pool.generation
     pool.conditions = set_condition(
-        pool.conditions, "Ready", True, "NodesReady", f"{ready} of {pool.node_count} nodes ready", now
+        pool.conditions,
+        "Ready",
+        True,
+        "NodesReady",
+        f"{ready} of {pool.node_count} nodes ready",
+        now,
     )
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
     finish_operation(
@@ -151,7 +154,9 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
     except InsufficientCapacity as exc:
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
-        return _fail(pool, exc.code, f"the infrastructure provider failed: {exc}", exc.retryable, now)
+        return _fail(
+            pool, exc.code, f"the infrastructure provider failed: {exc}", exc.retryable, now
+        )
     if pool.phase not in (Phase.PROVISIONING, Phase.RECONCILING):
         pool.phase = Phase.RECONCILING
         pool.save(update_fields=["phase", "updated_at"])
@@ -185,8 +190,12 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     pool.phase = Phase.DELETED
     pool.deleted_at = now
     pool.observed_generation = pool.generation
-    pool.conditions = set_condition(pool.conditions, "Ready", False, "Deleted", "node pool deleted", now)
-    pool.save(update_fields=["phase", "deleted_at", "observed_generation", "conditions", "updated_at"])
+    pool.conditions = set_condition(
+        pool.conditions, "Ready", False, "Deleted", "node pool deleted", now
+    )
+    pool.save(
+        update_fields=["phase", "deleted_at", "observed_generation", "conditions", "updated_at"]
+    )
     finish_operation(pool.id, types=(OperationType.DELETE_NODE_POOL,), now=now)
     cancel_operations(pool.id, "superseded by the node pool's deletion", now)
     return None
@@ -223,9 +232,7 @@ def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
     deadlock between the two reconcilers.
     """
     with transaction.atomic():
-        cluster = (
-            Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
-        )
+        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
         if cluster is None or cluster.phase == Phase.DELETED:
             return
         pools = list(
@@ -240,7 +247,11 @@ def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
             status, reason = False, "NodePoolsNotReady"
             message = f"node pools not running: {', '.join(not_running)}"
         else:
-            status, reason, message = True, "AllNodePoolsRunning", f"{len(pools)} node pool(s) running"
+            status, reason, message = (
+                True,
+                "AllNodePoolsRunning",
+                f"{len(pools)} node pool(s) running",
+            )
         conditions = set_condition(cluster.conditions, "NodesReady", status, reason, message, now)
         if conditions != cluster.conditions:
             Cluster.objects.filter(pk=cluster_id).update(conditions=conditions)

@@ -23,14 +23,16 @@ def readyz(request):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
         checks["database"] = "ok"
-    except Exception as exc:  # noqa: BLE001 - any failure means not ready
+    except Exception as exc:
         checks["database"] = f"error: {exc.__class__.__name__}"
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
         client.ping()
         checks["redis"] = "ok"
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         checks["redis"] = f"error: {exc.__class__.__name__}"
     ready = all(v == "ok" for v in checks.values())
-    return JsonResponse({"status": "ready" if ready else "not_ready", "checks": checks},
-                        status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ready" if ready else "not_ready", "checks": checks},
+        status=200 if ready else 503,
+    )

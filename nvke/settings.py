@@ -79,7 +79,9 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["TEST"] = {"NAME": env("TEST_DATABASE_NAME", default="test_nvke")}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-    raise environ.ImproperlyConfigured("NVKE supports PostgreSQL only (DATABASE_URL=postgres://...)")
+    raise environ.ImproperlyConfigured(
+        "NVKE supports PostgreSQL only (DATABASE_URL=postgres://...)"
+    )
 
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
@@ -121,7 +123,9 @@ REST_FRAMEWORK = {
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "NVKE API",
-    "DESCRIPTION": "Managed Kubernetes on GPU infrastructure: clusters, GPU node pools, fleet, usage.",
+    "DESCRIPTION": (
+        "Managed Kubernetes on GPU infrastructure: clusters, GPU node pools, fleet, usage."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -181,7 +185,9 @@ CELERY_BEAT_SCHEDULE = {
 
 # ---------------------------------------------------------------- NVKE
 # Simulated provider: seconds a control plane / node takes to become ready (0 in tests).
-NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float("NVKE_SIMULATED_CONTROL_PLANE_DELAY_S", default=2.0)
+NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float(
+    "NVKE_SIMULATED_CONTROL_PLANE_DELAY_S", default=2.0
+)
 NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).

@@ -2,8 +2,8 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from rest_framework.permissions import AllowAny
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.permissions import AllowAny
 
 from nvke.health import healthz, readyz
 

@@ -44,6 +44,9 @@ class Membership(models.Model):
             models.UniqueConstraint(fields=["user", "tenant"], name="membership_user_tenant_uniq")
         ]
 
+    def __str__(self) -> str:
+        return f"{self.user_id}@{self.tenant_id}:{self.role}"
+
 
 class ApiKeyManager(BaseAPIKeyManager):
     """Key lookups fetch the tenant in the same query."""

@@ -18,11 +18,17 @@ def create_tenant(*, name: str) -> Tenant:
         with transaction.atomic():
             return Tenant.objects.create(name=name)
     except IntegrityError as exc:
-        raise Conflict(f"tenant {name!r} already exists", code="duplicate_tenant_name", field="name") from exc
+        raise Conflict(
+            f"tenant {name!r} already exists", code="duplicate_tenant_name", field="name"
+        ) from exc
 
 
 def create_api_key(
-    *, tenant: Tenant | None, name: str, role: Role = Role.ADMIN, expiry_date: datetime | None = None
+    *,
+    tenant: Tenant | None,
+    name: str,
+    role: Role = Role.ADMIN,
+    expiry_date: datetime | None = None,
 ) -> tuple[ApiKey, str]:
     """Create an API key; returns ``(row, plain key)`` — the plain key is never stored.
 

@@ -107,18 +107,14 @@ class Provider(abc.ABC):
         """Delete the control plane; True when it is gone."""
 
     @abc.abstractmethod
-    def ensure_machines(
-        self, pool: NodePoolSpec, nodes: list[NodeSpec]
-    ) -> list[MachinePlacement]:
+    def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         """Create machines for ``nodes``, all or none (raises InsufficientCapacity).
 
         Must be called inside the caller's transaction; idempotent per node id.
         """
 
     @abc.abstractmethod
-    def machine_status(
-        self, pool: NodePoolSpec, node: NodeSpec, now: datetime
-    ) -> MachineStatus:
+    def machine_status(self, pool: NodePoolSpec, node: NodeSpec, now: datetime) -> MachineStatus:
         """Whether a node's machine has joined the cluster and is Ready."""
 
     @abc.abstractmethod

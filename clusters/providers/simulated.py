@@ -45,9 +45,7 @@ class SimulatedProvider(Provider):
     def delete_control_plane(self, cluster: ClusterSpec) -> bool:
         return True
 
-    def ensure_machines(
-        self, pool: NodePoolSpec, nodes: list[NodeSpec]
-    ) -> list[MachinePlacement]:
+    def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         requests = [
             placement.GpuRequest(
                 holder_id=node.id,
@@ -85,7 +83,8 @@ class SimulatedProvider(Provider):
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         return (
             "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: {cluster.name}\n  cluster:\n    server: {self._endpoint(cluster)}\n"
+            f"clusters:\n- name: {cluster.name}\n  cluster:\n"
+            f"    server: {self._endpoint(cluster)}\n"
             f"contexts:\n- name: {cluster.name}\n  context:\n    cluster: {cluster.name}\n"
             f"    user: {cluster.name}-admin\ncurrent-context: {cluster.name}\n"
             f"users:\n- name: {cluster.name}-admin\n  user: {{}}\n"

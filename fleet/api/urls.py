@@ -1,4 +1,5 @@
 from django.urls import path
+
 from nvke.routers import OptionalSlashRouter
 
 from .views import AgentRegisterView, AgentReportView, HostViewSet

@@ -26,7 +26,10 @@ from .serializers import (
 
 
 class HostViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Physical GPU hosts (operators only). POST imports a host from ``nvidia-smi -q -x``."""
 
@@ -42,7 +45,9 @@ class HostViewSet(
     def create(self, request, *args, **kwargs):
         data = request.data
         if hasattr(data, "getlist"):  # multipart/form: plain values, an uploaded file read as text
-            data = {k: data.get(k) for k in ("hostname", "zone", "rack", "nvidia_smi_xml") if k in data}
+            data = {
+                k: data.get(k) for k in ("hostname", "zone", "rack", "nvidia_smi_xml") if k in data
+            }
             upload = request.FILES.get("nvidia_smi_xml")
             if upload is not None:
                 data["nvidia_smi_xml"] = upload.read().decode("utf-8", errors="replace")

@@ -57,7 +57,11 @@ class NodePoolSerializer(serializers.ModelSerializer):
         ]
 
     def get_nodes(self, pool: NodePool) -> list[dict]:
-        nodes = [n for n in pool.nodes.all() if n.phase != "DELETED"] if pool.phase != "DELETED" else list(pool.nodes.all())
+        nodes = (
+            [n for n in pool.nodes.all() if n.phase != "DELETED"]
+            if pool.phase != "DELETED"
+            else list(pool.nodes.all())
+        )
         return NodeSerializer(nodes, many=True).data
 
 

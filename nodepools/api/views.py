@@ -34,7 +34,9 @@ class NodePoolViewSet(
         return super().get_queryset().filter(cluster_id=self.kwargs["cluster_pk"])
 
     def _cluster(self) -> Cluster:
-        return get_scoped_or_404(Cluster.objects.all(), self.request.user, pk=self.kwargs["cluster_pk"])
+        return get_scoped_or_404(
+            Cluster.objects.all(), self.request.user, pk=self.kwargs["cluster_pk"]
+        )
 
     def list(self, request, *args, **kwargs):
         self._cluster()  # another tenant's cluster answers 404, not an empty list
@@ -45,7 +47,9 @@ class NodePoolViewSet(
         cluster = self._cluster()
         form = NodePoolCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        op = services.create_nodepool(principal=request.user, cluster=cluster, **form.validated_data)
+        op = services.create_nodepool(
+            principal=request.user, cluster=cluster, **form.validated_data
+        )
         return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={202: OperationSerializer})

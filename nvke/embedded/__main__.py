@@ -157,6 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         rc = 1
     finally:
         ignore_further_signals()
+        if services.state.data.get("web"):
+            services.state.update(web={**services.state.data["web"], "ready": False})
         log.info("stopping services")
         services.stop()
         reap_children()

@@ -44,38 +44,53 @@ class DataDirLock:
 
     POSIX record locks (``lockf``) belong to the process, are not inherited by forked helpers
     and vanish when the process dies, so a lock left by a crashed runner never blocks the next.
+    They do not exclude a second lock *in the same process* (and closing any descriptor of
+    the file drops them), so paths locked by this process are also tracked in memory.
     """
 
+    _held: set[Path] = set()
+    _held_guard = threading.Lock()
+
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / LOCK_FILE
+        self.path = data_dir.absolute() / LOCK_FILE
         self._fd: int | None = None
+
+    def _busy(self, holder: str) -> DataDirBusyError:
+        return DataDirBusyError(
+            f"{self.path.parent} is in use by another nvke.embedded runner (pid {holder}); "
+            "stop it first or set NVKE_DATA_DIR to another folder"
+        )
 
     def acquire(self) -> DataDirLock:
         """Take the lock or raise :class:`DataDirBusyError` naming the holder's pid."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise DataDirBusyError(
-                f"{self.path.parent} is in use by another nvke.embedded process (pid {holder}); "
-                "stop it first or set NVKE_DATA_DIR to another folder"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        with self._held_guard:
+            if self.path in self._held:
+                raise self._busy(str(os.getpid()))
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise self._busy(holder) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._fd = fd
+            self._held.add(self.path)
         return self
 
     def release(self) -> None:
         """Drop the lock (idempotent)."""
-        if self._fd is not None:
+        with self._held_guard:
+            if self._fd is None:
+                return
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, 0)
                 fcntl.lockf(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            self._held.discard(self.path)
 
     def __enter__(self) -> DataDirLock:
         return self.acquire()

@@ -5,6 +5,8 @@ its process group id and honcho's SIGTERM/SIGKILL to the group reaches gunicorn 
 Celery pool processes too. On top of honcho:
 
 - every process gets SIGTERM when the runner dies (``PR_SET_PDEATHSIG``), even by SIGKILL;
+- a process counts as stopped when its pid exits (honcho waits for its output pipe to close,
+  which a grandchild that left the group could keep open forever);
 - after honcho returns, any process still in those groups, and any other descendant of the
   runner (orphans are re-parented to it when it is a child subreaper), is stopped;
 - a watcher thread records pids in ``services.json`` and prints the URLs once ``/healthz``
@@ -19,6 +21,7 @@ import logging
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -49,6 +52,7 @@ log = logging.getLogger(__name__)
 WORKER_QUEUES = "reconcile,telemetry,billing,default"
 AGENT_INTERVAL_S = 10
 SIGNAL_RETURN_CODES = (130, 143)  # honcho's return code after SIGINT / SIGTERM
+OUTPUT_GRACE_S = 1.0  # after a process exits, how long its relay waits for the rest of its output
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,18 @@ def _process_name(prefix: str, name: str, taken: set[str]) -> str:
     return candidate
 
 
+def _gunicorn_extra_args() -> list[str]:
+    """``--no-control-socket`` where gunicorn has it (>= 25): its default socket is one
+    shared ``~/.gunicorn/gunicorn.ctl`` for every gunicorn of the user, which two runs (or a
+    run and another project) would fight over; the embedded runner does not use it."""
+    try:
+        from gunicorn.config import KNOWN_SETTINGS
+    except ImportError:
+        return []
+    names = {getattr(setting, "name", None) for setting in KNOWN_SETTINGS}
+    return ["--no-control-socket"] if "control_socket_disable" in names else []
+
+
 def default_processes(
     *, data_dir: Path, port: int, agents: Iterable[AgentSpec] = ()
 ) -> list[ProcessSpec]:
@@ -162,6 +178,7 @@ def default_processes(
         "--bind", f"127.0.0.1:{port}",
         "--workers", "2",
         "--access-logfile", "-",
+        *_gunicorn_extra_args(),
     ]  # fmt: skip
     worker = [
         *celery, "-A", "nvke", "worker",
@@ -207,7 +224,14 @@ class _Popen(honcho.process.Popen):
 
 
 class _Process(honcho.process.Process):
-    """honcho's per-process relay (a forked helper), which dies with the runner."""
+    """honcho's per-process relay (a forked helper) with two changes.
+
+    - It dies with the runner (SIGKILL on parent death), and its child gets SIGTERM then.
+    - The process counts as stopped when its pid exits, not when its output pipe closes:
+      a grandchild that left the process group (``setsid``, a daemonizing double fork) would
+      hold the pipe open and honcho's loop would wait for it forever. Such leftovers are
+      stopped by :meth:`Supervisor.sweep` once the loop ends.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -215,10 +239,27 @@ class _Process(honcho.process.Process):
         self._runner_pid = os.getpid()
 
     def run(self, events: Any = None, ignore_signals: bool = False) -> None:
-        set_parent_death_signal(9)  # SIGKILL: the relay has nothing to clean up
+        set_parent_death_signal(signal.SIGKILL)  # the relay has nothing to clean up
         if os.getppid() != self._runner_pid:  # the runner died before prctl took effect
             os._exit(1)
-        super().run(events, ignore_signals)
+        self._events = events
+        self._child = self._child_ctor(self.cmd, env=self.env, cwd=self.cwd)
+        self._send_message({"pid": self._child.pid}, type="start")
+        if ignore_signals:  # as honcho: the relay only ends when its child does
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        reader = threading.Thread(target=self._relay_output, daemon=True)
+        reader.start()
+        self._child.wait()
+        reader.join(OUTPUT_GRACE_S)  # the rest of its output, unless a grandchild holds the pipe
+        self._send_message({"returncode": self._child.returncode}, type="stop")
+
+    def _relay_output(self) -> None:
+        assert self._child is not None and self._child.stdout is not None
+        for line in iter(self._child.stdout.readline, b""):
+            if not self.quiet:
+                self._send_message(line)
+        self._child.stdout.close()
 
 
 def _answers(opener: urllib.request.OpenerDirector, url: str) -> bool:
@@ -327,6 +368,14 @@ class Supervisor:
             self._say(self.banner)
 
     # -------------------------------------------------------------- cleanup
+    def _leftovers(self) -> list[int]:
+        """Descendants of the runner other than the protected services (and theirs)."""
+        protected: set[int] = set()
+        for pid in self.protect():
+            protected.add(pid)
+            protected.update(d.pid for d in descendants(pid))
+        return [p.pid for p in descendants() if p.pid not in protected]
+
     def sweep(self, timeout: float = 5.0) -> None:
         """Stop anything honcho left: group members, relays, then any other descendant."""
         if self.manager is not None:
@@ -342,11 +391,7 @@ class Supervisor:
                     if relay.is_alive():
                         relay.kill()
                         relay.join(timeout)
-        protected: set[int] = set()
-        for pid in self.protect():
-            protected.add(pid)
-            protected.update(d.pid for d in descendants(pid))
-        left = [p.pid for p in descendants() if p.pid not in protected]
+        left = self._leftovers()
         if left:
             log.warning("stopping leftover processes %s", left)
             terminate_processes(left, timeout)

@@ -23,7 +23,16 @@ class TenantSerializer(serializers.ModelSerializer):
 class ApiKeySerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiKey
-        fields = ["prefix", "name", "role", "tenant", "created", "expiry_date", "revoked", "last_used_at"]
+        fields = [
+            "prefix",
+            "name",
+            "role",
+            "tenant",
+            "created",
+            "expiry_date",
+            "revoked",
+            "last_used_at",
+        ]
         read_only_fields = fields
 
 

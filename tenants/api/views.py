@@ -16,7 +16,10 @@ from .serializers import ApiKeyCreateSerializer, ApiKeySerializer, TenantSeriali
 
 
 class TenantViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
 ):
     """Tenants. Operators create and list all; a tenant principal sees its own tenant only."""
 
@@ -33,7 +36,11 @@ class TenantViewSet(
         principal = self.request.user
         if principal.is_operator:
             return Tenant.objects.all()
-        return Tenant.objects.filter(pk=principal.tenant.pk) if principal.tenant else Tenant.objects.none()
+        return (
+            Tenant.objects.filter(pk=principal.tenant.pk)
+            if principal.tenant
+            else Tenant.objects.none()
+        )
 
     def create(self, request):
         form = TenantSerializer(data=request.data)

@@ -129,11 +129,14 @@ def test_outsider_gets_404_like_a_missing_object(outsider, owner, world):
         assert foreign.json() == absent.json(), name
         if name in ("cluster-detail", "nodepool-detail"):
             assert outsider.delete(url).status_code == 404, name
-    assert outsider.post(
-        f"/api/v1/clusters/{world['cluster']}/nodepools",
-        {"name": "evil", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1},
-        format="json",
-    ).status_code == 404
+    assert (
+        outsider.post(
+            f"/api/v1/clusters/{world['cluster']}/nodepools",
+            {"name": "evil", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1},
+            format="json",
+        ).status_code
+        == 404
+    )
 
 
 def test_outsider_lists_do_not_show_tenant_a(outsider, world):
@@ -144,14 +147,17 @@ def test_outsider_lists_do_not_show_tenant_a(outsider, world):
 
 def test_viewer_cannot_write(viewer, world):
     assert viewer.delete(f"/api/v1/clusters/{world['cluster']}").status_code == 403
-    assert viewer.delete(
-        f"/api/v1/clusters/{world['cluster']}/nodepools/{world['pool']}"
-    ).status_code == 403
+    assert (
+        viewer.delete(f"/api/v1/clusters/{world['cluster']}/nodepools/{world['pool']}").status_code
+        == 403
+    )
     resp = viewer.post(
         "/api/v1/clusters", {"name": "x", "kubernetes_version": "1.36", "region": "us-east-1"}
     )
     assert resp.status_code == 403
-    assert viewer.post(f"/api/v1/tenants/{world['tenant']}/api-keys", {"name": "k"}).status_code == 403
+    assert (
+        viewer.post(f"/api/v1/tenants/{world['tenant']}/api-keys", {"name": "k"}).status_code == 403
+    )
     assert viewer.get(f"/api/v1/clusters/{world['cluster']}").status_code == 200
 
 

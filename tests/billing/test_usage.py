@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_cluster
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,6 @@ import pytest
 import requests
 
 from tests.conftest import CAPTURES, capture
-
 from tests.e2e.conftest import BIN, ROOT, service_env, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -148,7 +147,9 @@ def test_tenant_gets_a_gpu_cluster_the_fleet_reports_usage_comes_back(
     # 4. GPU-hours over [start, end) inside the allocation = GPUs x (end - start)
     ready_at = datetime.fromisoformat(node["ready_at"].replace("Z", "+00:00"))
     start, end = ready_at + timedelta(seconds=1), ready_at + timedelta(seconds=4)
-    wait_for(lambda: datetime.now(ready_at.tzinfo) > end + timedelta(seconds=0.2), what="window end")
+    wait_for(
+        lambda: datetime.now(ready_at.tzinfo) > end + timedelta(seconds=0.2), what="window end"
+    )
     window = tenant(
         "GET",
         f"/api/v1/clusters/{cluster_id}/usage",
@@ -169,10 +170,17 @@ def test_tenant_gets_a_gpu_cluster_the_fleet_reports_usage_comes_back(
     host_after = operator("GET", f"/api/v1/fleet/hosts/{host['id']}", 200)
     assert host_after["state"] == "AVAILABLE"
     assert [g["held"] for g in host_after["gpus"]] == [False]
-    first = tenant("GET", f"/api/v1/clusters/{cluster_id}/usage", 200, params={"end": end.isoformat()})
+    first = tenant(
+        "GET", f"/api/v1/clusters/{cluster_id}/usage", 200, params={"end": end.isoformat()}
+    )
     time.sleep(1.0)
-    second = tenant("GET", f"/api/v1/clusters/{cluster_id}/usage", 200, params={"end": end.isoformat()})
+    second = tenant(
+        "GET", f"/api/v1/clusters/{cluster_id}/usage", 200, params={"end": end.isoformat()}
+    )
     assert first == second
     full = tenant("GET", f"/api/v1/clusters/{cluster_id}/usage", 200)
     time.sleep(1.0)
-    assert tenant("GET", f"/api/v1/clusters/{cluster_id}/usage", 200)["gpu_seconds"] == full["gpu_seconds"]
+    assert (
+        tenant("GET", f"/api/v1/clusters/{cluster_id}/usage", 200)["gpu_seconds"]
+        == full["gpu_seconds"]
+    )

@@ -41,7 +41,9 @@ def sample(ts, uuid=A10G, util=50.0):
 
 def stored():
     with connection.cursor() as cursor:
-        cursor.execute("SELECT gpu_uuid, ts, utilization_gpu_pct, power_mw FROM fleet_gpusample ORDER BY ts")
+        cursor.execute(
+            "SELECT gpu_uuid, ts, utilization_gpu_pct, power_mw FROM fleet_gpusample ORDER BY ts"
+        )
         return cursor.fetchall()
 
 
@@ -50,7 +52,12 @@ def test_reports_are_idempotent_on_host_and_seq(agent):
     now = datetime.now(UTC).replace(microsecond=0)
     first = report(client, host_id, 1, [sample(now), sample(now + timedelta(seconds=10))])
     assert first.status_code == 200
-    assert first.json() == {"seq": 1, "duplicate": False, "samples_stored": 2, "samples_rejected": 0}
+    assert first.json() == {
+        "seq": 1,
+        "duplicate": False,
+        "samples_stored": 2,
+        "samples_rejected": 0,
+    }
     again = report(client, host_id, 1, [sample(now), sample(now + timedelta(seconds=10))])
     assert again.json() == {"seq": 1, "duplicate": True, "samples_stored": 2, "samples_rejected": 0}
     assert stored() == [
@@ -103,7 +110,11 @@ def test_bad_credentials_and_bad_bodies(agent, anonymous):
     bad.credentials(HTTP_AUTHORIZATION="Bearer not-a-credential")
     assert bad.post("/api/v1/agent/reports", {"seq": 1}, format="json").status_code == 401
     resp = report(client, host_id, 0, [])
-    assert (resp.status_code, resp.json()["code"], resp.json()["field"]) == (400, "invalid_report", "seq")
+    assert (resp.status_code, resp.json()["code"], resp.json()["field"]) == (
+        400,
+        "invalid_report",
+        "seq",
+    )
     resp = report(client, host_id, 2, [{"ts": "noon", "gpu_uuid": A10G}])
     assert resp.json()["field"] == "samples[0].ts"
 
