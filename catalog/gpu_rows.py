@@ -23,18 +23,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .datafiles import CatalogDataError, fact, is_unknown, optional_int, required_int
+from .placements import (
+    ClassKey,
+    PlacementClass,
+    check_placements,
+    fallback_placements,
+    notation,
+    parse_placements,
+    placement_classes,
+)
 
 #: ``1g.10gb``, ``1g.10gb+me``, ``2g.48gb+gfx`` …; not the ``.me`` of mig-parted config names
 PROFILE_NAME_RE = re.compile(r"\b\d+g\.\d+gb(?:\+me(?:\.all)?|\+gfx|-me)?(?!\w|\.\w)")
-_PLACEMENTS_RE = re.compile(
-    r"^(?P<unverified>unverified\s+)?\{(?P<starts>\s*\d+(?:\s*,\s*\d+)*\s*)\}\s*:\s*(?P<size>\d+)$"
-)
 _PAREN_RE = re.compile(r"\([^()]*\)")
-_CLASS_COMPUTE_RE = re.compile(r"^(\d+)g\b")
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 _NOTE_KEYS = (
     "placements_status",
@@ -54,28 +59,6 @@ _RELATION_SOURCE_KEYS = {
     "profiles_same_as": "profiles_same_as_source",
     "profiles_same_names_as": "profiles_same_names_source",
 }
-
-#: (compute slices, memory slices, +me) of a profile class
-ClassKey = tuple[int, int, bool]
-
-
-@dataclass(frozen=True)
-class Placements:
-    """``-lgipp`` placements: valid start memory slices and the slices one instance takes."""
-
-    starts: tuple[int, ...]
-    size: int
-    verified: bool = True
-
-
-@dataclass(frozen=True)
-class PlacementClass:
-    """One row of the YAML ``placement_classes`` table (the fallback for unknown placements)."""
-
-    label: str
-    placements: Placements
-    max_instances: int | None
-    source: Any
 
 
 @dataclass
@@ -145,73 +128,6 @@ def product_names(raw: Any) -> list[str]:
         if text and not is_unknown(text) and text not in names:
             names.append(text)
     return names
-
-
-def parse_placements(text: Any, where: str = "placements") -> Placements | None:
-    """``"{0,2,4}:2"`` -> starts (0, 2, 4), size 2, verified; ``"unverified {…}:n"`` -> unverified.
-
-    Missing values and ``"unknown (…)"`` give None (the caller falls back to the class table).
-    """
-    if is_unknown(text):
-        return None
-    if not isinstance(text, str):
-        raise CatalogDataError(where, f"placements must be a string, got {text!r}")
-    match = _PLACEMENTS_RE.match(text.strip())
-    if match is None:
-        raise CatalogDataError(where, f"cannot parse placements {text!r}")
-    starts = tuple(int(s) for s in match.group("starts").split(","))
-    if list(starts) != sorted(set(starts)):
-        raise CatalogDataError(where, f"placement starts must be increasing: {text!r}")
-    return Placements(starts, int(match.group("size")), verified=not match.group("unverified"))
-
-
-def placement_classes(doc: Mapping[str, Any]) -> dict[int, dict[ClassKey, PlacementClass]]:
-    """The fallback table, keyed by memory slices per GPU (8, or 4 for the A30 layout).
-
-    A class's compute slices come from its label (``"2g"``), its memory slices from the size
-    in its ``-lgipp`` text, ``+me`` from the label.
-    """
-    table = doc.get("placement_classes") or {}
-    observed_on = [entry.get("source") for entry in table.get("observed_on", [])]
-    eight: dict[ClassKey, PlacementClass] = {}
-    four: dict[ClassKey, PlacementClass] = {}
-    for label, value in table.items():
-        if label in ("observed_on", "note", "a30_layout"):
-            continue
-        where = f"placement_classes[{label!r}]"
-        klass = _placement_class(label, value.get("lgipp"), value.get("max_instances"), where)
-        eight[_class_key(klass)] = replace(klass, source=observed_on)
-    a30 = table.get("a30_layout") or {}
-    for label, lgipp in a30.items():
-        if label == "source":
-            continue
-        klass = _placement_class(label, lgipp, None, f"placement_classes.a30_layout[{label!r}]")
-        four[_class_key(klass)] = replace(klass, source=a30.get("source"))
-    return {8: eight, 4: four} if four else {8: eight}
-
-
-def _placement_class(label: str, lgipp: Any, max_instances: Any, where: str) -> PlacementClass:
-    placements = parse_placements(lgipp, where)
-    match = _CLASS_COMPUTE_RE.match(label)
-    if placements is None or match is None:
-        raise CatalogDataError(where, "a class needs an '<n>g' label and -lgipp placements")
-    return PlacementClass(label, placements, optional_int(max_instances, where), None)
-
-
-def _class_key(klass: PlacementClass) -> ClassKey:
-    compute = int(_CLASS_COMPUTE_RE.match(klass.label).group(1))  # type: ignore[union-attr]
-    return (compute, klass.placements.size, "+me" in klass.label)
-
-
-def fallback_placements(
-    classes: Mapping[ClassKey, PlacementClass], compute: int, memory: int, media: bool
-) -> PlacementClass | None:
-    """The class for (compute, memory, +me); a ``+me`` profile without its own class uses
-    the plain class of the same slices (A30 2g.12gb+me: the mock lists ``{0,2}:2``, as 2g)."""
-    klass = classes.get((compute, memory, media))
-    if klass is None and media:
-        klass = classes.get((compute, memory, False))
-    return klass
 
 
 def profile_memory_mib(observations: Any) -> tuple[int | None, dict[str, Any] | None]:
@@ -309,12 +225,12 @@ def normalise_profile(raw: Mapping[str, Any], ctx: ModelContext) -> MigProfileRo
         sources.append(
             fact(
                 "placements",
-                value=f"placement_classes[{klass.label!r}] {_notation(placements)} "
+                value=f"placement_classes[{klass.label!r}] {notation(placements)} "
                 f"(profile gives {raw.get('placements', 'none')!r})",
                 source=klass.source,
             )
         )
-    _check_placements(placements, memory, ctx.memory_slices_per_gpu, where)
+    check_placements(placements, memory, ctx.memory_slices_per_gpu, where)
     memory_mib, observation = profile_memory_mib(raw.get("memory"))
     if observation is not None:
         sources.append(
@@ -350,19 +266,6 @@ def _alias_source(raw: Mapping[str, Any]) -> Any:
     if isinstance(pre, dict) and pre.get("source"):
         return pre["source"]
     return raw.get("source")
-
-
-def _notation(placements: Placements) -> str:
-    return "{" + ",".join(map(str, placements.starts)) + "}:" + str(placements.size)
-
-
-def _check_placements(placements: Placements, memory: int, per_gpu: int, where: str) -> None:
-    if placements.size != memory:
-        raise CatalogDataError(
-            where, f"placement size {placements.size} differs from memory slices {memory}"
-        )
-    if placements.starts[-1] + placements.size > per_gpu:
-        raise CatalogDataError(where, f"placements {_notation(placements)} exceed {per_gpu} slices")
 
 
 def copied_profiles(

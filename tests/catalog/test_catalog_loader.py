@@ -13,7 +13,7 @@ from datetime import date
 import pytest
 
 from catalog.datafiles import CatalogDataError
-from catalog.gpu_rows import Placements, history_aliases, placement_classes
+from catalog.gpu_rows import history_aliases
 from catalog.loader import (
     gpu_model_rows,
     load_catalog,
@@ -30,6 +30,7 @@ from catalog.models import (
     MigProfile,
     XidCode,
 )
+from catalog.placements import Placements, placement_classes
 
 EXPECTED_SLUGS = {
     "a100-sxm4-40gb",
