@@ -110,3 +110,11 @@ def test_openapi_schema_describes_the_catalog_endpoints():
     assert version["properties"]["supported"]["type"] == "boolean"
     profile = schema["components"]["schemas"]["MigProfile"]
     assert profile["properties"]["placements"]["type"] == "string"
+
+
+def test_every_catalog_model_is_in_the_admin():
+    from django.apps import apps
+    from django.contrib import admin
+
+    for model in apps.get_app_config("catalog").get_models():
+        assert admin.site.is_registered(model), model.__name__

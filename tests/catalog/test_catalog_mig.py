@@ -323,3 +323,24 @@ def test_exhaustive_search_agrees_on_catalog_tables(data, tables):
 def test_exhaustive_search_agrees_on_synthetic_tables(case):
     table, layout = case
     assert fits(layout, table) == exhaustive_fits(layout, table)
+
+
+# ---------------------------------------------------------------- from the database
+
+
+@pytest.mark.django_db
+def test_tables_built_from_database_rows_match_the_data_files(loaded, tables):
+    from catalog.models import GpuModel
+
+    for slug in ("h100-nvl-94gb", "a30", "a100-sxm4-80gb"):
+        table = MigTable.from_gpu_model(GpuModel.objects.get(slug=slug))
+        assert sorted(table.profiles, key=lambda p: p.name) == sorted(
+            tables[slug].profiles, key=lambda p: p.name
+        )
+        assert (table.compute_slices, table.memory_slices, table.max_instances) == (
+            tables[slug].compute_slices,
+            tables[slug].memory_slices,
+            tables[slug].max_instances,
+        )
+    with pytest.raises(ValueError, match="t4 does not support MIG"):
+        MigTable.from_gpu_model(GpuModel.objects.get(slug="t4"))
