@@ -199,6 +199,9 @@ def cmd_services(args: argparse.Namespace) -> int:
 def cmd_stop(args: argparse.Namespace) -> int:
     """Stop what a crashed run left on the data folder."""
     data_dir = resolve_data_dir(args.data_dir)
+    if not data_dir.is_dir():
+        log.info("%s does not exist: nothing to stop", data_dir)
+        return 0
     try:
         stopped = stop_data_dir(data_dir)
     except DataDirBusyError as exc:

@@ -133,9 +133,22 @@ class EmbeddedRedis:
             (self.redis_dir / "redis.pid").unlink()
 
 
-def find_stale_servers(socket_path: Path) -> list[int]:
-    """Pids of redis-server processes (of a crashed run) bound to ``socket_path``."""
+def find_stale_servers(socket_path: Path, pidfile: Path | None = None) -> list[int]:
+    """Pids of redis-server processes (of a crashed run) bound to ``socket_path``.
+
+    Recognised by their title (``redis-server unixsocket:<path>``), or as the pid in
+    ``pidfile`` when that process is a redis-server working in the pidfile's folder.
+    """
     found = []
+    if pidfile is not None:
+        with contextlib.suppress(OSError, ValueError, psutil.Error):
+            proc = psutil.Process(int(pidfile.read_text().strip()))
+            if (
+                "redis-server" in proc.name()
+                and proc.status() != psutil.STATUS_ZOMBIE
+                and Path(proc.cwd()) == pidfile.parent
+            ):
+                found.append(proc.pid)
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             cmdline = proc.info["cmdline"] or []
@@ -143,12 +156,12 @@ def find_stale_servers(socket_path: Path) -> list[int]:
                 "redis-server" in arg for arg in cmdline[:1]
             )
             # redis-server rewrites its title to "redis-server unixsocket:<path>".
-            words = " ".join(cmdline).split()
-            if is_redis and {str(socket_path), f"unixsocket:{socket_path}"} & set(words):
+            words = set(" ".join(cmdline).split())
+            if is_redis and {str(socket_path), f"unixsocket:{socket_path}"} & words:
                 found.append(proc.pid)
         except psutil.Error:
             continue
-    return found
+    return list(dict.fromkeys(found))
 
 
 def start_redis(redis_dir: str | os.PathLike[str], *, timeout: float = 15.0) -> EmbeddedRedis:
@@ -163,7 +176,7 @@ def start_redis(redis_dir: str | os.PathLike[str], *, timeout: float = 15.0) -> 
     rdir.mkdir(parents=True, exist_ok=True)
     os.chmod(rdir, 0o700)
     sock = socket_path_for(rdir)
-    stale = find_stale_servers(sock)
+    stale = find_stale_servers(sock, rdir / "redis.pid")
     if stale:
         log.warning("stopping Redis left running on %s by a previous run (pid %s)", sock, stale)
         terminate_processes(stale, timeout=5.0)

@@ -117,7 +117,10 @@ class EmbeddedServices:
         try:
             if self.redis is not None:
                 log.info("stopping Redis (pid %s)", self.redis.pid)
-                self.redis.stop()
+                try:
+                    self.redis.stop()
+                except Exception:  # PostgreSQL must still be stopped
+                    log.exception("stopping Redis failed")
                 self.redis = None
             if self.postgres is not None:
                 log.info("stopping PostgreSQL (pid %s)", self.postgres.pid)
@@ -178,7 +181,7 @@ def stop_data_dir(data_dir: Path) -> list[str]:
         stopped = clear_stale_processes(previous)
         redis_info = previous.get("redis") or {}
         if redis_info.get("pid") and redis_info.get("socket"):
-            pids = find_stale_servers(Path(redis_info["socket"]))
+            pids = find_stale_servers(Path(redis_info["socket"]), data_dir / "redis" / "redis.pid")
             if pids:
                 terminate_processes(pids)
                 stopped.append(f"redis (pid {', '.join(map(str, pids))})")

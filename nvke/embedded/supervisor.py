@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import multiprocessing
 import os
 import re
 import shlex
@@ -240,7 +241,8 @@ class _Process(honcho.process.Process):
 
     def run(self, events: Any = None, ignore_signals: bool = False) -> None:
         set_parent_death_signal(signal.SIGKILL)  # the relay has nothing to clean up
-        if os.getppid() != self._runner_pid:  # the runner died before prctl took effect
+        forked = multiprocessing.get_start_method() == "fork"
+        if forked and os.getppid() != self._runner_pid:  # the runner died before prctl
             os._exit(1)
         self._events = events
         self._child = self._child_ctor(self.cmd, env=self.env, cwd=self.cwd)

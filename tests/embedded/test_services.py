@@ -21,7 +21,7 @@ from kombu import Connection
 from nvke.embedded import DataDirBusyError, EmbeddedServices
 from nvke.embedded.procutil import pid_alive
 
-from .conftest import (
+from .support import (
     PYTHON,
     REPO_ROOT,
     all_gone,
@@ -144,19 +144,21 @@ def test_given_urls_start_nothing(data_dir: Path) -> None:
 
 def _start_cli(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
     """``python -m nvke.embedded services``; returns the process and its export lines."""
-    proc = subprocess.Popen(
-        [PYTHON, "-m", "nvke.embedded", "services", "--data-dir", str(data_dir)],
-        cwd=REPO_ROOT,
-        env=python_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    log = data_dir.parent / "services.log"
+    with log.open("a") as stderr:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "nvke.embedded", "services", "--data-dir", str(data_dir)],
+            cwd=REPO_ROOT,
+            env=python_env(),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     exports: dict[str, str] = {}
     assert proc.stdout is not None
     while "CELERY_BROKER_URL" not in exports:
         line = proc.stdout.readline()
-        assert line, f"services exited early (rc={proc.wait(5)})"
+        assert line, f"services exited early (rc={proc.wait(5)}):\n{log.read_text()}"
         name, _, value = line.strip().removeprefix("export ").partition("=")
         exports[name] = value.strip("'")
     return proc, exports
