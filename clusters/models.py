@@ -41,6 +41,8 @@ class Cluster(models.Model):
     phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
     conditions = models.JSONField(default=list, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
+    #: admin kubeconfig, Fernet-encrypted (nvke.crypto); never logged, never in audit diffs
+    kubeconfig_encrypted = models.TextField(blank=True)
     deletion_requested_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
     delete_attempts = models.PositiveSmallIntegerField(default=0)

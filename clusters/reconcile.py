@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from nvke import crypto
 from nvke.conditions import set_condition
 
 from .choices import GONE_PHASES, OperationType, Phase
@@ -77,6 +78,12 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
         return None  # converged: nothing to write
     cluster.phase = Phase.RUNNING
     cluster.endpoint = status.endpoint
+    if not cluster.kubeconfig_encrypted:
+        try:
+            kubeconfig = provider.kubeconfig(cluster_spec(cluster))
+        except ProviderError as exc:
+            return _provider_failed(cluster, exc, now)
+        cluster.kubeconfig_encrypted = crypto.encrypt(kubeconfig)
     cluster.observed_generation = cluster.generation
     cluster.reconcile_failures = 0
     cluster.conditions = set_condition(
@@ -87,7 +94,14 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
     )
     _save(
         cluster,
-        ["phase", "endpoint", "observed_generation", "reconcile_failures", "conditions"],
+        [
+            "phase",
+            "endpoint",
+            "kubeconfig_encrypted",
+            "observed_generation",
+            "reconcile_failures",
+            "conditions",
+        ],
     )
     finish_operation(
         cluster.id,

@@ -9,6 +9,7 @@ from django.utils import timezone
 from catalog.services import UnsupportedKubernetesVersion, check_kubernetes_version
 from fleet.models import Host
 from nvke.errors import Conflict, InvalidInput
+from tenants import audit, quotas
 from tenants.principal import Principal
 
 from .choices import OperationType, Phase, TargetType
@@ -19,6 +20,16 @@ def _enqueue(cluster_id) -> None:
     from .tasks import reconcile_cluster
 
     transaction.on_commit(lambda: reconcile_cluster.delay(str(cluster_id)))
+
+
+def spec_of(cluster: Cluster) -> dict:
+    """The spec fields of a cluster, for audit diffs."""
+    return {
+        "name": cluster.name,
+        "kubernetes_version": cluster.kubernetes_version,
+        "region": cluster.region,
+        "provider": cluster.provider,
+    }
 
 
 def known_regions() -> list[str]:
@@ -65,6 +76,7 @@ def create_cluster(
                 code="duplicate_cluster_name",
                 field="name",
             )
+        quotas.reserve(principal.tenant.pk, clusters=1)
         cluster = Cluster.objects.create(
             tenant=principal.tenant,
             name=name,
@@ -82,6 +94,14 @@ def create_cluster(
             target_id=cluster.id,
             requested_by=principal.label,
             progress={"done": 0, "total": 1, "stage": "pending"},
+        )
+        audit.record(
+            actor=principal.label,
+            action="cluster.create",
+            target_type="cluster",
+            target_id=cluster.id,
+            tenant=principal.tenant,
+            after=spec_of(cluster),
         )
         _enqueue(cluster.id)
     return op
@@ -103,6 +123,9 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
             if existing is not None and existing.type == OperationType.DELETE_CLUSTER:
                 return existing
         now = timezone.now()
+        previous_phase = cluster.phase
+        if cluster.deletion_requested_at is None:
+            quotas.release(cluster.tenant_id, clusters=1)
         cancel_operations(cluster.id, "superseded by the cluster's deletion", now)
         cluster.deletion_requested_at = cluster.deletion_requested_at or now
         cluster.phase = Phase.DELETING
@@ -125,6 +148,15 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
             target_id=cluster.id,
             requested_by=principal.label,
             progress={"done": 0, "total": 2, "stage": "pending"},
+        )
+        audit.record(
+            actor=principal.label,
+            action="cluster.delete",
+            target_type="cluster",
+            target_id=cluster.id,
+            tenant_id=cluster.tenant_id,
+            before={"phase": previous_phase},
+            after={"phase": Phase.DELETING.value},
         )
         _enqueue(cluster.id)
     return op

@@ -10,8 +10,10 @@ from clusters.choices import Phase
 from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting
 from nvke.queueing import enqueue_once
+from tenants.signals import collect_usage
 
 from .models import NodePool
+from .services import release_pool_quota
 
 
 @receiver(cluster_deleting)
@@ -36,9 +38,24 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
             .first()
         )
         if locked is not None:
+            release_pool_quota(locked)
             cancel_operations(pool.id, "superseded by the cluster's deletion", now)
             NodePool.objects.filter(pk=pool.pk).update(
                 deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
             )
         transaction.on_commit(lambda pid=pool.id: enqueue_once(reconcile_nodepool, pid))
     return len(pools)
+
+
+@receiver(collect_usage)
+def held_nodes_and_gpus(sender, tenant_id, **kwargs) -> dict:
+    """READY nodes and the GPUs they hold, by GPU model."""
+    from .choices import NodePhase
+    from .models import Node
+
+    nodes = Node.objects.filter(tenant_id=tenant_id, phase=NodePhase.READY)
+    gpus: dict[str, int] = {}
+    for node in nodes.select_related("nodepool").only("gpu_uuids", "nodepool__gpu_model"):
+        model = node.nodepool.gpu_model_id
+        gpus[model] = gpus.get(model, 0) + len(node.gpu_uuids)
+    return {"nodes": nodes.count(), "gpus": gpus}

@@ -13,6 +13,7 @@ from clusters.choices import GONE_PHASES, OperationType, Phase, TargetType
 from clusters.models import Cluster, Operation, active_operation, cancel_operations
 from fleet.placement import max_host_gpus
 from nvke.errors import Conflict, InvalidInput
+from tenants import audit, quotas
 from tenants.principal import Principal
 
 from .gpu_config import render_gpu_config
@@ -20,6 +21,26 @@ from .isolation import validate_isolation
 from .models import NodePool
 
 MAX_NODES_PER_POOL = 1000
+
+
+def pool_spec_of(pool: NodePool) -> dict:
+    """The spec fields of a node pool, for audit diffs."""
+    return {
+        "name": pool.name,
+        "gpu_model": pool.gpu_model_id,
+        "gpus_per_node": pool.gpus_per_node,
+        "node_count": pool.node_count,
+        "isolation": pool.isolation,
+    }
+
+
+def release_pool_quota(pool: NodePool) -> None:
+    """Give back the nodes and GPUs a pool's spec reserved (on its deletion request)."""
+    quotas.release(
+        pool.tenant_id,
+        nodes=pool.node_count,
+        gpus={pool.gpu_model_id: pool.node_count * pool.gpus_per_node},
+    )
 
 
 def enqueue_reconcile(pool_id) -> None:
@@ -78,6 +99,11 @@ def create_nodepool(
                 code="duplicate_nodepool_name",
                 field="name",
             )
+        quotas.reserve(
+            cluster.tenant_id,
+            nodes=node_count,
+            gpus={model.slug: node_count * gpus_per_node},
+        )
         pool = NodePool.objects.create(
             tenant=cluster.tenant,
             cluster=cluster,
@@ -99,6 +125,14 @@ def create_nodepool(
             requested_by=principal.label,
             progress={"done": 0, "total": node_count, "stage": "pending"},
         )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.create",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=cluster.tenant_id,
+            after=pool_spec_of(pool),
+        )
         enqueue_reconcile(pool.id)
     return op
 
@@ -117,6 +151,9 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             if existing is not None and existing.type == OperationType.DELETE_NODE_POOL:
                 return existing
         now = timezone.now()
+        if pool.deletion_requested_at is None:
+            release_pool_quota(pool)
+        previous_phase = pool.phase
         cancel_operations(pool.id, "superseded by the node pool's deletion", now)
         pool.deletion_requested_at = pool.deletion_requested_at or now
         pool.phase = Phase.DELETING
@@ -130,6 +167,15 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             target_id=pool.id,
             requested_by=principal.label,
             progress={"done": 0, "total": pool.nodes.count(), "stage": "pending"},
+        )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.delete",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=pool.tenant_id,
+            before={"phase": previous_phase},
+            after={"phase": pool.phase},
         )
         enqueue_reconcile(pool.id)
     return op

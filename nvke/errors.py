@@ -19,7 +19,7 @@ from rest_framework.views import exception_handler
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://nvke.dev/problems/"
 
-_TITLES = {
+TITLES = {
     400: "Invalid request",
     401: "Not authenticated",
     403: "Forbidden",
@@ -103,7 +103,7 @@ def problem(
     """Build a problem+json :class:`Response`."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + code.replace("_", "-"),
-        "title": _TITLES.get(status_code, "Error"),
+        "title": TITLES.get(status_code, "Error"),
         "status": status_code,
         "detail": detail,
         "code": code,

@@ -27,3 +27,46 @@ class RequestIdMiddleware:
             request_id_var.reset(token)
         response["X-Request-ID"] = rid
         return response
+
+
+client_ip_var: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "client_ip", default=None
+)
+
+
+class ClientIpMiddleware:
+    """Remember the caller's IP for audit events (``REMOTE_ADDR``; put a trusted proxy's
+    ``X-Forwarded-For`` handling in front when deployed behind one)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        token = client_ip_var.set(request.META.get("REMOTE_ADDR") or None)
+        try:
+            return self.get_response(request)
+        finally:
+            client_ip_var.reset(token)
+
+
+class BodySizeLimitMiddleware:
+    """413 problem+json for a request body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` bytes."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.conf import settings
+
+        from .http import problem_response
+
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if limit and length > limit:
+            return problem_response(
+                413, "request_too_large", f"the request body is over {limit} bytes"
+            )
+        return self.get_response(request)

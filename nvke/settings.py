@@ -19,6 +19,8 @@ env = environ.Env()
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env("SECRET_KEY", default="nvke-insecure-dev-key-change-me")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
+# Fernet keys for secrets at rest (kubeconfigs), newest first; see nvke/crypto.py.
+NVKE_SECRET_KEYS = env.list("NVKE_SECRET_KEYS", default=[])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -46,11 +48,15 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "nvke.middleware.RequestIdMiddleware",
+    "nvke.middleware.BodySizeLimitMiddleware",
+    "nvke.middleware.ClientIpMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "nvke.idempotency.IdempotencyMiddleware",
+    "nvke.audit_middleware.AuditFallbackMiddleware",
 ]
 
 ROOT_URLCONF = "nvke.urls"
@@ -108,7 +114,18 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=16 
 
 # ---------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["tenants.authentication.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiKeyAuthentication",
+        "tenants.authentication.SessionPrincipalAuthentication",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "nvke.throttling.PrincipalRateThrottle",
+        "nvke.throttling.TenantRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "principal": env("NVKE_THROTTLE_PRINCIPAL", default="6000/min"),
+        "tenant": env("NVKE_THROTTLE_TENANT", default="12000/min"),
+    },
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsAuthenticatedPrincipal"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
@@ -192,6 +209,10 @@ NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
 NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
+# Default quota of a new tenant (operators change it per tenant: PUT /api/v1/quotas/{tenant}).
+NVKE_DEFAULT_MAX_CLUSTERS = env.int("NVKE_DEFAULT_MAX_CLUSTERS", default=20)
+NVKE_DEFAULT_MAX_NODES = env.int("NVKE_DEFAULT_MAX_NODES", default=200)
+NVKE_DEFAULT_MAX_GPUS_PER_MODEL = env.int("NVKE_DEFAULT_MAX_GPUS_PER_MODEL", default=512)
 # Agent: bootstrap tokens expire after this long; a host silent this long becomes NOT_READY.
 NVKE_BOOTSTRAP_TOKEN_TTL = timedelta(hours=env.float("NVKE_BOOTSTRAP_TOKEN_TTL_HOURS", default=24))
 NVKE_AGENT_REPORT_INTERVAL_S = env.int("NVKE_AGENT_REPORT_INTERVAL_S", default=10)

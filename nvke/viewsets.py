@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from rest_framework import viewsets
 
+from nvke.etags import ETagMixin
 from nvke.scoping import scope_queryset
 
 
-class TenantScopedMixin:
+class TenantScopedMixin(ETagMixin):
     """``get_queryset`` = the view's ``queryset`` passed through :func:`scope_queryset`.
+
+    Also ``ETag`` on retrieve and ``If-Match`` (412) on changes, from :class:`ETagMixin`.
 
     Subclasses set ``queryset`` (never filtered by hand); the object lookup of detail routes
     therefore answers 404 for another tenant's object.

@@ -62,3 +62,36 @@ def principal_for_key(key: str) -> Principal | None:
         is_operator=api_key.is_operator,
         label=f"apikey:{api_key.prefix}",
     )
+
+
+class SessionPrincipalAuthentication(authentication.SessionAuthentication):
+    """A logged-in Django user (portal session, CSRF enforced) as a :class:`Principal`.
+
+    Staff users are operators. Otherwise the tenant is the one named by the ``X-NVKE-Tenant``
+    header (tenant id), else the one stored in the session (``nvke_tenant_id``, set by the
+    portal's tenant switcher), else the user's only membership; the role is the membership's.
+    """
+
+    def authenticate(self, request):  # type: ignore[override]
+        result = super().authenticate(request)
+        if result is None:
+            return None
+        user, _ = result
+        if user.is_staff:
+            return Principal(None, Role.ADMIN, True, f"user:{user.username}"), None
+        from .models import Membership
+
+        memberships = Membership.objects.filter(user=user).select_related("tenant")
+        wanted = request.headers.get("X-NVKE-Tenant") or request._request.session.get(
+            "nvke_tenant_id"
+        )
+        if wanted:
+            memberships = memberships.filter(tenant_id=wanted)
+        rows = list(memberships[:2])
+        if len(rows) != 1:
+            raise exceptions.AuthenticationFailed(
+                "choose a tenant (X-NVKE-Tenant header or the portal's tenant switcher)",
+                code="tenant_required",
+            )
+        m = rows[0]
+        return Principal(m.tenant, Role(m.role), False, f"user:{user.username}"), None

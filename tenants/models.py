@@ -83,3 +83,65 @@ class ApiKey(AbstractAPIKey):
                 name="apikey_operator_xor_tenant",
             )
         ]
+
+
+class Quota(models.Model):
+    """Per-tenant limits and the reservations counted against them.
+
+    Limits: ``max_clusters``, ``max_nodes`` and ``max_gpus`` (``{catalog slug: GPUs}``; a model
+    not listed gets ``settings.NVKE_DEFAULT_MAX_GPUS_PER_MODEL``). ``reserved_*`` count what the
+    tenant's live specs ask for (clusters, nodes, GPUs by model); they change only inside the
+    transaction that creates, scales or deletes, under this row's lock (see
+    :mod:`tenants.quotas`), so two concurrent requests can never both pass.
+    """
+
+    tenant = models.OneToOneField(
+        Tenant, on_delete=models.CASCADE, primary_key=True, related_name="quota"
+    )
+    max_clusters = models.PositiveIntegerField()
+    max_nodes = models.PositiveIntegerField()
+    max_gpus = models.JSONField(default=dict, blank=True)
+    reserved_clusters = models.PositiveIntegerField(default=0)
+    reserved_nodes = models.PositiveIntegerField(default=0)
+    reserved_gpus = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    tenant_path = "tenant"
+
+    def __str__(self) -> str:
+        return f"quota of {self.tenant_id}"
+
+
+class AuditEvent(models.Model):
+    """An immutable record of one mutation: who, what, on which target, before/after.
+
+    ``before``/``after`` hold only the changed fields, with secrets redacted. Rows cannot be
+    updated or deleted: a database trigger refuses it (see migration ``0003``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    ts = models.DateTimeField(auto_now_add=True, db_index=True)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor = models.CharField(max_length=100)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=32)
+    target_id = models.CharField(max_length=64, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    source_ip = models.GenericIPAddressField(null=True, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    tenant_path = "tenant"
+
+    class Meta:
+        ordering = ["-ts", "-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-ts"]),
+            models.Index(fields=["target_type", "target_id"]),
+            models.Index(fields=["actor", "-ts"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.ts} {self.actor} {self.action} {self.target_type}/{self.target_id}"

@@ -5,18 +5,34 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from nvke.errors import Conflict
+from nvke.errors import ApiError, Conflict, InvalidInput, NotFound
 
+from . import audit
 from .choices import Role
 from .models import ApiKey, Tenant
+from .principal import Principal
+
+#: strength of each role, for "a key may not outrank its creator"
+ROLE_RANK = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
 
 
-def create_tenant(*, name: str) -> Tenant:
+def create_tenant(*, name: str, principal: Principal | None = None) -> Tenant:
     """Create a tenant; Conflict ``duplicate_tenant_name`` when the name is taken."""
     try:
         with transaction.atomic():
-            return Tenant.objects.create(name=name)
+            tenant = Tenant.objects.create(name=name)
+            if principal is not None:
+                audit.record(
+                    actor=principal.label,
+                    action="tenant.create",
+                    target_type="tenant",
+                    target_id=tenant.pk,
+                    tenant=tenant,
+                    after={"name": name},
+                )
+            return tenant
     except IntegrityError as exc:
         raise Conflict(
             f"tenant {name!r} already exists", code="duplicate_tenant_name", field="name"
@@ -41,3 +57,60 @@ def create_api_key(
         is_operator=tenant is None,
         expiry_date=expiry_date,
     )
+
+
+def issue_api_key(
+    *,
+    principal: Principal,
+    tenant: Tenant | None,
+    name: str,
+    role: Role = Role.ADMIN,
+    expiry_date: datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key on behalf of ``principal`` (audited). A tenant admin cannot mint a key
+    stronger than its own role (403 ``role_too_high``); operator keys need an operator."""
+    if tenant is None and not principal.is_operator:
+        raise ApiError("operator keys are for operators", code="permission_denied", status_code=403)
+    if not principal.is_operator and ROLE_RANK[Role(role)] > ROLE_RANK[principal.role]:
+        raise ApiError(
+            f"a {principal.role} cannot create a {role} key",
+            code="role_too_high",
+            field="role",
+            status_code=403,
+        )
+    if expiry_date is not None and expiry_date <= timezone.now():
+        raise InvalidInput(
+            "expiry_date must be in the future", code="invalid_expiry", field="expiry_date"
+        )
+    with transaction.atomic():
+        row, key = create_api_key(tenant=tenant, name=name, role=role, expiry_date=expiry_date)
+        audit.record(
+            actor=principal.label,
+            action="apikey.create",
+            target_type="apikey",
+            target_id=row.prefix,
+            tenant=tenant,
+            after={"name": name, "role": role, "operator": tenant is None},
+        )
+    return row, key
+
+
+def revoke_api_key(*, principal: Principal, tenant: Tenant | None, prefix: str) -> ApiKey:
+    """Revoke a key (irreversible, audited). NotFound for a key outside ``tenant``."""
+    with transaction.atomic():
+        row = ApiKey.objects.select_for_update().filter(tenant=tenant, prefix=prefix).first()
+        if row is None:
+            raise NotFound()
+        if not row.revoked:
+            row.revoked = True
+            row.save(update_fields=["revoked"])
+            audit.record(
+                actor=principal.label,
+                action="apikey.revoke",
+                target_type="apikey",
+                target_id=prefix,
+                tenant=tenant,
+                before={"revoked": False},
+                after={"revoked": True},
+            )
+    return row

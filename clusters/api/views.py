@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from clusters import services
+from clusters.choices import GONE_PHASES
 from clusters.models import Cluster, Operation
+from nvke import crypto
+from nvke.errors import ApiError, Conflict
 from nvke.viewsets import TenantScopedMixin
+from tenants import audit
 
 from .serializers import ClusterCreateSerializer, ClusterSerializer, OperationSerializer
 
@@ -31,6 +37,34 @@ class ClusterViewSet(
         form.is_valid(raise_exception=True)
         op = services.create_cluster(principal=request.user, **form.validated_data)
         return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses={(200, "application/yaml"): str})
+    @action(detail=True, methods=["get"])
+    def kubeconfig(self, request, pk=None):
+        """The cluster's admin kubeconfig (YAML). Roles that can write only; audited."""
+        cluster = self.get_object()
+        if not request.user.can_write:
+            raise ApiError(
+                "viewers cannot download admin credentials",
+                code="permission_denied",
+                status_code=403,
+            )
+        if not cluster.kubeconfig_encrypted or cluster.phase in GONE_PHASES:
+            raise Conflict(
+                f"no kubeconfig: the cluster is {cluster.phase}", code="kubeconfig_unavailable"
+            )
+        audit.record(
+            actor=request.user.label,
+            action="cluster.kubeconfig.read",
+            target_type="cluster",
+            target_id=cluster.id,
+            tenant_id=cluster.tenant_id,
+        )
+        return HttpResponse(
+            crypto.decrypt(cluster.kubeconfig_encrypted),
+            content_type="application/yaml",
+            headers={"Content-Disposition": f'attachment; filename="{cluster.name}.kubeconfig"'},
+        )
 
     @extend_schema(request=None, responses={202: OperationSerializer})
     def destroy(self, request, pk=None):

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from .scale import NodePoolSetSizeView
 from .views import NodePoolViewSet
 
 app_name = "nodepools"
@@ -10,4 +11,9 @@ pool_detail = NodePoolViewSet.as_view({"get": "retrieve", "delete": "destroy"})
 urlpatterns = [
     path("clusters/<uuid:cluster_pk>/nodepools", pool_list, name="nodepool-list"),
     path("clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>", pool_detail, name="nodepool-detail"),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/set-size",
+        NodePoolSetSizeView.as_view(),
+        name="nodepool-set-size",
+    ),
 ]

@@ -1,10 +1,38 @@
+from django.urls import path
+
 from nvke.routers import OptionalSlashRouter
 
-from .views import TenantViewSet
+from .views import (
+    ApiKeyRevokeView,
+    AuditEventListView,
+    MemberDetailView,
+    MemberListView,
+    OperatorKeyViewSet,
+    QuotaDetailView,
+    QuotaListView,
+    TenantViewSet,
+)
 
 app_name = "tenants"
 
 router = OptionalSlashRouter()
 router.register("tenants", TenantViewSet, basename="tenant")
+router.register("operator-keys", OperatorKeyViewSet, basename="operator-key")
 
-urlpatterns = router.urls
+urlpatterns = [
+    path(
+        "tenants/<uuid:tenant_pk>/api-keys/<str:prefix>",
+        ApiKeyRevokeView.as_view(),
+        name="tenant-api-key-detail",
+    ),
+    path("tenants/<uuid:tenant_pk>/members", MemberListView.as_view(), name="member-list"),
+    path(
+        "tenants/<uuid:tenant_pk>/members/<str:username>",
+        MemberDetailView.as_view(),
+        name="member-detail",
+    ),
+    path("quotas", QuotaListView.as_view(), name="quota-list"),
+    path("quotas/<uuid:tenant_pk>", QuotaDetailView.as_view(), name="quota-detail"),
+    path("audit-events", AuditEventListView.as_view(), name="audit-event-list"),
+    *router.urls,
+]

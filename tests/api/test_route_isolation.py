@@ -31,6 +31,16 @@ ROUTES = {
     "nodepool-list": "tenant-detail",
     "nodepool-detail": "tenant-detail",
     "cluster-usage": "tenant-detail",
+    "nodepool-set-size": "tenant-write",
+    "cluster-kubeconfig": "tenant-detail",
+    "member-list": "tenant-detail",
+    "member-detail": "tenant-write",
+    "tenant-api-key-detail": "tenant-write",
+    "quota-list": "tenant-list",
+    "quota-detail": "tenant-detail",
+    "audit-event-list": "tenant-list",
+    "operator-key-list": "operator",
+    "operator-key-detail": "operator",
     "host-list": "operator",
     "host-detail": "operator",
     "host-bootstrap-token": "operator",
@@ -100,6 +110,9 @@ def detail_urls(world, missing=False):
         "nodepool-list": f"/api/v1/clusters/{c}/nodepools",
         "nodepool-detail": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}",
         "cluster-usage": f"/api/v1/clusters/{c}/usage",
+        "member-list": f"/api/v1/tenants/{ids['tenant']}/members",
+        "cluster-kubeconfig": f"/api/v1/clusters/{c}/kubeconfig",
+        "quota-detail": f"/api/v1/quotas/{ids['tenant']}",
     }
 
 
@@ -107,7 +120,79 @@ LISTS = {
     "tenant-list": "/api/v1/tenants",
     "cluster-list": "/api/v1/clusters",
     "operation-list": "/api/v1/operations",
+    "quota-list": "/api/v1/quotas",
+    "audit-event-list": "/api/v1/audit-events",
 }
+
+
+def write_requests(world, missing=False):
+    """(method, url, body) for every tenant-scoped write route, on A's objects (or missing)."""
+    ids = {k: (MISSING if missing else v) for k, v in world.items()}
+    c, p, t = ids["cluster"], ids["pool"], ids["tenant"]
+    return {
+        "nodepool-set-size": (
+            "post",
+            f"/api/v1/clusters/{c}/nodepools/{p}/set-size",
+            {"node_count": 1},
+        ),
+        "member-detail": ("patch", f"/api/v1/tenants/{t}/members/alice", {"role": "viewer"}),
+        "tenant-api-key-detail": ("delete", f"/api/v1/tenants/{t}/api-keys/nokey123", None),
+        "member-list": ("post", f"/api/v1/tenants/{t}/members", {"username": "mallory"}),
+        "tenant-api-keys": ("post", f"/api/v1/tenants/{t}/api-keys", {"name": "x"}),
+        "nodepool-list": (
+            "post",
+            f"/api/v1/clusters/{c}/nodepools",
+            {"name": "evil", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1},
+        ),
+        "cluster-detail": ("delete", f"/api/v1/clusters/{c}", None),
+        "nodepool-detail": ("delete", f"/api/v1/clusters/{c}/nodepools/{p}", None),
+        "quota-detail": ("put", f"/api/v1/quotas/{t}", {"max_nodes": 1000}),
+    }
+
+
+def test_outsider_cannot_write_to_tenant_a(outsider, world):
+    missing = write_requests(world, missing=True)
+    for name, (method, url, body) in write_requests(world).items():
+        foreign = getattr(outsider, method)(url, body, format="json")
+        absent = getattr(outsider, method)(missing[name][1], body, format="json")
+        assert foreign.status_code == 404, (name, foreign.status_code, foreign.content)
+        assert foreign.json() == absent.json(), name
+
+
+def test_viewer_gets_403_on_every_write(viewer, world):
+    for name, (method, url, body) in write_requests(world).items():
+        resp = getattr(viewer, method)(url, body, format="json")
+        assert resp.status_code == 403, (name, resp.status_code, resp.content)
+
+
+def test_member_writes_clusters_but_not_keys_members_or_quotas(tenant_a, world):
+    from tests.conftest import _client, _key
+
+    member = _client(_key(tenant_a, "member"))
+    allowed = {"nodepool-set-size", "nodepool-list", "nodepool-detail", "cluster-detail"}
+    for name, (method, url, body) in write_requests(world).items():
+        resp = getattr(member, method)(url, body, format="json")
+        if name in allowed:
+            assert resp.status_code in (201, 202), (name, resp.status_code, resp.content)
+        else:
+            assert resp.status_code == 403, (name, resp.status_code, resp.content)
+
+
+def test_admin_manages_keys_but_not_members_or_quotas(tenant_a, world):
+    from tests.conftest import _client, _key
+
+    admin = _client(_key(tenant_a, "admin"))
+    t = world["tenant"]
+    created = admin.post(f"/api/v1/tenants/{t}/api-keys", {"name": "ci"}, format="json")
+    assert created.status_code == 201
+    prefix = created.json()["prefix"]
+    assert admin.delete(f"/api/v1/tenants/{t}/api-keys/{prefix}").json()["revoked"] is True
+    assert admin.post(f"/api/v1/tenants/{t}/members", {"username": "bob"}).status_code == 403
+    assert admin.put(f"/api/v1/quotas/{t}", {"max_nodes": 9}, format="json").status_code == 403
+    owner_key = admin.post(
+        f"/api/v1/tenants/{t}/api-keys", {"name": "o", "role": "owner"}, format="json"
+    )
+    assert (owner_key.status_code, owner_key.json()["code"]) == (403, "role_too_high")
 
 
 def results(body):
@@ -141,8 +226,10 @@ def test_outsider_gets_404_like_a_missing_object(outsider, owner, world):
 
 def test_outsider_lists_do_not_show_tenant_a(outsider, world):
     for name, url in LISTS.items():
-        ids = {str(row["id"]) for row in results(outsider.get(url).json())}
-        assert not ids & set(world.values()), name
+        resp = outsider.get(url)
+        assert resp.status_code == 200, name
+        text = resp.content.decode()
+        assert not [v for v in world.values() if v in text], name  # no id of A anywhere
 
 
 def test_viewer_cannot_write(viewer, world):

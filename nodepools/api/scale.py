@@ -1,0 +1,35 @@
+"""``POST /api/v1/clusters/{id}/nodepools/{np_id}/set-size`` (GKE's ``setSize``)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clusters.api.serializers import OperationSerializer
+from nodepools.models import NodePool
+from nodepools.scaling import set_node_pool_size
+from nvke.etags import check_if_match
+from nvke.scoping import get_scoped_or_404
+
+
+class SetSizeSerializer(serializers.Serializer):
+    node_count = serializers.IntegerField(min_value=0, max_value=1000)
+
+
+class NodePoolSetSizeView(APIView):
+    """Resize a node pool; answers 202 with a SET_NODE_POOL_SIZE operation."""
+
+    @extend_schema(request=SetSizeSerializer, responses={202: OperationSerializer})
+    def post(self, request, cluster_pk, pk):
+        pool = get_scoped_or_404(
+            NodePool.objects.filter(cluster_id=cluster_pk), request.user, pk=pk
+        )
+        check_if_match(request, pool)
+        form = SetSizeSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        op = set_node_pool_size(
+            principal=request.user, pool=pool, node_count=form.validated_data["node_count"]
+        )
+        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)

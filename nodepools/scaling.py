@@ -1,0 +1,57 @@
+"""Resize a node pool (``SET_NODE_POOL_SIZE``): quota reserved or released in the same
+transaction as the new spec; the reconciler adds nodes or removes the newest first."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from clusters.choices import GONE_PHASES, OperationType, TargetType
+from clusters.models import Operation
+from nvke.errors import Conflict
+from tenants import audit, quotas
+from tenants.principal import Principal
+
+from .models import NodePool
+from .services import enqueue_reconcile
+
+
+def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int) -> Operation:
+    """Set ``node_count``; generation+1; a SET_NODE_POOL_SIZE operation.
+
+    Raises Conflict ``nodepool_not_active`` (deleting/deleted) or ``quota_exceeded``.
+    Lock order: the pool row, then the quota row (as everywhere).
+    """
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update().get(pk=pool.pk)
+        if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
+            raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
+        delta = node_count - pool.node_count
+        gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
+        if delta > 0:
+            quotas.reserve(pool.tenant_id, nodes=delta, gpus=gpus)
+        elif delta < 0:
+            quotas.release(pool.tenant_id, nodes=-delta, gpus=gpus)
+        before = pool.node_count
+        pool.node_count = node_count
+        pool.generation += 1
+        pool.save(update_fields=["node_count", "generation", "updated_at"])
+        op = Operation.objects.create(
+            tenant_id=pool.tenant_id,
+            cluster_id=pool.cluster_id,
+            type=OperationType.SET_NODE_POOL_SIZE,
+            target_type=TargetType.NODE_POOL,
+            target_id=pool.id,
+            requested_by=principal.label,
+            progress={"done": 0, "total": node_count, "stage": "pending"},
+        )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.set_size",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=pool.tenant_id,
+            before={"node_count": before},
+            after={"node_count": node_count},
+        )
+        enqueue_reconcile(pool.id)
+    return op
