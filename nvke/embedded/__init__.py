@@ -16,7 +16,7 @@
    PostgreSQL stop; exit status 0.
 
 ``python -m nvke.embedded services`` starts only PostgreSQL and Redis and prints ``export``
-lines. Nothing here imports Django.
+lines. Nothing here imports Django settings or models.
 """
 
 from __future__ import annotations
