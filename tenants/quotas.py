@@ -23,6 +23,8 @@ from .models import Quota, Tenant
 
 #: Tests switch this off to prove that the race test really tests the lock.
 LOCK_QUOTA_ROW = True
+#: Test hook called between reading the reservations and writing them (None in production).
+_after_read = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ def reserve(
         raise RuntimeError("reserve() must run inside transaction.atomic()")
     gpus = {k: v for k, v in (gpus or {}).items() if v}
     quota = quota_for(tenant_id, lock=LOCK_QUOTA_ROW)
+    if _after_read is not None:
+        _after_read()
     _check(quota, "clusters", quota.max_clusters, quota.reserved_clusters, clusters)
     _check(quota, "nodes", quota.max_nodes, quota.reserved_nodes, nodes)
     for model, count in gpus.items():
