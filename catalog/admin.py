@@ -8,10 +8,12 @@ from django.contrib import admin
 from .models import (
     CudaDriverRequirement,
     DriverBranch,
+    DriverRule,
     GpuArchitecture,
     GpuModel,
     KubernetesVersion,
     MigProfile,
+    VgpuProfile,
     XidCode,
 )
 
@@ -87,3 +89,16 @@ class XidCodeAdmin(admin.ModelAdmin):
     list_display = ["code", "mnemonic", "severity", "device_plugin_marks_unhealthy"]
     list_filter = ["severity"]
     search_fields = ["mnemonic", "description"]
+
+
+@admin.register(VgpuProfile)
+class VgpuProfileAdmin(admin.ModelAdmin):
+    list_display = ["gpu_model", "name", "series", "framebuffer_mib", "max_per_gpu", "mig_profile"]
+    list_filter = ["gpu_model", "verified"]
+    search_fields = ["name"]
+
+
+@admin.register(DriverRule)
+class DriverRuleAdmin(admin.ModelAdmin):
+    list_display = ["key", "kind", "gpu_model", "min_driver", "min_branch"]
+    list_filter = ["kind"]

@@ -23,10 +23,12 @@ from django.db import transaction
 from . import table_rows
 from .datafiles import (
     DATA_DIR,
+    DRIVER_RULES_FILE,
     DRIVERS_FILE,
     GPU_MODELS_FILE,
     KUBERNETES_VERSIONS_FILE,
     MIG_ALIASES_FILE,
+    VGPU_PROFILES_FILE,
     XID_FILE,
     CatalogDataError,
     read_yaml,
@@ -42,10 +44,12 @@ from .gpu_rows import (
 from .models import (
     CudaDriverRequirement,
     DriverBranch,
+    DriverRule,
     GpuArchitecture,
     GpuModel,
     KubernetesVersion,
     MigProfile,
+    VgpuProfile,
     XidCode,
 )
 
@@ -139,8 +143,64 @@ def load_catalog(
                 lookup = {key: values.pop(key)}
                 created += model.objects.update_or_create(**lookup, defaults=values)[1]
             result.counts[kind], result.created[kind] = len(rows), created
+        _write_vgpu_profiles(
+            table_rows.vgpu_profiles(_optional_yaml(data_dir / VGPU_PROFILES_FILE)), result
+        )
+        _write_driver_rules(
+            table_rows.driver_rules(_optional_yaml(data_dir / DRIVER_RULES_FILE)), result
+        )
         _check_unique(_db_product_names())
     return result
+
+
+def _optional_yaml(path: Path) -> dict[str, Any]:
+    """NVKE-authored files may be absent from an operator's own data folder."""
+    return read_yaml(path) if path.exists() else {}
+
+
+def _model_by_key(key: str, where: str) -> GpuModel:
+    try:
+        return GpuModel.objects.get(slug=slug_for_key(key))
+    except GpuModel.DoesNotExist:
+        raise CatalogDataError(where, f"unknown GPU model {key!r}") from None
+
+
+def _write_vgpu_profiles(models: list[dict[str, Any]], result: LoadResult) -> None:
+    created = count = 0
+    for entry in models:
+        where = f"vgpu_profiles model {entry['model']}"
+        gpu = _model_by_key(entry["model"], where)
+        if gpu.vgpu_mixed_size_mode != entry["mixed_size_mode"]:
+            gpu.vgpu_mixed_size_mode = entry["mixed_size_mode"]
+            gpu.save(update_fields=["vgpu_mixed_size_mode"])
+        for row in entry["profiles"]:
+            values = dict(row)
+            name = values.pop("name")
+            mig_name = values.pop("mig_profile")
+            mig = None
+            if mig_name is not None:
+                mig = MigProfile.objects.filter(gpu_model=gpu, name=mig_name).first()
+                if mig is None:
+                    raise CatalogDataError(
+                        where, f"{name}: {gpu.slug} has no MIG profile {mig_name!r}"
+                    )
+            values["mig_profile"] = mig
+            created += VgpuProfile.objects.update_or_create(
+                gpu_model=gpu, name=name, defaults=values
+            )[1]
+            count += 1
+    result.counts["vgpu_profiles"], result.created["vgpu_profiles"] = count, created
+
+
+def _write_driver_rules(rows: list[dict[str, Any]], result: LoadResult) -> None:
+    created = 0
+    for row in rows:
+        values = dict(row)
+        key = values.pop("key")
+        model = values.pop("model")
+        values["gpu_model"] = _model_by_key(model, f"driver_rules {key}") if model else None
+        created += DriverRule.objects.update_or_create(key=key, defaults=values)[1]
+    result.counts["driver_rules"], result.created["driver_rules"] = len(rows), created
 
 
 def _db_product_names() -> list[tuple[str, str]]:

@@ -41,6 +41,9 @@ class GpuModel(models.Model):
     max_mig_instances = models.PositiveSmallIntegerField(null=True, blank=True)
     #: True when the MIG placements come from a real ``nvidia-smi mig -lgipp`` capture.
     placements_verified = models.BooleanField(default=False)
+    #: vGPU "mixed-size mode": time-sliced vGPU types of different framebuffer sizes may share
+    #: one GPU (vgpu_profiles.yaml). None = not found in public material (NVKE refuses mixes).
+    vgpu_mixed_size_mode = models.BooleanField(null=True, blank=True)
     sources = models.JSONField(default=list, blank=True)
 
     class Meta:
@@ -243,3 +246,79 @@ class XidCode(models.Model):
 
     def __str__(self) -> str:
         return f"Xid {self.code}"
+
+
+class VgpuProfile(models.Model):
+    """An NVIDIA vGPU type a GPU model can host (``A10-12Q``, ``T4-8C``, ``H200-1-18C``).
+
+    Time-sliced types have ``framebuffer_mib`` (the type table's GB x 1024) and
+    ``max_per_gpu`` ("Maximum vGPUs per GPU", equal-size mode); MIG-backed types name the
+    ``mig_profile`` whose GPU instance backs each vGPU (one vGPU per instance), and how many
+    fit is decided by the MIG placement rules. ``series`` is the type letter (``C`` compute,
+    ``Q``). Loaded from ``vgpu_profiles.yaml``; ``verified`` False marks names or counts not
+    seen in an NVIDIA table of that exact product.
+    """
+
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="vgpu_profiles")
+    name = models.CharField(max_length=32)
+    series = models.CharField(max_length=4, blank=True)
+    framebuffer_mib = models.PositiveIntegerField(null=True, blank=True)
+    max_per_gpu = models.PositiveSmallIntegerField(null=True, blank=True)
+    mig_profile = models.ForeignKey(
+        MigProfile, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    verified = models.BooleanField(default=False)
+    sources = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["gpu_model", "mig_profile", "-framebuffer_mib", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_model", "name"], name="vgpuprofile_model_name_uniq"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(mig_profile__isnull=False)
+                | models.Q(framebuffer_mib__isnull=False, max_per_gpu__isnull=False),
+                name="vgpuprofile_time_sliced_has_size",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_model_id}/{self.name}"
+
+    @property
+    def mig_backed(self) -> bool:
+        return self.mig_profile_id is not None
+
+
+class DriverRule(models.Model):
+    """A driver requirement beyond architecture and CUDA toolkit (``driver_rules.yaml``).
+
+    ``kind``: ``gpu_min_driver`` (``gpu_model`` needs driver >= ``min_driver``, a full
+    version), ``mig_profile_min_branch`` (MIG profile ``mig_profile`` of ``gpu_model`` needs
+    branch >= ``min_branch``), ``mig_combination_min_branch`` (instances with all of
+    ``compute_slices`` on one GPU need ``min_branch``; any MIG model).
+    """
+
+    class Kind(models.TextChoices):
+        GPU_MIN_DRIVER = "gpu_min_driver"
+        MIG_PROFILE_MIN_BRANCH = "mig_profile_min_branch"
+        MIG_COMBINATION_MIN_BRANCH = "mig_combination_min_branch"
+
+    key = models.CharField(primary_key=True, max_length=100)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.CASCADE, null=True, blank=True, related_name="driver_rules"
+    )
+    mig_profile = models.CharField(max_length=32, blank=True)
+    compute_slices = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
+    min_driver = models.CharField(max_length=32, blank=True)
+    min_branch = models.CharField(max_length=8, blank=True)
+    note = models.CharField(max_length=300, blank=True)
+    sources = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return self.key

@@ -7,6 +7,7 @@ attributes and a message a person can act on; the API layer turns them into prob
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date
 
@@ -15,10 +16,13 @@ from django.utils import timezone
 from .datafiles import version_tuple
 from .models import (
     CudaDriverRequirement,
+    DriverBranch,
+    DriverRule,
     GpuArchitecture,
     GpuModel,
     KubernetesVersion,
     MigProfile,
+    VgpuProfile,
     XidCode,
 )
 
@@ -268,3 +272,200 @@ def check_driver_version(
 def get_xid_code(code: int) -> XidCode | None:
     """The catalog entry of an Xid (severity, operator action), or None when not catalogued."""
     return XidCode.objects.filter(code=code).first()
+
+
+class UnknownVgpuProfile(CatalogError):
+    """The name is not a vGPU type of this GPU model; ``valid`` lists those that are."""
+
+    code = "unknown_vgpu_profile"
+
+    def __init__(self, gpu_model: GpuModel, name: str, valid: list[str]) -> None:
+        self.gpu_model = gpu_model
+        self.name = name
+        self.valid = valid
+        super().__init__(
+            f"{name!r} is not a vGPU type of {gpu_model.slug}; valid: {', '.join(valid) or 'none'}"
+        )
+
+
+def resolve_vgpu_profile(gpu_model: GpuModel, name: str) -> VgpuProfile:
+    """The vGPU type ``name`` of ``gpu_model`` (exact name, case-insensitive).
+
+    Raises :class:`UnknownVgpuProfile` (``valid`` empty when the catalog has no vGPU types
+    for the model).
+    """
+    profiles = list(VgpuProfile.objects.filter(gpu_model=gpu_model).select_related("mig_profile"))
+    wanted = name.strip().casefold()
+    for profile in profiles:
+        if profile.name.casefold() == wanted:
+            return profile
+    raise UnknownVgpuProfile(gpu_model, name, [p.name for p in profiles])
+
+
+_DRIVER_RE = re.compile(r"^(?:[Rr](\d{3})|(\d{3})(?:\.(\d+)(?:\.(\d+))?)?)$")
+
+
+@dataclass(frozen=True)
+class DriverVersion:
+    """A pool's driver: a branch (``R580``, ``580``) or an exact release (``580.95.05``).
+
+    A branch alone stands for its newest release: it meets a minimum ``570.133.20`` when its
+    number is at least 570 (the operator installs the branch's current release).
+    """
+
+    text: str
+    branch: int
+    exact: tuple[int, ...] | None
+
+    @property
+    def branch_name(self) -> str:
+        return f"R{self.branch}"
+
+    def at_least(self, minimum: str) -> bool:
+        required = version_tuple(minimum)
+        if self.exact is None:
+            return self.branch >= required[0]
+        return self.exact >= required
+
+
+def parse_driver_version(text: str) -> DriverVersion:
+    """``"R580"`` / ``"580"`` (branch) or ``"580.95.05"`` (release); raises ValueError."""
+    match = _DRIVER_RE.match(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a driver branch (R580) or version (580.95.05)")
+    if match.group(1):
+        return DriverVersion(text.strip(), int(match.group(1)), None)
+    parts = tuple(int(p) for p in match.group(2, 3, 4) if p is not None)
+    exact = parts if len(parts) > 1 else None
+    return DriverVersion(text.strip(), parts[0], exact)
+
+
+@dataclass(frozen=True)
+class DriverProblem:
+    """Why a driver cannot serve a pool: stable ``code``, the spec ``field`` at fault."""
+
+    code: str
+    field: str
+    message: str
+    minimum: str = ""
+
+
+def driver_problems(
+    gpu_model: GpuModel,
+    driver: DriverVersion,
+    *,
+    cuda_version: str | None = None,
+    mig_profiles: Iterable[MigProfile] = (),
+) -> list[DriverProblem]:
+    """Every reason ``driver`` cannot run ``gpu_model`` (with these MIG profiles on one GPU).
+
+    Checks, in order (sources in drivers.yaml / driver_rules.yaml):
+
+    * ``unknown_driver_branch``: the branch is not in the catalog;
+    * ``driver_architecture_unsupported``: the branch does not support the GPU's
+      architecture (``DriverBranch.architectures``: from the architecture's first CUDA
+      toolkit's driver up to its last supporting branch), or an exact release is below the
+      architecture's minimum driver;
+    * ``driver_too_old_for_gpu``: a product minimum (HGX B200 >= 570.133.20);
+    * ``driver_too_old_for_cuda``: below the CUDA toolkit's minimum Linux driver (CUDA
+      release notes, Table 3; minor-version compatibility is not assumed). An unknown CUDA
+      version is ``unknown_cuda_version`` on ``cuda_version``;
+    * ``driver_too_old_for_mig_profile``: a MIG profile or combination needs a newer branch.
+    """
+    problems: list[DriverProblem] = []
+    field = "driver_version"
+    branch = DriverBranch.objects.filter(number=driver.branch).first()
+    if branch is None:
+        known = ", ".join(DriverBranch.objects.order_by("number").values_list("branch", flat=True))
+        return [
+            DriverProblem(
+                "unknown_driver_branch",
+                field,
+                f"driver branch {driver.branch_name} is not in the catalog; known: {known}",
+            )
+        ]
+    arch = GpuArchitecture.objects.filter(name=gpu_model.architecture).first()
+    if gpu_model.architecture and gpu_model.architecture not in branch.architectures:
+        supported = ", ".join(branch.architectures)
+        problems.append(
+            DriverProblem(
+                "driver_architecture_unsupported",
+                field,
+                f"driver branch {branch.branch} does not support {gpu_model.name} "
+                f"({gpu_model.architecture}); {branch.branch} supports: {supported}",
+                arch.min_driver if arch is not None else "",
+            )
+        )
+    elif arch is not None and arch.min_driver and not driver.at_least(arch.min_driver):
+        problems.append(
+            DriverProblem(
+                "driver_architecture_unsupported",
+                field,
+                f"{gpu_model.name} ({arch.name}) needs driver >= {arch.min_driver}",
+                arch.min_driver,
+            )
+        )
+    for rule in DriverRule.objects.filter(
+        kind=DriverRule.Kind.GPU_MIN_DRIVER, gpu_model=gpu_model
+    ).order_by("key"):
+        if not driver.at_least(rule.min_driver):
+            problems.append(
+                DriverProblem(
+                    "driver_too_old_for_gpu",
+                    field,
+                    f"{gpu_model.name} needs driver >= {rule.min_driver} ({rule.note})",
+                    rule.min_driver,
+                )
+            )
+    if cuda_version:
+        try:
+            cuda = minimum_driver_for_cuda(cuda_version)
+        except UnknownCudaVersion as exc:
+            problems.append(DriverProblem("unknown_cuda_version", "cuda_version", str(exc)))
+        else:
+            if not driver.at_least(cuda.min_linux_driver):
+                problems.append(
+                    DriverProblem(
+                        "driver_too_old_for_cuda",
+                        field,
+                        f"CUDA {cuda.label} needs driver >= {cuda.min_linux_driver}; "
+                        f"{driver.text} is older",
+                        cuda.min_linux_driver,
+                    )
+                )
+    problems += _mig_driver_problems(gpu_model, driver, list(mig_profiles))
+    return problems
+
+
+def _mig_driver_problems(
+    gpu_model: GpuModel, driver: DriverVersion, profiles: list[MigProfile]
+) -> list[DriverProblem]:
+    if not profiles:
+        return []
+    problems = []
+    names = {p.name for p in profiles}
+    for rule in DriverRule.objects.filter(
+        kind=DriverRule.Kind.MIG_PROFILE_MIN_BRANCH, gpu_model=gpu_model, mig_profile__in=names
+    ).order_by("key"):
+        if not driver.at_least(rule.min_branch.lstrip("R")):
+            problems.append(
+                DriverProblem(
+                    "driver_too_old_for_mig_profile",
+                    "driver_version",
+                    f"MIG profile {rule.mig_profile} needs driver branch >= {rule.min_branch}",
+                    rule.min_branch,
+                )
+            )
+    slices = {p.compute_slices for p in profiles}
+    for rule in DriverRule.objects.filter(kind=DriverRule.Kind.MIG_COMBINATION_MIN_BRANCH):
+        if set(rule.compute_slices) <= slices and not driver.at_least(rule.min_branch.lstrip("R")):
+            combo = " + ".join(f"{c}g" for c in sorted(rule.compute_slices, reverse=True))
+            problems.append(
+                DriverProblem(
+                    "driver_too_old_for_mig_profile",
+                    "driver_version",
+                    f"{combo} on one GPU needs driver branch >= {rule.min_branch} ({rule.note})",
+                    rule.min_branch,
+                )
+            )
+    return problems

@@ -229,3 +229,112 @@ def _bucket(buckets: Mapping[str, Any], action: str) -> Mapping[str, Any]:
         if "*" in pattern and fnmatch.fnmatchcase(action, pattern):
             return value
     return {}
+
+
+_VGPU_NAME_RE = re.compile(r"^[A-Z0-9][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+$")
+GIB = 1024
+
+
+def vgpu_profiles(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``vgpu_profiles.yaml`` -> one dict per model: ``{"model": key, "mixed_size_mode":
+    bool | None, "profiles": [VgpuProfile field dicts with "mig_profile" as a name]}``.
+
+    A time-sliced type needs ``framebuffer_gb`` (stored as MiB: GB x 1024, the tables' GB
+    being GiB of framebuffer) and ``max_per_gpu``; a MIG-backed type names ``mig_profile``.
+    """
+    models = []
+    for raw in doc.get("models") or []:
+        key = str(raw.get("model", "")).strip()
+        where = f"vgpu_profiles model {key or '?'}"
+        if not key:
+            raise CatalogDataError(where, "every entry needs 'model'")
+        mixed = raw.get("mixed_size_mode")
+        if mixed is not None and not isinstance(mixed, bool):
+            raise CatalogDataError(where, "mixed_size_mode must be true, false or null")
+        profiles = []
+        for item in raw.get("profiles") or []:
+            name = str(item.get("name", "")).strip()
+            pwhere = f"{where} profile {name or '?'}"
+            if not _VGPU_NAME_RE.match(name):
+                raise CatalogDataError(pwhere, f"not a vGPU type name: {name!r}")
+            mig = item.get("mig_profile")
+            framebuffer = item.get("framebuffer_gb")
+            per_gpu = item.get("max_per_gpu")
+            if mig is None and (not isinstance(framebuffer, int) or not isinstance(per_gpu, int)):
+                raise CatalogDataError(
+                    pwhere, "a time-sliced type needs integer framebuffer_gb and max_per_gpu"
+                )
+            profiles.append(
+                {
+                    "name": name,
+                    "series": str(item.get("series", "") or ""),
+                    "framebuffer_mib": framebuffer * GIB if isinstance(framebuffer, int) else None,
+                    "max_per_gpu": per_gpu if isinstance(per_gpu, int) else None,
+                    "mig_profile": str(mig) if mig is not None else None,
+                    "verified": bool(item.get("verified", False)),
+                    "sources": [
+                        fact("vgpu_type", value=name, source=item.get("source")),
+                        *(
+                            [fact("max_per_gpu", value=item["max_per_gpu_note"])]
+                            if item.get("max_per_gpu_note")
+                            else []
+                        ),
+                    ],
+                }
+            )
+        models.append(
+            {
+                "model": key,
+                "mixed_size_mode": mixed,
+                "mixed_size_mode_source": raw.get("mixed_size_mode_source"),
+                "profiles": profiles,
+            }
+        )
+    return models
+
+
+def driver_rules(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``driver_rules.yaml`` -> ``DriverRule`` field dicts (``model`` as a catalog key).
+
+    The primary ``key`` is derived (``gpu_min_driver:B200``,
+    ``mig_profile_min_branch:A30:1g.6gb+me``, ``mig_combination_min_branch:3+4``).
+    """
+    kinds = ("gpu_min_driver", "mig_profile_min_branch", "mig_combination_min_branch")
+    rows = []
+    for raw in doc.get("rules") or []:
+        kind = raw.get("kind")
+        where = f"driver_rules {raw!r}"
+        if kind not in kinds:
+            raise CatalogDataError(where, f"kind must be one of {', '.join(kinds)}")
+        model = str(raw.get("model", "") or "")
+        profile = str(raw.get("profile", "") or "")
+        slices = sorted(int(s) for s in raw.get("compute_slices") or [])
+        min_driver = str(raw.get("min_driver", "") or "")
+        min_branch = str(raw.get("min_branch", "") or "")
+        if kind == "gpu_min_driver":
+            if not model or not min_driver:
+                raise CatalogDataError(where, "gpu_min_driver needs model and min_driver")
+            version_tuple(min_driver)
+            key = f"{kind}:{model}"
+        elif kind == "mig_profile_min_branch":
+            if not model or not profile or not _BRANCH_RE.match(min_branch):
+                raise CatalogDataError(where, "needs model, profile and min_branch like R470")
+            key = f"{kind}:{model}:{profile}"
+        else:
+            if len(slices) < 2 or not _BRANCH_RE.match(min_branch):
+                raise CatalogDataError(where, "needs two or more compute_slices and min_branch")
+            key = f"{kind}:{'+'.join(map(str, slices))}"
+        rows.append(
+            {
+                "key": key,
+                "kind": kind,
+                "model": model,
+                "mig_profile": profile,
+                "compute_slices": slices,
+                "min_driver": min_driver,
+                "min_branch": min_branch,
+                "note": str(raw.get("note", "") or "")[:300],
+                "sources": [fact("rule", value=raw.get("note"), source=raw.get("source"))],
+            }
+        )
+    return rows

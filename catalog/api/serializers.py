@@ -9,7 +9,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from catalog.models import GpuModel, KubernetesVersion, MigProfile
+from catalog.models import (
+    CudaDriverRequirement,
+    DriverBranch,
+    GpuModel,
+    KubernetesVersion,
+    MigProfile,
+    VgpuProfile,
+    XidCode,
+)
 
 
 class MigProfileSerializer(serializers.ModelSerializer):
@@ -34,10 +42,23 @@ class MigProfileSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class VgpuProfileSerializer(serializers.ModelSerializer):
+    """A vGPU type: time-sliced (``framebuffer_mib``, ``max_per_gpu``) or MIG-backed
+    (``mig_profile``: one vGPU per GPU instance of that profile)."""
+
+    mig_profile = serializers.CharField(source="mig_profile.name", default=None, read_only=True)
+
+    class Meta:
+        model = VgpuProfile
+        fields = ["name", "series", "framebuffer_mib", "max_per_gpu", "mig_profile", "verified"]
+        read_only_fields = fields
+
+
 class GpuModelSerializer(serializers.ModelSerializer):
-    """A GPU model with its MIG profiles (empty for GPUs without MIG)."""
+    """A GPU model with its MIG profiles (empty for GPUs without MIG) and vGPU types."""
 
     mig_profiles = MigProfileSerializer(many=True, read_only=True)
+    vgpu_profiles = VgpuProfileSerializer(many=True, read_only=True)
 
     class Meta:
         model = GpuModel
@@ -52,7 +73,9 @@ class GpuModelSerializer(serializers.ModelSerializer):
             "mig_memory_slices",
             "max_mig_instances",
             "placements_verified",
+            "vgpu_mixed_size_mode",
             "mig_profiles",
+            "vgpu_profiles",
         ]
         read_only_fields = fields
 
@@ -71,3 +94,38 @@ class KubernetesVersionSerializer(serializers.ModelSerializer):
     def get_supported(self, obj: KubernetesVersion) -> bool:
         today: date = self.context.get("today") or timezone.now().date()
         return obj.is_supported(today)
+
+
+class DriverBranchSerializer(serializers.ModelSerializer):
+    """A data-center driver branch and the GPU architectures it supports."""
+
+    class Meta:
+        model = DriverBranch
+        fields = ["branch", "designation", "end_of_life", "max_cuda", "architectures", "notes"]
+        read_only_fields = fields
+
+
+class CudaDriverRequirementSerializer(serializers.ModelSerializer):
+    """A CUDA toolkit release and the minimum Linux driver it needs."""
+
+    class Meta:
+        model = CudaDriverRequirement
+        fields = ["label", "cuda_version", "update", "min_linux_driver", "family_min_driver"]
+        read_only_fields = fields
+
+
+class XidCodeSerializer(serializers.ModelSerializer):
+    """An Xid code with NVKE's severity and the operator action."""
+
+    class Meta:
+        model = XidCode
+        fields = [
+            "code",
+            "mnemonic",
+            "description",
+            "severity",
+            "operator_action",
+            "nvidia_immediate_action",
+            "device_plugin_marks_unhealthy",
+        ]
+        read_only_fields = fields

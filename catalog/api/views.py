@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from rest_framework import mixins, viewsets
 
-from catalog.models import GpuModel, KubernetesVersion
+from catalog.models import CudaDriverRequirement, DriverBranch, GpuModel, KubernetesVersion, XidCode
 
-from .serializers import GpuModelSerializer, KubernetesVersionSerializer
+from .serializers import (
+    CudaDriverRequirementSerializer,
+    DriverBranchSerializer,
+    GpuModelSerializer,
+    KubernetesVersionSerializer,
+    XidCodeSerializer,
+)
 
 #: catalog slugs: lower-case letters, digits and hyphens (``h200-sxm-141gb``)
 SLUG_REGEX = r"[a-z0-9]+(?:-[a-z0-9]+)*"
@@ -16,7 +22,7 @@ SLUG_REGEX = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
     """``GET gpu-models`` and ``GET gpu-models/{slug}``: GPU models with their MIG profiles."""
 
-    queryset = GpuModel.objects.prefetch_related("mig_profiles")
+    queryset = GpuModel.objects.prefetch_related("mig_profiles", "vgpu_profiles__mig_profile")
     serializer_class = GpuModelSerializer
     lookup_field = "slug"
     lookup_value_regex = SLUG_REGEX
@@ -28,4 +34,29 @@ class KubernetesVersionViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     queryset = KubernetesVersion.objects.all()
     serializer_class = KubernetesVersionSerializer
+    pagination_class = None
+
+
+class DriverBranchViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """``GET driver-branches``: newest first, with the architectures each supports."""
+
+    queryset = DriverBranch.objects.all()
+    serializer_class = DriverBranchSerializer
+    pagination_class = None
+
+
+class CudaDriverRequirementViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """``GET cuda-versions``: CUDA toolkit releases -> minimum Linux driver."""
+
+    queryset = CudaDriverRequirement.objects.all()
+    serializer_class = CudaDriverRequirementSerializer
+    pagination_class = None
+
+
+class XidCodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """``GET xid-codes`` and ``GET xid-codes/{code}``: severity and operator action."""
+
+    queryset = XidCode.objects.all()
+    serializer_class = XidCodeSerializer
+    lookup_value_regex = r"[0-9]+"
     pagination_class = None

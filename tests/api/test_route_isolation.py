@@ -47,6 +47,10 @@ ROUTES = {
     "gpu-model-list": "catalog",
     "gpu-model-detail": "catalog",
     "kubernetes-version-list": "catalog",
+    "driver-branch-list": "catalog",
+    "cuda-version-list": "catalog",
+    "xid-code-list": "catalog",
+    "xid-code-detail": "catalog",
     "agent-register": "agent",
     "agent-reports": "agent",
     "schema": "public",
@@ -277,6 +281,15 @@ def test_operators_see_every_tenant(operator, world):
 def test_catalog_and_public_routes(owner, anonymous, catalog):
     assert owner.get("/api/v1/catalog/gpu-models/a100-sxm4-80gb").status_code == 200
     assert owner.get("/api/v1/catalog/kubernetes-versions").status_code == 200
+    for url in (
+        "/api/v1/catalog/driver-branches",
+        "/api/v1/catalog/cuda-versions",
+        "/api/v1/catalog/xid-codes",
+        "/api/v1/catalog/xid-codes/79",
+    ):
+        assert owner.get(url).status_code == 200, url
+        assert anonymous.get(url).status_code == 401, url
+        assert owner.post(url, {}, format="json").status_code == 405, url  # read-only
     assert anonymous.get("/api/v1/schema/").status_code == 200
     assert anonymous.get("/api/v1/docs/").status_code == 200
 

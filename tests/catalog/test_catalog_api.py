@@ -39,7 +39,7 @@ def test_views_keep_the_project_auth_defaults_and_do_not_paginate():
 def test_gpu_model_shape(loaded):
     model = GpuModelViewSet.queryset.get(slug="h100-nvl-94gb")
     data = GpuModelSerializer(model).data
-    assert {k: v for k, v in data.items() if k != "mig_profiles"} == {
+    assert {k: v for k, v in data.items() if k not in ("mig_profiles", "vgpu_profiles")} == {
         "slug": "h100-nvl-94gb",
         "name": "H100-NVL-94GB",
         "product_names": ["NVIDIA H100 NVL"],
@@ -50,7 +50,9 @@ def test_gpu_model_shape(loaded):
         "mig_memory_slices": 8,
         "max_mig_instances": 7,
         "placements_verified": True,
+        "vgpu_mixed_size_mode": None,
     }
+    assert data["vgpu_profiles"] == []  # no sourced vGPU types for the H100 NVL yet
     assert [p["name"] for p in data["mig_profiles"]] == [
         "1g.12gb",
         "1g.12gb+me",
@@ -79,6 +81,38 @@ def test_a_gpu_without_mig_has_no_profiles(loaded):
     assert data["mig_profiles"] == []
     assert data["mig_compute_slices"] is None
     assert data["product_names"] == ["Tesla T4"]
+    # NVIDIA's Turing vGPU table: T4-16C/8C/4C, 1/2/4 per GPU, no mixed-size mode
+    assert data["vgpu_mixed_size_mode"] is False
+    assert [(p["name"], p["framebuffer_mib"], p["max_per_gpu"]) for p in data["vgpu_profiles"]] == [
+        ("T4-16C", 16384, 1),
+        ("T4-8C", 8192, 2),
+        ("T4-4C", 4096, 4),
+    ]
+
+
+@pytest.mark.django_db
+def test_mig_backed_vgpu_types_name_their_mig_profile(loaded):
+    data = GpuModelSerializer(GpuModelViewSet.queryset.get(slug="h200-nvl-141gb")).data
+    backed = {p["name"]: p["mig_profile"] for p in data["vgpu_profiles"] if p["mig_profile"]}
+    assert backed["H200-1-18CME"] == "1g.18gb+me"
+    assert backed["H200-7-141C"] == "7g.141gb"
+    assert len(backed) == 7
+    assert all(p["verified"] is False for p in data["vgpu_profiles"])
+
+
+@pytest.mark.django_db
+def test_driver_and_xid_lists(loaded):
+    from catalog.api.serializers import DriverBranchSerializer, XidCodeSerializer
+    from catalog.models import DriverBranch, XidCode
+
+    branches = {
+        b["branch"]: b for b in DriverBranchSerializer(DriverBranch.objects.all(), many=True).data
+    }
+    assert "volta" in branches["R580"]["architectures"]  # last branch for Volta
+    assert "volta" not in branches["R595"]["architectures"]
+    assert "hopper" not in branches["R470"]["architectures"]  # Hopper needs >= 520.61.05
+    xid = XidCodeSerializer(XidCode.objects.get(code=79)).data
+    assert xid["severity"] == "critical"
 
 
 @pytest.mark.django_db
@@ -105,6 +139,10 @@ def test_openapi_schema_describes_the_catalog_endpoints():
         "/gpu-models",
         "/gpu-models/{slug}",
         "/kubernetes-versions",
+        "/driver-branches",
+        "/cuda-versions",
+        "/xid-codes",
+        "/xid-codes/{code}",
     }
     version = schema["components"]["schemas"]["KubernetesVersion"]
     assert version["properties"]["supported"]["type"] == "boolean"
