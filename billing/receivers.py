@@ -1,61 +1,40 @@
-"""Open and close ledger rows when nodes become ready / are released."""
+"""Open and close ledger rows when nodes become ready / are released (nodepools' signals).
+
+``node_ready(sender, node, allocations=None)``: without ``allocations`` the node holds the
+whole GPUs in ``node.gpu_uuids`` (one row each, fraction 1.0: a pool owning whole GPUs pays
+1.0 GPU-hour per GPU-hour, MIG or not). A sender that places MIG slices of GPUs shared across
+tenants passes ``allocations=[{"gpu_uuid", "mig_gpu_instance_id", "mig_profile"}]``: one row
+per slice, billed by its profile's share (:mod:`billing.fractions`).
+"""
 
 from __future__ import annotations
 
-from decimal import Decimal
-
-from django.db import connection
 from django.dispatch import receiver
-from psycopg.types.range import Range
 
 from nodepools.signals import node_ready, node_released
 
-from .models import LedgerEntry
-
-WHOLE_GPU = Decimal("1")
+from .ledger import close_allocations, open_allocation
 
 
 @receiver(node_ready)
-def open_ledger(sender, node, **kwargs) -> None:
-    """One open row per GPU the node holds, from ``node.ready_at``. Idempotent per node+GPU.
-
-    A node pool owning whole GPUs pays 1.0 GPU-hour per GPU-hour, MIG or not (DESIGN §6).
-    """
-    pool = node.nodepool
-    open_uuids = set(
-        LedgerEntry.objects.filter(node=node, period__upper_inf=True).values_list(
-            "gpu_uuid", flat=True
-        )
-    )
-    LedgerEntry.objects.bulk_create(
-        [
-            LedgerEntry(
-                tenant_id=node.tenant_id,
-                cluster_id=node.cluster_id,
-                nodepool=pool,
-                node=node,
-                host_id=node.host_id,
-                gpu_uuid=uuid,
-                gpu_model=pool.gpu_model_id,
-                mig_profile=pool.isolation.get("mig_profile", ""),
-                billable_fraction=WHOLE_GPU,
-                period=Range(node.ready_at, None, "[)"),
-            )
+def open_ledger(sender, node, allocations=None, **kwargs) -> None:
+    """Open one row per GPU (or slice) the node holds, from ``node.ready_at``. Idempotent."""
+    if allocations is None:
+        allocations = [
+            {"gpu_uuid": uuid, "mig_profile": node.nodepool.isolation.get("mig_profile", "")}
             for uuid in node.gpu_uuids
-            if uuid not in open_uuids
         ]
-    )
+    for alloc in allocations:
+        open_allocation(
+            node=node,
+            gpu_uuid=alloc["gpu_uuid"],
+            start=node.ready_at,
+            mig_gpu_instance_id=alloc.get("mig_gpu_instance_id"),
+            mig_profile=alloc.get("mig_profile", ""),
+        )
 
 
 @receiver(node_released)
 def close_ledger(sender, node, **kwargs) -> None:
-    """Close the node's open rows at ``node.released_at`` (a guarded UPDATE; idempotent)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE billing_ledgerentry
-               SET period = tstzrange(lower(period), GREATEST(lower(period), %s), '[)')
-             WHERE node_id = %s AND upper_inf(period)
-            """,
-            [node.released_at, node.id],
-        )
+    """Close the node's open rows at ``node.released_at`` (guarded UPDATE; idempotent)."""
+    close_allocations(node, node.released_at)

@@ -1,0 +1,437 @@
+"""Monthly invoices: usage lines, SLA-credit lines, adjustments; ``DRAFT -> FINALIZED``.
+
+:func:`build_invoice` (idempotent) aggregates the tenant's month (in its time zone), rates the
+usage records with the price versions in force (:mod:`billing.prices`) and writes one DRAFT
+invoice with lines per cluster / node pool / GPU model / MIG profile / unit price:
+
+* USAGE: ``gpu_seconds`` of the records, ``amount = round_half_even(gpu_seconds x price /
+  3600)`` to the currency's minor unit (:func:`billing.money.line_amount`);
+* SLA_CREDIT (its own line, negative): the credited part of the same usage at the same price,
+  with the unhealthy intervals that explain it in ``details``;
+* adjustments (``adjusts`` = an earlier FINALIZED invoice): that month recomputed from today's
+  ledger and Xids, minus what was invoiced for it (its lines and earlier adjustments), per
+  line key, so late data is billed once, in the next open invoice.
+
+``total`` is the sum of the rounded line amounts. :func:`finalize_invoice` rebuilds the draft,
+then freezes it (guarded UPDATE; a database trigger refuses any later change) and moves the
+account's ``closed_through`` to the period's end.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.utils import timezone
+from psycopg.types.range import Range
+
+from clusters.models import Cluster
+from nodepools.models import NodePool
+from nvke.errors import Conflict
+
+from .aggregation import aggregate_usage, compute_usage, get_account
+from .health import credit_intervals
+from .models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, LineKind
+from .money import gpu_hours, line_amount
+from .periods import Period, month_period, period_of
+from .prices import RateSegment, rate_segments
+
+#: Finalized invoices older than this are not re-checked for adjustments.
+ADJUSTMENT_LOOKBACK = timedelta(days=400)
+
+_RECORDS = """
+SELECT cluster_id, nodepool_id, gpu_model, mig_profile, start, gpu_seconds,
+       sla_credit_gpu_seconds
+  FROM billing_usagerecord
+ WHERE tenant_id = %(tenant)s AND start >= %(ps)s AND start < %(pe)s
+"""
+_RECOMPUTED = """
+SELECT cluster_id, nodepool_id, gpu_model, mig_profile, s AS start, gpu_seconds,
+       sla_credit_gpu_seconds
+  FROM billing_tmp_usage
+"""
+_RATE_SQL = """
+SELECT u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price,
+       string_agg(DISTINCT r.source, '; '), SUM(u.gpu_seconds), SUM(u.sla_credit_gpu_seconds),
+       min(u.start)
+  FROM ({source}) u
+  JOIN billing_tmp_rates r
+    ON r.gpu_model = u.gpu_model AND r.mig_profile = u.mig_profile
+   AND u.start >= r.s AND u.start < r.e
+ GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price
+"""
+
+
+@dataclass
+class RatedKey:
+    """Usage of one (cluster, pool, model, profile, unit price) in a period."""
+
+    cluster_id: uuid.UUID
+    nodepool_id: uuid.UUID
+    gpu_model: str
+    mig_profile: str
+    unit_price: Decimal
+    source: str
+    gpu_seconds: Decimal
+    credit_gpu_seconds: Decimal
+    first_start: datetime
+    details: list[dict] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        return (
+            self.cluster_id,
+            self.nodepool_id,
+            self.gpu_model,
+            self.mig_profile,
+            self.unit_price,
+        )
+
+
+def invoice_number(tenant_id: uuid.UUID, label: str) -> str:
+    """``NVKE-YYYYMM-XXXXXXXX`` (the tenant id's first 8 hex digits)."""
+    return f"NVKE-{label.replace('-', '')}-{uuid.UUID(str(tenant_id)).hex[:8].upper()}"
+
+
+def _rate(
+    tenant_id, currency: str, period: Period, source_sql: str, params: dict, now: datetime
+) -> list[RatedKey]:
+    """Group ``source_sql``'s usage by line key and price; Conflict ``missing_price``."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT DISTINCT gpu_model, mig_profile FROM ({source_sql}) u", params)
+        pairs = {(m, p) for m, p in cursor.fetchall()}
+    segments = rate_segments(
+        tenant_id=tenant_id, currency=currency, pairs=pairs, start=period.start, end=period.end
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DROP TABLE IF EXISTS billing_tmp_rates;"
+            "CREATE TEMP TABLE billing_tmp_rates (gpu_model text, mig_profile text,"
+            " s timestamptz, e timestamptz, unit_price numeric, source text) ON COMMIT DROP"
+        )
+        if segments:
+            cursor.execute(
+                "INSERT INTO billing_tmp_rates SELECT * FROM unnest(%s::text[], %s::text[],"
+                " %s::timestamptz[], %s::timestamptz[], %s::numeric[], %s::text[])",
+                [
+                    [s.gpu_model for s in segments],
+                    [s.mig_profile for s in segments],
+                    [s.start for s in segments],
+                    [s.end for s in segments],
+                    [s.unit_price for s in segments],
+                    [s.source for s in segments],
+                ],
+            )
+        cursor.execute(_RATE_SQL.format(source=source_sql), params)
+        rows = cursor.fetchall()
+    rated = []
+    for cluster, pool, model, profile, price, source, seconds, credit, first in rows:
+        if price is None:
+            if seconds:
+                raise Conflict(
+                    f"no {currency} price for {model} {profile or '(whole GPU)'} at {first}",
+                    code="missing_price",
+                    extra={"gpu_model": model, "mig_profile": profile, "at": first.isoformat()},
+                )
+            continue
+        rated.append(RatedKey(cluster, pool, model, profile, price, source, seconds, credit, first))
+    _attach_credit_details(tenant_id, period, rated, segments, now)
+    return rated
+
+
+def _attach_credit_details(
+    tenant_id, period: Period, rated: list[RatedKey], segments: list[RateSegment], now: datetime
+) -> None:
+    """Credit lines' ``details``: merged unhealthy intervals per ledger row, clipped to the
+    period and to the line's price segments, with the Xid that opened them."""
+    with_credit = [r for r in rated if r.credit_gpu_seconds]
+    if not with_credit:
+        return
+    intervals = credit_intervals(start=period.start, end=period.end, tenant_id=tenant_id)
+    entries = LedgerEntry.objects.in_bulk({c.entry_id for c in intervals})
+    merged: dict[int, list[list]] = defaultdict(list)
+    for c in sorted(intervals, key=lambda c: (c.entry_id, c.start)):
+        row = entries[c.entry_id]
+        lo = max(c.start, row.period.lower, period.start)
+        hi = min(x for x in (c.end, row.period.upper, period.end, now) if x is not None)
+        if hi <= lo:
+            continue
+        spans = merged[c.entry_id]
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], hi)
+            continue
+        spans.append([lo, hi, c])
+    for entry_id, spans in merged.items():
+        row = entries[entry_id]
+        for target in with_credit:
+            if (row.cluster_id, row.nodepool_id, row.gpu_model, row.mig_profile) != target.key[:4]:
+                continue
+            for seg in segments:
+                if (seg.gpu_model, seg.mig_profile) != target.key[2:4]:
+                    continue
+                if seg.unit_price != target.unit_price:
+                    continue
+                for lo, hi, why in spans:
+                    s, e = max(lo, seg.start), min(hi, seg.end)
+                    if e <= s:
+                        continue
+                    target.details.append(
+                        {
+                            "gpu_uuid": row.gpu_uuid,
+                            "mig_gpu_instance_id": row.mig_gpu_instance_id,
+                            "ledger_entry_id": row.id,
+                            "xid": why.xid,
+                            "xid_gpu_uuid": why.xid_gpu_uuid,
+                            "scope": why.scope,
+                            "start": s.isoformat(),
+                            "end": e.isoformat(),
+                            "gpu_seconds": str(
+                                row.billable_fraction * Decimal((e - s).total_seconds())
+                            ),
+                        }
+                    )
+
+
+def _names(rated: list[RatedKey]) -> tuple[dict, dict]:
+    clusters = dict(
+        Cluster.objects.filter(id__in={r.cluster_id for r in rated}).values_list("id", "name")
+    )
+    pools = dict(
+        NodePool.objects.filter(id__in={r.nodepool_id for r in rated}).values_list("id", "name")
+    )
+    return clusters, pools
+
+
+def _what(r: RatedKey, clusters: dict, pools: dict) -> str:
+    profile = f"MIG {r.mig_profile}" if r.mig_profile else "whole GPU"
+    cluster = clusters.get(r.cluster_id, r.cluster_id)
+    return f"{cluster} / {pools.get(r.nodepool_id, r.nodepool_id)} / {r.gpu_model} ({profile})"
+
+
+def _adjustments(
+    tenant_id, tz: str, currency: str, period: Period, now: datetime
+) -> list[tuple[Invoice, RatedKey, LineKind, Decimal, Decimal]]:
+    """``[(finalized invoice, key, kind, gpu_seconds diff, amount diff)]`` for late changes."""
+    out = []
+    earlier = Invoice.objects.filter(
+        tenant_id=tenant_id,
+        status=InvoiceStatus.FINALIZED,
+        period_end__lte=period.start,
+        period_start__gte=period.start - ADJUSTMENT_LOOKBACK,
+    ).order_by("period_start")
+    for old in earlier:
+        old_period = Period(old.period_label, old.period_start, old.period_end)
+        compute_usage(tenant_id, tz, old.period_start, old.period_end, now)
+        rated = _rate(tenant_id, currency, old_period, _RECOMPUTED, {}, now)
+        truth: dict[tuple, tuple[Decimal, Decimal, RatedKey]] = {}
+        for r in rated:
+            truth[(LineKind.USAGE, *r.key)] = (
+                r.gpu_seconds,
+                line_amount(r.gpu_seconds, r.unit_price, currency),
+                r,
+            )
+            if r.credit_gpu_seconds:
+                truth[(LineKind.SLA_CREDIT, *r.key)] = (
+                    -r.credit_gpu_seconds,
+                    -line_amount(r.credit_gpu_seconds, r.unit_price, currency),
+                    r,
+                )
+        billed: dict[tuple, tuple[Decimal, Decimal]] = defaultdict(lambda: (Decimal(0), Decimal(0)))
+        lines = InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED).filter(
+            invoice=old, adjusts__isnull=True
+        ) | InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED, adjusts=old)
+        for line in lines:
+            key = (
+                line.kind,
+                line.cluster_id,
+                line.nodepool_id,
+                line.gpu_model,
+                line.mig_profile,
+                line.unit_price,
+            )
+            secs, amount = billed[key]
+            billed[key] = (secs + line.gpu_seconds, amount + line.amount)
+        for key in sorted(set(truth) | set(billed), key=str):
+            t_secs, t_amount, r = truth.get(key, (Decimal(0), Decimal(0), None))
+            b_secs, b_amount = billed.get(key, (Decimal(0), Decimal(0)))
+            if t_secs == b_secs and t_amount == b_amount:
+                continue
+            if r is None:
+                r = RatedKey(*key[1:6], "", Decimal(0), Decimal(0), old.period_start)
+            out.append((old, r, key[0], t_secs - b_secs, t_amount - b_amount))
+    return out
+
+
+def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice:
+    """Build (or rebuild) the tenant's DRAFT invoice for month ``label`` (``YYYY-MM``, local).
+
+    A FINALIZED invoice of that month is returned unchanged. Raises Conflict ``missing_price``
+    when usage has no price in the tenant's currency.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        account = get_account(tenant_id, lock=True)
+        tz, currency = account.time_zone, account.currency
+        period = month_period(tz, label)
+        existing = Invoice.objects.filter(tenant_id=tenant_id, period_start=period.start).first()
+        if existing is not None and existing.status == InvoiceStatus.FINALIZED:
+            return existing
+        aggregate_usage(tenant_id, period.start, period.end, now)
+        rated = _rate(
+            tenant_id,
+            currency,
+            period,
+            _RECORDS,
+            {"tenant": tenant_id, "ps": period.start, "pe": period.end},
+            now,
+        )
+        adjustments = _adjustments(tenant_id, tz, currency, period, now)
+        invoice, _ = Invoice.objects.update_or_create(
+            tenant_id=tenant_id,
+            period_start=period.start,
+            defaults={
+                "number": invoice_number(tenant_id, label),
+                "period_label": label,
+                "period_end": period.end,
+                "time_zone": tz,
+                "currency": currency,
+                "status": InvoiceStatus.DRAFT,
+                "computed_at": now,
+            },
+        )
+        invoice.lines.all().delete()
+        lines = _lines(invoice, rated, adjustments, currency)
+        InvoiceLine.objects.bulk_create(lines)
+        usage = sum(
+            (ln.amount for ln in lines if ln.kind == LineKind.USAGE and not ln.adjusts_id),
+            Decimal(0),
+        )
+        credit = sum(
+            (ln.amount for ln in lines if ln.kind == LineKind.SLA_CREDIT and not ln.adjusts_id),
+            Decimal(0),
+        )
+        adjust = sum((ln.amount for ln in lines if ln.adjusts_id), Decimal(0))
+        invoice.usage_amount, invoice.credit_amount = usage, credit
+        invoice.adjustment_amount, invoice.total = adjust, usage + credit + adjust
+        invoice.save(update_fields=["usage_amount", "credit_amount", "adjustment_amount", "total"])
+    return invoice
+
+
+def _lines(invoice: Invoice, rated, adjustments, currency: str) -> list[InvoiceLine]:
+    clusters, pools = _names(rated + [a[1] for a in adjustments])
+    lines: list[InvoiceLine] = []
+
+    def add(kind, r: RatedKey, seconds: Decimal, amount: Decimal, text: str, adjusts=None):
+        lines.append(
+            InvoiceLine(
+                invoice=invoice,
+                position=len(lines) + 1,
+                kind=kind,
+                adjusts=adjusts,
+                cluster_id=r.cluster_id,
+                nodepool_id=r.nodepool_id,
+                gpu_model=r.gpu_model,
+                mig_profile=r.mig_profile,
+                unit_price=r.unit_price,
+                gpu_seconds=seconds,
+                gpu_hours=gpu_hours(seconds),
+                amount=amount,
+                description=text[:300],
+                details=r.details if kind == LineKind.SLA_CREDIT else [],
+            )
+        )
+
+    order = sorted(
+        rated,
+        key=lambda r: (
+            clusters.get(r.cluster_id, ""),
+            pools.get(r.nodepool_id, ""),
+            r.gpu_model,
+            r.mig_profile,
+            r.first_start,
+        ),
+    )
+    for r in order:
+        what = _what(r, clusters, pools)
+        price = f"{r.unit_price.normalize():f} {currency}/GPU-h ({r.source})"
+        add(
+            LineKind.USAGE,
+            r,
+            r.gpu_seconds,
+            line_amount(r.gpu_seconds, r.unit_price, currency),
+            f"{what}: {gpu_hours(r.gpu_seconds)} GPU-h x {price}",
+        )
+        if r.credit_gpu_seconds:
+            xids = sorted({d["xid"] for d in r.details})
+            add(
+                LineKind.SLA_CREDIT,
+                r,
+                -r.credit_gpu_seconds,
+                -line_amount(r.credit_gpu_seconds, r.unit_price, currency),
+                f"SLA credit {what}: -{gpu_hours(r.credit_gpu_seconds)} GPU-h x {price},"
+                f" unhealthy after Xid {', '.join(map(str, xids))}",
+            )
+    for old, r, kind, secs, amount in adjustments:
+        label = "SLA credit" if kind == LineKind.SLA_CREDIT else "usage"
+        add(
+            kind,
+            r,
+            secs,
+            amount,
+            f"Adjustment to {old.number} ({old.period_label}), {label} of "
+            f"{_what(r, clusters, pools)}: {gpu_hours(secs)} GPU-h at "
+            f"{r.unit_price.normalize():f} {currency}/GPU-h",
+            adjusts=old,
+        )
+    return lines
+
+
+def finalize_invoice(invoice_id, now: datetime | None = None) -> Invoice:
+    """Rebuild the DRAFT from current data, then freeze it: ``DRAFT -> FINALIZED``.
+
+    Raises Conflict ``period_not_ended`` (the month is not over), ``invoice_finalized``
+    (already final) or ``earlier_period_not_finalized`` (usage before this month that no
+    finalized invoice covers: finalize months in order).
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        invoice = Invoice.objects.get(pk=invoice_id)
+        account = get_account(invoice.tenant_id, lock=True)
+        if invoice.status == InvoiceStatus.FINALIZED:
+            raise Conflict(f"{invoice.number} is already FINALIZED", code="invoice_finalized")
+        if now < invoice.period_end:
+            raise Conflict(
+                f"{invoice.period_label} ends at {invoice.period_end.isoformat()}",
+                code="period_not_ended",
+            )
+        since = account.closed_through
+        if since is None or since < invoice.period_start:
+            unbilled = (
+                LedgerEntry.objects.filter(
+                    tenant_id=invoice.tenant_id,
+                    period__overlap=Range(since, invoice.period_start, "[)"),
+                )
+                .order_by("period__startswith")
+                .first()
+            )
+            if unbilled is not None:
+                start = max(since or unbilled.period.lower, unbilled.period.lower)
+                first = period_of(account.time_zone, start)
+                raise Conflict(
+                    f"finalize {first.label} first: it has usage no finalized invoice covers",
+                    code="earlier_period_not_finalized",
+                )
+        invoice = build_invoice(invoice.tenant_id, invoice.period_label, now)
+        updated = Invoice.objects.filter(pk=invoice.pk, status=InvoiceStatus.DRAFT).update(
+            status=InvoiceStatus.FINALIZED, finalized_at=now
+        )
+        if updated != 1:  # pragma: no cover - the account lock serialises finalizations
+            raise Conflict(f"{invoice.number} changed meanwhile", code="invoice_finalized")
+        account.closed_through = max(since or invoice.period_end, invoice.period_end)
+        account.save(update_fields=["closed_through"])
+        invoice.refresh_from_db()
+    return invoice
