@@ -1,17 +1,45 @@
-"""Usage endpoint: ``GET /api/v1/clusters/{id}/usage?start=&end=``."""
+"""Billing endpoints: cluster usage, usage by group, ledger, invoices, utilization (+ CSV).
+
+Tenant principals see their own tenant's rows, operators every tenant's (all through
+:func:`nvke.scoping.scope_queryset`). Decimal quantities and money are JSON strings (exact);
+money carries the currency's minor unit (``"60.00"`` USD, ``"6000"`` JPY).
+"""
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.invoices import finalize_invoice
+from billing.models import Invoice, LedgerEntry, UsageRecord
+from billing.money import round_money
+from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
 from billing.usage import cluster_usage
 from clusters.models import Cluster
 from nvke.errors import InvalidInput
-from nvke.scoping import get_scoped_or_404
+from nvke.scoping import get_scoped_or_404, scope_queryset
+from nvke.viewsets import TenantScopedMixin
+from tenants.permissions import IsOperator
+
+from .csvutil import csv_response
+from .serializers import (
+    INVOICE_CSV_FIELDS,
+    LEDGER_CSV_FIELDS,
+    LINE_CSV_FIELDS,
+    InvoiceDetailSerializer,
+    InvoiceSerializer,
+    LedgerEntrySerializer,
+    invoice_csv_row,
+    ledger_csv_row,
+    line_csv_row,
+)
 
 
 def _parse_time(value: str | None, name: str):
@@ -25,6 +53,31 @@ def _parse_time(value: str | None, name: str):
             field=name,
         )
     return parsed
+
+
+def _window(request, default_days: int = 31) -> tuple[datetime, datetime]:
+    """``start``/``end`` query parameters; default: the last ``default_days`` days to now."""
+    end = _parse_time(request.query_params.get("end"), "end") or timezone.now()
+    start = _parse_time(request.query_params.get("start"), "start") or end - timedelta(
+        days=default_days
+    )
+    if end <= start:
+        raise InvalidInput("end must be after start", code="invalid_time_range", field="end")
+    return start, end
+
+
+def _jsonable(row: dict) -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, Decimal):
+            out[key] = f"{value:f}"
+        elif hasattr(value, "isoformat"):
+            out[key] = value.isoformat()
+        elif value is not None and key.endswith("_id"):
+            out[key] = str(value)
+        else:
+            out[key] = value
+    return out
 
 
 class ClusterUsageView(APIView):
@@ -50,3 +103,232 @@ class ClusterUsageView(APIView):
         body = cluster_usage(cluster.id, start, end, now).as_dict()
         body["cluster_id"] = str(cluster.id)
         return Response(body)
+
+
+_USAGE_PARAMS = [
+    OpenApiParameter("start", str, description="RFC 3339, inclusive (default: end - 31 days)"),
+    OpenApiParameter("end", str, description="RFC 3339, exclusive (default: now)"),
+    OpenApiParameter(
+        "group_by",
+        str,
+        description="comma-separated: cluster, pool, model, profile, day, tenant (operators)",
+    ),
+    OpenApiParameter("cluster", str, description="only this cluster id"),
+    OpenApiParameter("nodepool", str, description="only this node pool id"),
+    OpenApiParameter("tenant", str, description="operators: only this tenant id"),
+]
+
+
+class UsageView(APIView):
+    """Billable GPU-hours from the hourly usage records, grouped and summed.
+
+    A record counts when its bucket (an hour or less) starts in ``[start, end)``; ``day`` is the
+    day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
+    (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
+    """
+
+    csv = False
+
+    def _rows(self, request):
+        start, end = _window(request)
+        raw = request.query_params.get("group_by", "")
+        group_by = [g.strip() for g in raw.split(",") if g.strip()]
+        allowed = [g for g in USAGE_GROUPS if g != "tenant" or request.user.is_operator]
+        bad = [g for g in group_by if g not in allowed]
+        if bad:
+            raise InvalidInput(
+                f"cannot group by {', '.join(bad)}; choose from {', '.join(allowed)}",
+                code="invalid_group_by",
+                field="group_by",
+                extra={"valid_group_by": allowed},
+            )
+        records = scope_queryset(UsageRecord.objects.all(), request.user)
+        for param, lookup in (("cluster", "cluster_id"), ("nodepool", "nodepool_id")):
+            if request.query_params.get(param):
+                records = records.filter(**{lookup: _uuid(request.query_params[param], param)})
+        if request.user.is_operator and request.query_params.get("tenant"):
+            records = records.filter(tenant_id=_uuid(request.query_params["tenant"], "tenant"))
+        rows, totals = usage_rows(records, group_by, start, end)
+        return start, end, group_by, rows, totals
+
+    @extend_schema(parameters=_USAGE_PARAMS, responses={200: dict})
+    def get(self, request):
+        start, end, group_by, rows, totals = self._rows(request)
+        if self.csv:
+            cols = [USAGE_GROUPS[g] for g in group_by]
+            cols += [c for c in ("cluster_name", "nodepool_name") if rows and c in rows[0]]
+            cols += [
+                "gpu_hours",
+                "sla_credit_gpu_hours",
+                "billable_gpu_hours",
+                "allocated_hours",
+                "gpu_seconds",
+            ]
+            return csv_response("usage.csv", cols, ([r.get(c) for c in cols] for r in rows))
+        return Response(
+            {
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "group_by": group_by,
+                "results": [_jsonable(r) for r in rows],
+                "totals": _jsonable(totals),
+            }
+        )
+
+
+def _uuid(value: str, field: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidInput(f"{field} must be a UUID", code="invalid_field", field=field) from None
+
+
+class LedgerViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The allocation ledger: one row per GPU (or MIG slice) and allocation, ``[start, end)``.
+
+    Filters: ``start``/``end`` (rows overlapping the window), ``cluster``, ``nodepool``,
+    ``gpu_uuid``. What every usage record and invoice line is recomputed from.
+    """
+
+    queryset = LedgerEntry.objects.order_by("id")
+    serializer_class = LedgerEntrySerializer
+    csv = False
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        params = self.request.query_params
+        if params.get("start") or params.get("end"):
+            start, end = _window(self.request, default_days=36500)
+            qs = qs.filter(period__overlap=(start, end))
+        for param, lookup in (("cluster", "cluster_id"), ("nodepool", "nodepool_id")):
+            if params.get(param):
+                qs = qs.filter(**{lookup: _uuid(params[param], param)})
+        if params.get("gpu_uuid"):
+            qs = qs.filter(gpu_uuid=params["gpu_uuid"])
+        return qs
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("start", str),
+            OpenApiParameter("end", str),
+            OpenApiParameter("cluster", str),
+            OpenApiParameter("nodepool", str),
+            OpenApiParameter("gpu_uuid", str),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        if self.csv:
+            rows = (ledger_csv_row(e) for e in self.get_queryset().iterator())
+            return csv_response("ledger.csv", LEDGER_CSV_FIELDS, rows)
+        return super().list(request, *args, **kwargs)
+
+
+class InvoiceViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
+    """Invoices (newest period first); detail with lines; ``.csv`` variants; operators may
+    finalize a DRAFT (``POST /invoices/{id}/finalize``)."""
+
+    queryset = Invoice.objects.all()
+    csv = False
+    filterset_fields = ["status", "period_label"]
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("lines")
+        if self.request.user.is_operator and self.request.query_params.get("tenant"):
+            qs = qs.filter(tenant_id=_uuid(self.request.query_params["tenant"], "tenant"))
+        return qs
+
+    def get_serializer_class(self):
+        return InvoiceDetailSerializer if self.action == "retrieve" else InvoiceSerializer
+
+    def list(self, request, *args, **kwargs):
+        if self.csv:
+            rows = (invoice_csv_row(i) for i in self.filter_queryset(self.get_queryset()))
+            return csv_response("invoices.csv", INVOICE_CSV_FIELDS, rows)
+        return super().list(request, *args, **kwargs)
+
+    def retrieve(self, request, *args, **kwargs):
+        if self.csv:
+            invoice = self.get_object()
+            rows = (line_csv_row(invoice, ln) for ln in invoice.lines.all())
+            return csv_response(f"{invoice.number}.csv", LINE_CSV_FIELDS, rows)
+        return super().retrieve(request, *args, **kwargs)
+
+
+class InvoiceFinalizeView(APIView):
+    """``POST /invoices/{id}/finalize`` (operators): rebuild the DRAFT, then freeze it."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=None, responses={200: InvoiceDetailSerializer})
+    def post(self, request, pk):
+        invoice = get_scoped_or_404(Invoice.objects.all(), request.user, pk=pk)
+        invoice = finalize_invoice(invoice.id)
+        return Response(InvoiceDetailSerializer(invoice).data)
+
+
+class UtilizationView(APIView):
+    """Utilization beside cost (never used for the bill): GPU-hour-weighted utilization,
+    memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("start", str),
+            OpenApiParameter("end", str),
+            OpenApiParameter("group_by", str, description="tenant, cluster (default) or pool"),
+            OpenApiParameter("idle_threshold_pct", float, description="default 5"),
+            OpenApiParameter("idle_min_hours", int, description="default 1"),
+        ],
+        responses={200: dict},
+    )
+    def get(self, request):
+        start, end = _window(request, default_days=7)
+        group_by = request.query_params.get("group_by", "cluster")
+        allowed = ["cluster", "pool"] + (["tenant"] if request.user.is_operator else [])
+        if group_by not in allowed:
+            raise InvalidInput(
+                f"group_by must be one of {', '.join(allowed)}",
+                code="invalid_group_by",
+                field="group_by",
+            )
+        try:
+            threshold = float(request.query_params.get("idle_threshold_pct", 5))
+            min_hours = int(request.query_params.get("idle_min_hours", 1))
+        except ValueError:
+            raise InvalidInput(
+                "idle_threshold_pct must be a number and idle_min_hours an integer",
+                code="invalid_field",
+                field="idle_threshold_pct",
+            ) from None
+        ledger = scope_queryset(LedgerEntry.objects.all(), request.user)
+        report = utilization(
+            scoped_ledger_ids(ledger, start, end),
+            group_by=group_by,
+            start=start,
+            end=end,
+            now=timezone.now(),
+            idle_threshold_pct=threshold,
+            idle_min_hours=min_hours,
+        )
+        return Response(
+            {
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "group_by": group_by,
+                "idle_threshold_pct": threshold,
+                "idle_min_hours": min_hours,
+                "groups": [_money(_jsonable(g)) for g in report["groups"]],
+                "idle_gpus": [_money(_jsonable(g)) for g in report["idle_gpus"]],
+            }
+        )
+
+
+def _money(row: dict) -> dict:
+    if isinstance(row.get("idle_cost"), dict):
+        row["idle_cost"] = {
+            cur: f"{round_money(Decimal(v), cur):f}" for cur, v in row["idle_cost"].items()
+        }
+    return row

@@ -1,0 +1,81 @@
+"""Billing Celery tasks (queue ``billing``): thin, take ids, idempotent.
+
+Beat (registered here, periods from env): ``refresh_usage`` every
+``NVKE_BILLING_AGGREGATE_INTERVAL_S`` (default 300 s) enqueues ``aggregate_tenant_usage`` per
+tenant with ledger rows in the open window; ``build_monthly_invoices`` every
+``NVKE_BILLING_INVOICE_INTERVAL_S`` (default 3600 s) builds each tenant's DRAFT invoice for its
+previous and current month (finalizing stays an operator's decision: API or command).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from nvke.celery import app
+from nvke.queueing import clear_pending, enqueue_once
+
+from .aggregation import aggregate_usage, get_account, tenants_with_usage
+from .invoices import build_invoice
+from .periods import period_of
+
+AGGREGATE_INTERVAL_S = float(os.environ.get("NVKE_BILLING_AGGREGATE_INTERVAL_S", 300))
+INVOICE_INTERVAL_S = float(os.environ.get("NVKE_BILLING_INVOICE_INTERVAL_S", 3600))
+#: How far back the periodic refresh recomputes (late ledger changes, late Xids).
+REFRESH_WINDOW = timedelta(days=35)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def aggregate_tenant_usage(tenant_id: str) -> int:
+    """Recompute the tenant's open usage (closed_through or 35 days back, to now)."""
+    clear_pending(aggregate_tenant_usage.name, tenant_id)
+    now = timezone.now()
+    return aggregate_usage(uuid.UUID(tenant_id), now - REFRESH_WINDOW, now, now).records
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def refresh_usage() -> int:
+    """Beat: enqueue an aggregation for every tenant with allocations in the window."""
+    now = timezone.now()
+    ids = tenants_with_usage(now - REFRESH_WINDOW, now)
+    return sum(enqueue_once(aggregate_tenant_usage, tid) for tid in ids)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def build_tenant_invoices(tenant_id: str) -> None:
+    """Build (rebuild) the tenant's DRAFT invoices of its previous and current month."""
+    clear_pending(build_tenant_invoices.name, tenant_id)
+    now = timezone.now()
+    tz = get_account(tenant_id).time_zone
+    current = period_of(tz, now)
+    previous = period_of(tz, current.start - timedelta(seconds=1))
+    for period in (previous, current):
+        build_invoice(uuid.UUID(tenant_id), period.label, now)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def build_monthly_invoices() -> int:
+    """Beat: enqueue invoice builds for every tenant with allocations in the last 2 months."""
+    now = timezone.now()
+    ids = tenants_with_usage(now - timedelta(days=62), now)
+    return sum(enqueue_once(build_tenant_invoices, tid) for tid in ids)
+
+
+@app.on_after_finalize.connect
+def _schedule(sender, **kwargs) -> None:
+    sender.add_periodic_task(
+        AGGREGATE_INTERVAL_S,
+        refresh_usage.s(),
+        name="billing-refresh-usage",
+        expires=AGGREGATE_INTERVAL_S * 0.9,
+    )
+    sender.add_periodic_task(
+        INVOICE_INTERVAL_S,
+        build_monthly_invoices.s(),
+        name="billing-build-invoices",
+        expires=INVOICE_INTERVAL_S * 0.9,
+    )
