@@ -46,6 +46,7 @@ class BillingAccountAdmin(admin.ModelAdmin):
 
 class LineInline(admin.TabularInline):
     model = InvoiceLine
+    fk_name = "invoice"
     extra = 0
     can_delete = False
     readonly_fields = [f.name for f in InvoiceLine._meta.fields]
