@@ -55,6 +55,17 @@ ROUTES = {
     "agent-reports": "agent",
     "schema": "public",
     "docs": "public",
+    # billing (checked in test_billing_routes_* below)
+    "usage": "tenant-list",
+    "usage-csv": "tenant-list",
+    "ledger-list": "tenant-list",
+    "ledger-csv": "tenant-list",
+    "invoice-list": "tenant-list",
+    "invoice-list-csv": "tenant-list",
+    "invoice-detail": "tenant-detail",
+    "invoice-detail-csv": "tenant-detail",
+    "invoice-finalize": "operator",
+    "utilization": "tenant-list",
 }
 
 
@@ -298,3 +309,86 @@ def test_random_ids_are_404_not_500(owner):
     assert owner.get(f"/api/v1/clusters/{uuid.uuid4()}").status_code == 404
     assert owner.get("/api/v1/clusters/not-a-uuid").status_code == 404
     assert owner.get("/api/v1/operations/not-a-uuid").status_code == 404
+
+
+# ---------------------------------------------------------------- billing routes
+
+BILLING_LISTS = {
+    "usage": "/api/v1/usage",
+    "usage-csv": "/api/v1/usage.csv",
+    "ledger-list": "/api/v1/ledger",
+    "ledger-csv": "/api/v1/ledger.csv",
+    "invoice-list": "/api/v1/invoices",
+    "invoice-list-csv": "/api/v1/invoices.csv",
+    "utilization": "/api/v1/utilization",
+}
+
+
+@pytest.fixture
+def invoice(world, tenant_a):
+    """Tenant A's DRAFT invoice of the current month (a10g at 1.00/GPU-h), usage aggregated."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing.aggregation import aggregate_usage
+    from billing.invoices import build_invoice
+    from billing.prices import set_price
+
+    set_price(
+        gpu_model="a10g",
+        hourly_rate=Decimal("1.00"),
+        effective_from=datetime(2020, 1, 1, tzinfo=UTC),
+    )
+    now = timezone.now()
+    aggregate_usage(tenant_a.id, now, now, now)
+    return str(build_invoice(tenant_a.id, f"{now:%Y-%m}", now).id)
+
+
+def test_billing_routes_owner_reads_and_outsider_sees_nothing_of_a(owner, outsider, world, invoice):
+    missing = {
+        "invoice-detail": f"/api/v1/invoices/{MISSING}",
+        "invoice-detail-csv": f"/api/v1/invoices/{MISSING}.csv",
+    }
+    mine = {
+        "invoice-detail": f"/api/v1/invoices/{invoice}",
+        "invoice-detail-csv": f"/api/v1/invoices/{invoice}.csv",
+    }
+    for name, url in {**BILLING_LISTS, **mine}.items():
+        assert owner.get(url).status_code == 200, name
+    for name, url in mine.items():
+        foreign, absent = outsider.get(url), outsider.get(missing[name])
+        assert foreign.status_code == 404, name
+        assert foreign.json() == absent.json(), name
+    assert owner.get("/api/v1/ledger").json()["count"] == 1  # A's one a10g GPU
+    assert outsider.get("/api/v1/ledger").json()["count"] == 0
+    assert outsider.get("/api/v1/invoices").json()["count"] == 0
+    assert outsider.get("/api/v1/usage").json()["totals"]["gpu_seconds"] == "0"
+    assert outsider.get("/api/v1/utilization").json()["groups"] == []
+    for name in ("usage-csv", "ledger-csv", "invoice-list-csv"):
+        lines = outsider.get(BILLING_LISTS[name]).content.decode().strip().splitlines()
+        assert len(lines) == 1, (name, lines)  # the header only
+        assert world["cluster"] not in lines[0]
+
+
+def test_billing_routes_viewer_reads_only_operators_finalize_anonymous_401(
+    viewer, owner, operator, anonymous, world, invoice
+):
+    assert viewer.get(f"/api/v1/invoices/{invoice}").status_code == 200
+    assert viewer.post(f"/api/v1/invoices/{invoice}/finalize").status_code == 403
+    assert owner.post(f"/api/v1/invoices/{invoice}/finalize").status_code == 403
+    # the month is not over: the operator is allowed, the invoice refuses (409, not 403)
+    resp = operator.post(f"/api/v1/invoices/{invoice}/finalize")
+    assert (resp.status_code, resp.json()["code"]) == (409, "period_not_ended")
+    assert operator.get(f"/api/v1/invoices/{invoice}").status_code == 200
+    urls = [
+        *BILLING_LISTS.values(),
+        f"/api/v1/invoices/{invoice}",
+        f"/api/v1/invoices/{invoice}.csv",
+    ]
+    for url in urls:
+        resp = anonymous.get(url)
+        assert resp.status_code == 401, url
+        assert resp.json()["code"] == "not_authenticated"
+    assert anonymous.post(f"/api/v1/invoices/{invoice}/finalize").status_code == 401
