@@ -113,7 +113,9 @@ def test_make_run_serves_the_readme_tour_and_ctrl_c_leaves_nothing(tmp_path):
             raise
         log.close()
     pids = [p["pid"] for p in (services.get("processes") or {}).values() if p.get("pid")]
-    pids += [services[k]["pid"] for k in ("postgres", "redis") if (services.get(k) or {}).get("pid")]
+    for name in ("postgres", "redis"):
+        if (services.get(name) or {}).get("pid"):
+            pids.append(services[name]["pid"])
     time.sleep(0.5)
     assert [pid for pid in pids if alive(pid)] == [], (tmp_path / "run.log").read_text()[-3000:]
     assert processes_mentioning(str(data)) == []

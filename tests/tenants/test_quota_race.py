@@ -70,7 +70,7 @@ def race(principal, rows, *, barrier_inside: bool):
             result = "ok"
         except Conflict as exc:
             result = exc.code
-        except Exception as exc:  # noqa: BLE001 - reported in the assertion
+        except Exception as exc:
             result = repr(exc)
         finally:
             connection.close()
