@@ -158,18 +158,26 @@ def place_layout(
     for spec, count in wanted.items():
         _check_counts(spec, count + have[spec], table)
     everything = [*old, *(spec for spec, count in wanted.items() for _ in range(count))]
-    _check_totals(everything, table)
     occupied = _occupancy(existing, table)
     instances = sorted(
         (spec for spec, count in wanted.items() for _ in range(count)),
         key=lambda s: (-s.memory_slices, -s.compute_slices, s.name),
     )
+    try:
+        _check_totals(everything, table)
+    except LayoutDoesNotFit as exc:
+        # say also what the placement table says, when it refuses the layout too
+        if _search(instances, occupied) is None:
+            exc.reason += "; " + _explain(instances, occupied, table)
+            exc.args = (exc.reason,)
+        raise
     found = _search(instances, occupied)
     if found is None:
         layout = " + ".join(f"{s.name} x{n}" for s, n in wanted.items() if n)
         raise LayoutDoesNotFit(
-            f"{layout} cannot be placed on {table.gpu} without overlapping memory slices "
-            f"(valid placements: "
+            f"{layout} cannot be placed on {table.gpu} without overlapping memory slices: "
+            + _explain(instances, occupied, table)
+            + " (valid placements: "
             + ", ".join(f"{s.name} {_notation(s)}" for s in wanted if wanted[s])
             + (f"; already placed: {_describe(existing)}" if existing else "")
             + ")",
@@ -290,6 +298,47 @@ def _search(instances: list[ProfileSpec], occupied: int) -> list[Placement] | No
         return False
 
     return chosen if step(0, occupied) else None
+
+
+def _explain(instances: list[ProfileSpec], occupied: int, table: MigTable) -> str:
+    """Why the placement search fails, from its deepest partial placement: which instances
+    it placed and the free starts left for the next one (``{0,2,4}:2`` semantics)."""
+    best: list[Placement] = []
+    chosen: list[Placement] = []
+    budget = [20_000]  # the search space is tiny (8 slices); the budget only bounds the worst case
+
+    def step(index: int, mask: int) -> None:
+        nonlocal best
+        if len(chosen) > len(best):
+            best = list(chosen)
+        if index == len(instances) or budget[0] <= 0:
+            return
+        budget[0] -= 1
+        spec = instances[index]
+        for start in spec.starts:
+            bits = _bits(start, spec.size)
+            if not mask & bits:
+                chosen.append(Placement(spec.name, start, spec.size))
+                step(index + 1, mask | bits)
+                chosen.pop()
+
+    step(0, occupied)
+    if len(best) == len(instances):
+        return "every instance has a free placement, but the totals above do not fit"
+    mask = occupied
+    for placement in best:
+        mask |= _bits(placement.start, placement.size)
+    nxt = instances[len(best)]
+    free = [s for s in nxt.starts if not mask & _bits(s, nxt.size)]
+    taken = ", ".join(
+        f"{p.profile} at start {p.start} (slices {p.start}-{p.start + p.size - 1})" for p in best
+    )
+    prefix = f"with {taken}, " if best else ""
+    return (
+        f"{prefix}no free start is left for {nxt.name} (its starts {_notation(nxt)}"
+        + (f"; still free: {', '.join(map(str, free))}" if free else "")
+        + ")"
+    )
 
 
 def _bits(start: int, size: int) -> int:

@@ -18,9 +18,10 @@ class NodePool(models.Model):
     """A group of identical GPU nodes in a cluster.
 
     Spec: ``gpu_model`` (catalog slug), ``gpus_per_node``, ``node_count``, ``isolation``
-    (DESIGN §10 shapes: ``{"mode": "exclusive"}``, ``{"mode": "mig", "mig_profile":
-    "1g.20gb"}``). Status: ``phase``, ``conditions``, ``observed_generation``, and the
-    rendered ``gpu_config`` (labels, taints, extended resources) its nodes receive.
+    (DESIGN §10 shapes, :mod:`nodepools.isolation`), ``driver_version``, ``cuda_version``.
+    Status: ``phase``, ``conditions``, ``observed_generation``, the rendered ``gpu_config``
+    (:mod:`nodepools.gpu_config`) its nodes receive, and ``rollout`` while an isolation
+    change runs node by node.
     """
 
     tenant_path = "tenant"
@@ -35,7 +36,15 @@ class NodePool(models.Model):
     gpus_per_node = models.PositiveSmallIntegerField()
     node_count = models.PositiveIntegerField()
     isolation = models.JSONField(default=dict)
+    #: pinned driver: a branch (``R580``) or release (``580.95.05``); blank = GPU Operator's
+    driver_version = models.CharField(max_length=32, blank=True)
+    #: the CUDA version the pool's workloads need (``12.8``); blank = not checked
+    cuda_version = models.CharField(max_length=16, blank=True)
     gpu_config = models.JSONField(default=dict, blank=True)
+    #: an isolation change in progress: ``{"operation": id, "from_isolation": {...},
+    #: "from_gpu_config": {...}, "state": "rolling" | "rolling-back", "error": {...}}``;
+    #: empty when none. Kept until every node runs the pool's ``gpu_config``.
+    rollout = models.JSONField(default=dict, blank=True)
     generation = models.PositiveIntegerField(default=1)
     observed_generation = models.PositiveIntegerField(default=0)
     phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
@@ -82,6 +91,15 @@ class Node(models.Model):
     )
     zone = models.CharField(max_length=64, blank=True)
     gpu_uuids = ArrayField(models.CharField(max_length=64), default=list, blank=True)
+    #: :func:`nodepools.gpu_config.config_hash` of the GPU config the node runs ("" = the
+    #: pool's config when the node was created, before this field existed)
+    applied_config = models.CharField(max_length=16, blank=True)
+    #: where the node is in an isolation change: "" (steady), ``draining``,
+    #: ``repartitioning``, ``validating``
+    config_state = models.CharField(max_length=16, blank=True)
+    #: what the node's GPUs run, as validated: ``[{"gpu_uuid", "mig_devices": [{"profile",
+    #: "start", "size"}], "sharing": ...}]``
+    gpu_layout = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)

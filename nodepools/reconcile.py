@@ -12,7 +12,16 @@ save status, return the requeue delay (None when converged):
    operation FAILS with code ``insufficient_capacity``;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``);
-6. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
+6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config
+   (``Node.applied_config``) differs from the pool's is drained (``DRAINING``), reconfigured
+   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports what
+   its GPUs run and NVKE checks it against the pool's config (same MIG instances per GPU at
+   valid placements, same sharing / vGPU devices); then ``READY`` with ``gpu_layout``. A node
+   that fails validation starts a rollback: the pool's previous isolation and GPU config are
+   restored and every changed node (the failed one first) goes back the same way, one at a
+   time; the operation then FAILS with ``isolation_validation_failed``. A failure while
+   rolling back leaves the pool ``DEGRADED`` (``isolation_rollback_failed``);
+7. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
 """
 
 from __future__ import annotations
@@ -29,10 +38,11 @@ from django.utils import timezone
 from clusters.choices import OperationType, Phase
 from clusters.models import Cluster, cancel_operations, finish_operation, progress_operation
 from clusters.providers import ProviderError, get_provider
-from clusters.providers.base import InsufficientCapacity
+from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
 from .choices import NodePhase
+from .gpu_config import config_hash
 from .models import Node, NodePool
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
@@ -94,7 +104,9 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             continue
         node.phase = NodePhase.READY
         node.ready_at = now
-        node.save(update_fields=["phase", "ready_at"])
+        report = provider.node_config_status(spec, node_spec(node), now)
+        node.gpu_layout = list(report.gpu_layout) if report.state == "success" else []
+        node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         node_ready.send(sender=Node, node=node)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     if waits:
@@ -105,6 +117,11 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         )
         progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)
         return min(waits)
+    rolling = _step_rollout(pool, live, provider, spec, now)
+    if rolling is not None:
+        return rolling
+    if pool.rollout:
+        _finish_rollout(pool, now)
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
     pool.phase = Phase.RUNNING
@@ -150,7 +167,8 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
                 node.host_id = placed.host_id
                 node.zone = placed.zone
                 node.gpu_uuids = list(placed.gpu_uuids)
-                node.save(update_fields=["host", "zone", "gpu_uuids"])
+                node.applied_config = config_hash(pool.gpu_config)  # what it boots with
+                node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
     except InsufficientCapacity as exc:
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
@@ -162,6 +180,187 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
         pool.save(update_fields=["phase", "updated_at"])
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
+
+
+#: ``Node.applied_config`` of a node whose reconfiguration failed: matches no config
+UNKNOWN_CONFIG = "unknown"
+
+
+def _step_rollout(
+    pool: NodePool, live: list[Node], provider: Provider, spec: NodePoolSpec, now: datetime
+) -> float | None:
+    """One step of an isolation change; None when every node runs the pool's config."""
+    desired = config_hash(pool.gpu_config)
+    node = next((n for n in live if n.config_state), None) or next(
+        (n for n in live if n.phase == NodePhase.READY and n.applied_config not in ("", desired)),
+        None,
+    )
+    if node is None:
+        return None
+    stage_prefix = "rollback" if pool.rollout.get("state") == "rolling-back" else "update"
+    total = sum(1 for n in live if n.applied_config not in ("", desired)) + _done(pool)
+    if pool.phase != Phase.RECONCILING:
+        pool.phase = Phase.RECONCILING
+        pool.save(update_fields=["phase", "updated_at"])
+    if not node.config_state:  # 1. cordon and drain
+        node.phase = NodePhase.DRAINING
+        node.config_state = "draining"
+        node.save(update_fields=["phase", "config_state"])
+        _progress(pool, f"{stage_prefix}: draining {node.name}", total, now)
+        return 0.0
+    if node.config_state == "draining":  # 2. repartition / reconfigure
+        if not provider.drain_node(spec, node_spec(node)):
+            return 1.0
+        provider.apply_node_config(spec, node_spec(node))
+        node.phase = NodePhase.CORDONED
+        node.config_state = "validating"
+        node.save(update_fields=["phase", "config_state"])
+        _progress(pool, f"{stage_prefix}: repartitioning {node.name}", total, now)
+        return 0.0
+    report = provider.node_config_status(spec, node_spec(node), now)  # 3. validate
+    if report.state == "pending":
+        return report.retry_after_s
+    problem = report.message if report.state != "success" else None
+    if problem is None:
+        problem = validate_layout(pool, node, list(report.gpu_layout))
+    if problem is not None:
+        return _node_config_failed(pool, node, problem, now)
+    node.phase = NodePhase.READY
+    node.config_state = ""
+    node.applied_config = desired
+    node.gpu_layout = list(report.gpu_layout)
+    node.save(update_fields=["phase", "config_state", "applied_config", "gpu_layout"])
+    pool.rollout["done"] = _done(pool) + 1
+    pool.save(update_fields=["rollout", "updated_at"])
+    _progress(pool, f"{stage_prefix}: {node.name} validated", total, now)
+    return 0.0
+
+
+def _done(pool: NodePool) -> int:
+    return int(pool.rollout.get("done", 0)) if pool.rollout else 0
+
+
+def _progress(pool: NodePool, stage: str, total: int, now: datetime) -> None:
+    progress_operation(pool.id, stage=stage, done=_done(pool), total=max(total, 1), now=now)
+
+
+def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | None:
+    """None when ``observed`` (a provider's per-GPU report) matches the pool's config on every
+    GPU of the node: the same MIG instances (profile multiset) at placements valid by the
+    catalog's table and not overlapping, the same sharing and vGPU devices; else why not.
+
+    Placements may differ from NVKE's plan (MIG Manager chooses its own); validity is what
+    counts.
+    """
+    from catalog.mig import MigTable
+
+    config = pool.gpu_config
+    wanted = sorted(d["profile"] for d in config.get("mig_layout") or [])
+    by_gpu = {g.get("gpu_uuid"): g for g in observed}
+    table = MigTable.from_gpu_model(pool.gpu_model) if wanted else None
+    for gpu_id in node.gpu_uuids:
+        gpu = by_gpu.get(gpu_id)
+        if gpu is None:
+            return f"{gpu_id} is missing from the node's GPU report"
+        devices = gpu.get("mig_devices") or []
+        if sorted(d["profile"] for d in devices) != wanted:
+            return (
+                f"{gpu_id} runs MIG devices {sorted(d['profile'] for d in devices)}, "
+                f"expected {wanted}"
+            )
+        used = 0
+        for device in devices:
+            spec = table.profile(device["profile"]) if table else None
+            bits = ((1 << device["size"]) - 1) << device["start"]
+            if spec is None or device["start"] not in spec.starts or device["size"] != spec.size:
+                where = f"{device['profile']} at start {device['start']}"
+                return f"{gpu_id}: {where} is not a valid placement"
+            if used & bits:
+                return f"{gpu_id}: MIG devices overlap at start {device['start']}"
+            used |= bits
+        plugin = (config.get("device_plugin_config") or {}).get("sharing") or {}
+        expected_sharing = None
+        for key, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):
+            if key in plugin:
+                expected_sharing = {
+                    "strategy": strategy,
+                    "replicas": plugin[key]["resources"][0]["replicas"],
+                }
+        if gpu.get("sharing") != expected_sharing:
+            return f"{gpu_id} shares as {gpu.get('sharing')}, expected {expected_sharing}"
+        vgpu = config.get("vgpu_device_manager_config") or {}
+        expected_vgpu: dict = {}
+        for entries in (vgpu.get("vgpu-configs") or {}).values():
+            for entry in entries:
+                expected_vgpu.update(entry.get("vgpu-devices") or {})
+        if (gpu.get("vgpu_devices") or {}) != expected_vgpu:
+            return f"{gpu_id} runs vGPU devices {gpu.get('vgpu_devices')}, expected {expected_vgpu}"
+    return None
+
+
+def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime) -> float | None:
+    message = f"node {node.name} failed validation: {problem}"
+    if pool.rollout.get("state") == "rolling-back" or not pool.rollout:
+        # the previous config does not come back either: stop, keep the node out of service
+        node.phase = NodePhase.NOT_READY
+        node.config_state = ""
+        node.applied_config = UNKNOWN_CONFIG
+        node.save(update_fields=["phase", "config_state", "applied_config"])
+        pool.phase = Phase.DEGRADED
+        pool.observed_generation = pool.generation
+        error = {
+            "code": "isolation_rollback_failed",
+            "message": f"rollback failed: {message}",
+            "retryable": False,
+        }
+        pool.conditions = set_condition(
+            pool.conditions, "Ready", False, "IsolationRollbackFailed", error["message"], now
+        )
+        pool.rollout = {}
+        pool.save(
+            update_fields=["phase", "observed_generation", "conditions", "rollout", "updated_at"]
+        )
+        finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
+        return None
+    log.warning("isolation change of pool %s rolls back: %s", pool.id, message)
+    rollout = dict(pool.rollout)
+    rollout.update(
+        state="rolling-back",
+        done=0,
+        error={"code": "isolation_validation_failed", "message": message, "retryable": False},
+        failed_node=node.name,
+        to_isolation=pool.isolation,
+    )
+    pool.isolation = rollout["from_isolation"]
+    pool.gpu_config = rollout["from_gpu_config"]
+    pool.rollout = rollout
+    pool.conditions = set_condition(
+        pool.conditions, "Ready", False, "IsolationRollingBack", message, now
+    )
+    pool.save(update_fields=["isolation", "gpu_config", "rollout", "conditions", "updated_at"])
+    # the failed node's GPUs are in an unknown state: it is reconfigured first (still drained)
+    node.applied_config = UNKNOWN_CONFIG
+    node.config_state = "draining"
+    node.save(update_fields=["applied_config", "config_state"])
+    _progress(pool, f"rollback: {message}", 1, now)
+    return 0.0
+
+
+def _finish_rollout(pool: NodePool, now: datetime) -> None:
+    """Every node runs the pool's config: the update is DONE, or the rollback finished and
+    the operation FAILS with the validation error."""
+    error = pool.rollout.get("error") if pool.rollout.get("state") == "rolling-back" else None
+    pool.rollout = {}
+    if error:
+        pool.conditions = set_condition(
+            pool.conditions, "IsolationUpdated", False, "RolledBack", error["message"], now
+        )
+    else:
+        pool.conditions = set_condition(
+            pool.conditions, "IsolationUpdated", True, "AllNodesValidated", "", now
+        )
+    pool.save(update_fields=["rollout", "conditions", "updated_at"])
+    finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
 
 
 def _fail(pool: NodePool, code: str, message: str, retryable: bool, now: datetime) -> None:

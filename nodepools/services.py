@@ -1,8 +1,14 @@
 """Node pool use-cases: validate against the catalog and fleet, write the spec, create the
-Operation, enqueue the reconciler on commit."""
+Operation, enqueue the reconciler on commit.
+
+``create_nodepool`` and ``update_isolation`` take ``dry_run``: everything is validated and
+rendered as for the real call, nothing is written, and a :class:`DryRun` says what the nodes
+would receive and which of them would be drained or repartitioned.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -16,8 +22,9 @@ from nvke.errors import Conflict, InvalidInput
 from tenants import audit, quotas
 from tenants.principal import Principal
 
-from .gpu_config import render_gpu_config
-from .isolation import validate_isolation
+from .choices import NodePhase
+from .gpu_config import config_hash, render_gpu_config
+from .isolation import validate_driver, validate_isolation
 from .models import NodePool
 
 MAX_NODES_PER_POOL = 1000
@@ -31,6 +38,8 @@ def pool_spec_of(pool: NodePool) -> dict:
         "gpus_per_node": pool.gpus_per_node,
         "node_count": pool.node_count,
         "isolation": pool.isolation,
+        "driver_version": pool.driver_version,
+        "cuda_version": pool.cuda_version,
     }
 
 
@@ -49,6 +58,25 @@ def enqueue_reconcile(pool_id) -> None:
     transaction.on_commit(lambda: reconcile_nodepool.delay(str(pool_id)))
 
 
+@dataclass
+class DryRun:
+    """What a create/update would do: ``isolation`` (normalised), ``gpu_config`` (rendered),
+    ``disruption``: ``{"nodes": [{"name", "drain", "repartition", "gpus"}], "drain": n,
+    "repartition": n, "max_unavailable": 1}`` (an update changes one node at a time)."""
+
+    isolation: dict[str, Any]
+    gpu_config: dict[str, Any]
+    disruption: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": True,
+            "isolation": self.isolation,
+            "gpu_config": self.gpu_config,
+            "disruption": self.disruption,
+        }
+
+
 def create_nodepool(
     *,
     principal: Principal,
@@ -58,12 +86,16 @@ def create_nodepool(
     gpus_per_node: int,
     node_count: int,
     isolation: Any,
-) -> Operation:
+    driver_version: str = "",
+    cuda_version: str = "",
+    dry_run: bool = False,
+) -> Operation | DryRun:
     """Create a node pool (phase PROVISIONING) and its CREATE_NODE_POOL operation.
 
-    Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation codes,
-    see :mod:`nodepools.isolation`) or Conflict (``cluster_not_active``,
-    ``duplicate_nodepool_name``). Nothing is written when a check fails.
+    Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation and
+    driver codes, see :mod:`nodepools.isolation`) or Conflict (``cluster_not_active``,
+    ``duplicate_nodepool_name``). Nothing is written when a check fails, or with ``dry_run``
+    (then a :class:`DryRun`: new nodes are provisioned, none is drained).
     """
     try:
         model = get_gpu_model(gpu_model)
@@ -75,6 +107,12 @@ def create_nodepool(
             extra={"valid_gpu_models": list(exc.valid)},
         ) from exc
     policy = validate_isolation(model, isolation)
+    validate_driver(
+        model,
+        driver_version=driver_version or None,
+        cuda_version=cuda_version or None,
+        policy=policy,
+    )
     largest = max_host_gpus(model.slug)
     if largest and gpus_per_node > largest:
         raise InvalidInput(
@@ -83,8 +121,15 @@ def create_nodepool(
             field="gpus_per_node",
             extra={"max_gpus_per_node": largest},
         )
+    gpu_config = render_gpu_config(
+        gpu_model=model,
+        gpus_per_node=gpus_per_node,
+        isolation=policy,
+        pool_name=name,
+        driver_version=driver_version or None,
+    )
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        cluster = Cluster.objects.select_for_update(of=("self",)).get(pk=cluster.pk)
         if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
@@ -99,6 +144,12 @@ def create_nodepool(
                 code="duplicate_nodepool_name",
                 field="name",
             )
+        if dry_run:
+            return DryRun(
+                policy,
+                gpu_config,
+                {"nodes": [], "drain": 0, "repartition": 0, "provision": node_count},
+            )
         quotas.reserve(
             cluster.tenant_id,
             nodes=node_count,
@@ -112,9 +163,9 @@ def create_nodepool(
             gpus_per_node=gpus_per_node,
             node_count=node_count,
             isolation=policy,
-            gpu_config=render_gpu_config(
-                gpu_model=model, gpus_per_node=gpus_per_node, isolation=policy, pool_name=name
-            ),
+            driver_version=driver_version,
+            cuda_version=cuda_version,
+            gpu_config=gpu_config,
         )
         op = Operation.objects.create(
             tenant=cluster.tenant,
@@ -176,6 +227,128 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             tenant_id=pool.tenant_id,
             before={"phase": previous_phase},
             after={"phase": pool.phase},
+        )
+        enqueue_reconcile(pool.id)
+    return op
+
+
+def disruption(pool: NodePool, new_config: dict[str, Any]) -> dict[str, Any]:
+    """Which live nodes a change to ``new_config`` drains and repartitions.
+
+    A node whose GPU config differs is drained (its GPU pods evicted) before the change;
+    it is repartitioned when its MIG geometry (mig-parted config) changes too. Nodes are
+    changed one at a time (``max_unavailable`` 1).
+    """
+    new_hash = config_hash(new_config)
+    new_mig = (new_config.get("mig_strategy"), new_config.get("mig_layout"))
+    old_mig = (pool.gpu_config.get("mig_strategy"), pool.gpu_config.get("mig_layout"))
+    nodes = []
+    for node in pool.nodes.exclude(phase__in=(NodePhase.DELETING, NodePhase.DELETED)).order_by(
+        "created_at", "name"
+    ):
+        current = node.applied_config or config_hash(pool.gpu_config)
+        drain = current != new_hash
+        nodes.append(
+            {
+                "name": node.name,
+                "drain": drain,
+                "repartition": drain and new_mig != old_mig,
+                "gpus": len(node.gpu_uuids),
+            }
+        )
+    return {
+        "nodes": nodes,
+        "drain": sum(n["drain"] for n in nodes),
+        "repartition": sum(n["repartition"] for n in nodes),
+        "max_unavailable": 1,
+    }
+
+
+def update_isolation(
+    *, principal: Principal, pool: NodePool, isolation: Any, dry_run: bool = False
+) -> Operation | DryRun:
+    """Change a pool's isolation: an UPDATE_ISOLATION operation that drains, repartitions and
+    validates the nodes one at a time (:mod:`nodepools.reconcile`), rolling back if a node
+    fails validation.
+
+    Raises InvalidInput (isolation / driver codes), Conflict ``nodepool_not_running`` (the pool
+    is being created, deleted, or has another operation running) or ``isolation_unchanged``.
+    ``dry_run`` returns a :class:`DryRun` and writes nothing.
+    """
+    model = pool.gpu_model
+    policy = validate_isolation(model, isolation)
+    validate_driver(
+        model,
+        driver_version=pool.driver_version or None,
+        cuda_version=pool.cuda_version or None,
+        policy=policy,
+    )
+    new_config = render_gpu_config(
+        gpu_model=model,
+        gpus_per_node=pool.gpus_per_node,
+        isolation=policy,
+        pool_name=pool.name,
+        driver_version=pool.driver_version or None,
+    )
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
+        if pool.phase != Phase.RUNNING or pool.deletion_requested_at is not None:
+            raise Conflict(
+                f"the node pool is {pool.phase}; its isolation can change when it is RUNNING",
+                code="nodepool_not_running",
+            )
+        busy = active_operation(pool.id)
+        if busy is not None or pool.rollout:
+            raise Conflict(
+                "another operation is running on this node pool"
+                + (f" ({busy.type} {busy.id})" if busy else ""),
+                code="nodepool_not_running",
+            )
+        if policy == pool.isolation:
+            raise Conflict("the node pool already has this isolation", code="isolation_unchanged")
+        plan = disruption(pool, new_config)
+        if dry_run:
+            return DryRun(policy, new_config, plan)
+        before = {"isolation": pool.isolation}
+        # nodes created before applied_config existed run the pool's current config
+        pool.nodes.filter(applied_config="").update(applied_config=config_hash(pool.gpu_config))
+        op = Operation.objects.create(
+            tenant=pool.tenant,
+            cluster_id=pool.cluster_id,
+            type=OperationType.UPDATE_ISOLATION,
+            target_type=TargetType.NODE_POOL,
+            target_id=pool.id,
+            requested_by=principal.label,
+            progress={"done": 0, "total": plan["drain"], "stage": "pending"},
+        )
+        pool.rollout = {
+            "operation": str(op.id),
+            "state": "rolling",
+            "from_isolation": pool.isolation,
+            "from_gpu_config": pool.gpu_config,
+        }
+        pool.isolation = policy
+        pool.gpu_config = new_config
+        pool.generation += 1
+        pool.phase = Phase.RECONCILING
+        pool.save(
+            update_fields=[
+                "rollout",
+                "isolation",
+                "gpu_config",
+                "generation",
+                "phase",
+                "updated_at",
+            ]
+        )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.update_isolation",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=pool.tenant_id,
+            before=before,
+            after={"isolation": policy},
         )
         enqueue_reconcile(pool.id)
     return op

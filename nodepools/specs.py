@@ -21,4 +21,6 @@ def nodepool_spec(pool: NodePool) -> NodePoolSpec:
 
 
 def node_spec(node: Node) -> NodeSpec:
-    return NodeSpec(id=node.id, name=node.name, created_at=node.created_at)
+    return NodeSpec(
+        id=node.id, name=node.name, created_at=node.created_at, gpu_uuids=tuple(node.gpu_uuids)
+    )

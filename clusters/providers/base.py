@@ -36,11 +36,12 @@ class ControlPlaneStatus:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node (machine) of a pool: its id (the GPU holder id) and name."""
+    """One node (machine) of a pool: its id (the GPU holder id), name and GPUs (once placed)."""
 
     id: uuid.UUID
     name: str
     created_at: datetime
+    gpu_uuids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,22 @@ class MachinePlacement:
 class MachineStatus:
     node_id: uuid.UUID
     ready: bool
+    message: str = ""
+    retry_after_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class NodeConfigStatus:
+    """Whether a node runs its pool's GPU config (the GPU Operator's ``mig.config.state``).
+
+    ``state``: ``pending`` | ``success`` | ``failed``. ``gpu_layout`` is what the node's GPUs
+    run, as observed: ``[{"gpu_uuid", "mig_devices": [{"profile", "start", "size"}],
+    "sharing": {"strategy", "replicas"} | None, "vgpu_devices": {type: count}}]``.
+    """
+
+    node_id: uuid.UUID
+    state: str
+    gpu_layout: tuple[dict[str, Any], ...] = ()
     message: str = ""
     retry_after_s: float = 1.0
 
@@ -124,3 +141,32 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         """An admin kubeconfig (YAML) for the cluster."""
+
+    # GPU reconfiguration of a running node (an isolation change, node by node). Not abstract
+    # so that a provider without it still loads; the reconciler fails the operation with the
+    # error's code.
+
+    def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
+        """Cordon the node and evict its GPU pods; True once drained. Idempotent."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot drain nodes", retryable=False, code="not_supported"
+        )
+
+    def apply_node_config(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """Give the (drained) node ``pool.gpu_config``: its labels (``nvidia.com/mig.config``
+        …) and the configs they name, so MIG Manager / the device plugin reconfigure it."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot reconfigure nodes",
+            retryable=False,
+            code="not_supported",
+        )
+
+    def node_config_status(
+        self, pool: NodePoolSpec, node: NodeSpec, now: datetime
+    ) -> NodeConfigStatus:
+        """Whether the node's GPUs run ``pool.gpu_config`` and what they run."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot report node GPU config",
+            retryable=False,
+            code="not_supported",
+        )

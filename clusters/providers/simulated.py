@@ -5,6 +5,12 @@ It simulates only the infrastructure: a control plane that becomes ready after
 ``NVKE_SIMULATED_NODE_DELAY_S`` (0 in tests). Placement is real: machines are placed on the
 fleet inventory in the database (:mod:`fleet.placement`), so capacity, regions and GPU UUIDs
 are those of real imported hosts. Everything above the provider is the real control plane.
+
+GPU reconfiguration (an isolation change): draining is immediate; applying a config "creates"
+the MIG devices of the config's mig-parted entry with the catalog's placement rules, as MIG
+Manager would on the hardware (a layout the rules refuse fails like ``mig.config.state=failed``),
+and GPUs listed in ``settings.NVKE_SIMULATED_FAILING_GPUS`` (UUIDs; default none) fail their
+reconfiguration, to exercise rollbacks.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
+from catalog.models import GpuModel
 from fleet import placement
 
 from .base import (
@@ -21,6 +29,7 @@ from .base import (
     InsufficientCapacity,
     MachinePlacement,
     MachineStatus,
+    NodeConfigStatus,
     NodePoolSpec,
     NodeSpec,
     Provider,
@@ -80,6 +89,47 @@ class SimulatedProvider(Provider):
         for node in nodes:
             placement.release_gpus(node.id)
 
+    def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
+        return True
+
+    def apply_node_config(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        return None  # the status below is computed from the pool's config when asked
+
+    def node_config_status(
+        self, pool: NodePoolSpec, node: NodeSpec, now: datetime
+    ) -> NodeConfigStatus:
+        config = pool.gpu_config
+        failing = set(getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", ()) or ())
+        broken = [uuid for uuid in node.gpu_uuids if uuid in failing]
+        if broken:
+            return NodeConfigStatus(
+                node.id,
+                "failed",
+                message=f"MIG Manager reported mig.config.state=failed on {', '.join(broken)} "
+                "(simulated failure)",
+            )
+        devices = _mig_devices(config)
+        placements: list[dict] = []
+        if devices:
+            table = MigTable.from_gpu_model(GpuModel.objects.get(slug=pool.gpu_model))
+            try:
+                created = place_layout(devices, table)
+            except LayoutDoesNotFit as exc:
+                return NodeConfigStatus(node.id, "failed", message=f"mig-parted: {exc.reason}")
+            placements = [{"profile": p.profile, "start": p.start, "size": p.size} for p in created]
+        sharing = _sharing(config)
+        vgpu = _vgpu_devices(config)
+        layout = tuple(
+            {
+                "gpu_uuid": uuid,
+                "mig_devices": placements,
+                "sharing": sharing,
+                "vgpu_devices": vgpu,
+            }
+            for uuid in node.gpu_uuids
+        )
+        return NodeConfigStatus(node.id, "success", layout)
+
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         return (
             "apiVersion: v1\nkind: Config\n"
@@ -93,3 +143,33 @@ class SimulatedProvider(Provider):
     @staticmethod
     def _endpoint(cluster: ClusterSpec) -> str:
         return f"https://{cluster.id}.simulated.nvke.invalid:6443"
+
+
+def _mig_devices(config: dict) -> dict[str, int]:
+    """The ``mig-devices`` of the mig-parted entry the node's label names ({} = MIG off)."""
+    parted = config.get("mig_parted_config") or {}
+    name = (config.get("labels") or {}).get("nvidia.com/mig.config")
+    entries = (parted.get("mig-configs") or {}).get(name) or []
+    devices: dict[str, int] = {}
+    for entry in entries:
+        if entry.get("mig-enabled"):
+            for profile, count in (entry.get("mig-devices") or {}).items():
+                devices[profile] = devices.get(profile, 0) + count
+    return devices
+
+
+def _sharing(config: dict) -> dict | None:
+    sharing = (config.get("device_plugin_config") or {}).get("sharing") or {}
+    for key, strategy in (("timeSlicing", "time-slicing"), ("mps", "mps")):
+        if key in sharing:
+            return {"strategy": strategy, "replicas": sharing[key]["resources"][0]["replicas"]}
+    return None
+
+
+def _vgpu_devices(config: dict) -> dict[str, int]:
+    vgpu = config.get("vgpu_device_manager_config") or {}
+    name = (config.get("labels") or {}).get("nvidia.com/vgpu.config")
+    devices: dict[str, int] = {}
+    for entry in (vgpu.get("vgpu-configs") or {}).get(name) or []:
+        devices.update(entry.get("vgpu-devices") or {})
+    return devices

@@ -23,6 +23,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "host_id",
             "zone",
             "gpu_uuids",
+            "gpu_layout",
+            "config_state",
             "created_at",
             "ready_at",
             "released_at",
@@ -44,7 +46,10 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "gpus_per_node",
             "node_count",
             "isolation",
+            "driver_version",
+            "cuda_version",
             "gpu_config",
+            "rollout",
             "phase",
             "conditions",
             "generation",
@@ -78,3 +83,47 @@ class NodePoolCreateSerializer(serializers.Serializer):
     gpus_per_node = serializers.IntegerField(min_value=1, max_value=64)
     node_count = serializers.IntegerField(min_value=1, max_value=1000)
     isolation = serializers.JSONField(required=False, default=lambda: {"mode": "exclusive"})
+    driver_version = serializers.CharField(
+        max_length=32,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="driver branch (R580) or release (580.95.05); blank: the GPU Operator default",
+    )
+    cuda_version = serializers.CharField(
+        max_length=16,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="CUDA version the workloads need (12.8); the driver must support it",
+    )
+
+
+class NodePoolUpdateSerializer(serializers.Serializer):
+    """``PATCH``: only the isolation policy changes this way (an UPDATE_ISOLATION operation);
+    the size changes through ``set-size``."""
+
+    isolation = serializers.JSONField()
+
+
+class DryRunSerializer(serializers.Serializer):
+    """``?dry_run=true``: what would be applied, nothing changed."""
+
+    dry_run = serializers.BooleanField()
+    isolation = serializers.JSONField()
+    gpu_config = serializers.JSONField()
+    disruption = serializers.JSONField(
+        help_text='{"nodes": [{"name", "drain", "repartition", "gpus"}], "drain": n, '
+        '"repartition": n, "max_unavailable": 1}'
+    )
+
+
+class GpuConfigSerializer(serializers.Serializer):
+    """``GET .../gpu-config``: the pool's rendered GPU Operator inputs, its rollout, and what
+    each node's GPUs run (validated per-GPU layout)."""
+
+    nodepool_id = serializers.UUIDField()
+    isolation = serializers.JSONField()
+    gpu_config = serializers.JSONField()
+    rollout = serializers.JSONField()
+    nodes = serializers.JSONField()

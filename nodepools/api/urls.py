@@ -6,11 +6,19 @@ from .views import NodePoolViewSet
 app_name = "nodepools"
 
 pool_list = NodePoolViewSet.as_view({"get": "list", "post": "create"})
-pool_detail = NodePoolViewSet.as_view({"get": "retrieve", "delete": "destroy"})
+pool_detail = NodePoolViewSet.as_view(
+    {"get": "retrieve", "delete": "destroy", "patch": "partial_update"}
+)
+pool_gpu_config = NodePoolViewSet.as_view({"get": "gpu_config"})
 
 urlpatterns = [
     path("clusters/<uuid:cluster_pk>/nodepools", pool_list, name="nodepool-list"),
     path("clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>", pool_detail, name="nodepool-detail"),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/gpu-config",
+        pool_gpu_config,
+        name="nodepool-gpu-config",
+    ),
     path(
         "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/set-size",
         NodePoolSetSizeView.as_view(),

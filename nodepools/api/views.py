@@ -3,18 +3,43 @@
 from __future__ import annotations
 
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from clusters.api.serializers import OperationSerializer
 from clusters.models import Cluster
 from nodepools import services
 from nodepools.models import Node, NodePool
+from nvke.errors import InvalidInput
 from nvke.scoping import get_scoped_or_404
 from nvke.viewsets import TenantScopedMixin
 
-from .serializers import NodePoolCreateSerializer, NodePoolSerializer
+from .serializers import (
+    DryRunSerializer,
+    GpuConfigSerializer,
+    NodePoolCreateSerializer,
+    NodePoolSerializer,
+    NodePoolUpdateSerializer,
+)
+
+DRY_RUN = OpenApiParameter(
+    "dry_run",
+    OpenApiTypes.BOOL,
+    description="validate and render only: 200 with the GPU config and the disruption",
+)
+
+
+def _dry_run(request) -> bool:
+    return request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+
+
+def _result(result) -> Response:
+    if isinstance(result, services.DryRun):
+        return Response(result.as_dict(), status=status.HTTP_200_OK)
+    return Response(OperationSerializer(result).data, status=status.HTTP_202_ACCEPTED)
 
 
 class NodePoolViewSet(
@@ -42,15 +67,73 @@ class NodePoolViewSet(
         self._cluster()  # another tenant's cluster answers 404, not an empty list
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=NodePoolCreateSerializer, responses={202: OperationSerializer})
+    @extend_schema(
+        request=NodePoolCreateSerializer,
+        parameters=[DRY_RUN],
+        responses={202: OperationSerializer, 200: DryRunSerializer},
+    )
     def create(self, request, cluster_pk=None):
         cluster = self._cluster()
         form = NodePoolCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        op = services.create_nodepool(
-            principal=request.user, cluster=cluster, **form.validated_data
+        result = services.create_nodepool(
+            principal=request.user,
+            cluster=cluster,
+            dry_run=_dry_run(request),
+            **form.validated_data,
         )
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return _result(result)
+
+    @extend_schema(
+        request=NodePoolUpdateSerializer,
+        parameters=[DRY_RUN],
+        responses={202: OperationSerializer, 200: DryRunSerializer},
+    )
+    def partial_update(self, request, cluster_pk=None, pk=None):
+        """Change the isolation policy: drains, repartitions and validates node by node."""
+        pool = self.get_object()
+        unknown = sorted(set(request.data) - {"isolation"})
+        if unknown:
+            raise InvalidInput(
+                f"only isolation can be changed here (set-size changes node_count); "
+                f"not: {', '.join(unknown)}",
+                code="field_not_updatable",
+                field=unknown[0],
+            )
+        form = NodePoolUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        result = services.update_isolation(
+            principal=request.user,
+            pool=pool,
+            isolation=form.validated_data["isolation"],
+            dry_run=_dry_run(request),
+        )
+        return _result(result)
+
+    @extend_schema(request=None, responses={200: GpuConfigSerializer})
+    @action(detail=True, methods=["get"], url_path="gpu-config")
+    def gpu_config(self, request, cluster_pk=None, pk=None):
+        """The GPU Operator inputs of the pool and each node's validated per-GPU layout."""
+        pool = self.get_object()
+        nodes = [
+            {
+                "name": n.name,
+                "phase": n.phase,
+                "config_state": n.config_state,
+                "gpu_layout": n.gpu_layout,
+            }
+            for n in pool.nodes.all()
+            if n.phase != "DELETED"
+        ]
+        return Response(
+            {
+                "nodepool_id": str(pool.id),
+                "isolation": pool.isolation,
+                "gpu_config": pool.gpu_config,
+                "rollout": pool.rollout,
+                "nodes": nodes,
+            }
+        )
 
     @extend_schema(request=None, responses={202: OperationSerializer})
     def destroy(self, request, cluster_pk=None, pk=None):

@@ -32,6 +32,7 @@ ROUTES = {
     "nodepool-detail": "tenant-detail",
     "cluster-usage": "tenant-detail",
     "nodepool-set-size": "tenant-write",
+    "nodepool-gpu-config": "tenant-detail",
     "cluster-kubeconfig": "tenant-detail",
     "member-list": "tenant-detail",
     "member-detail": "tenant-write",
@@ -124,6 +125,7 @@ def detail_urls(world, missing=False):
         "operation-detail": f"/api/v1/operations/{ids['operation']}",
         "nodepool-list": f"/api/v1/clusters/{c}/nodepools",
         "nodepool-detail": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}",
+        "nodepool-gpu-config": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}/gpu-config",
         "cluster-usage": f"/api/v1/clusters/{c}/usage",
         "member-list": f"/api/v1/tenants/{ids['tenant']}/members",
         "cluster-kubeconfig": f"/api/v1/clusters/{c}/kubeconfig",
@@ -145,6 +147,13 @@ def write_requests(world, missing=False):
     ids = {k: (MISSING if missing else v) for k, v in world.items()}
     c, p, t = ids["cluster"], ids["pool"], ids["tenant"]
     return {
+        # PATCH of nodepool-detail (an isolation change); first, before set-size starts an
+        # operation that would make the pool busy (409)
+        "nodepool-detail-patch": (
+            "patch",
+            f"/api/v1/clusters/{c}/nodepools/{p}",
+            {"isolation": {"mode": "time-slicing", "replicas": 2}},
+        ),
         "nodepool-set-size": (
             "post",
             f"/api/v1/clusters/{c}/nodepools/{p}/set-size",
@@ -184,7 +193,13 @@ def test_member_writes_clusters_but_not_keys_members_or_quotas(tenant_a, world):
     from tests.conftest import _client, _key
 
     member = _client(_key(tenant_a, "member"))
-    allowed = {"nodepool-set-size", "nodepool-list", "nodepool-detail", "cluster-detail"}
+    allowed = {
+        "nodepool-detail-patch",
+        "nodepool-set-size",
+        "nodepool-list",
+        "nodepool-detail",
+        "cluster-detail",
+    }
     for name, (method, url, body) in write_requests(world).items():
         resp = getattr(member, method)(url, body, format="json")
         if name in allowed:

@@ -108,6 +108,11 @@ def test_h100_nvl_4g_plus_two_2g_does_not_fit(capture_table):
         place_layout({"4g.47gb": 1, "2g.24gb": 2}, table)
     assert err.value.code == "compute_slices"
     assert "needs 8 compute slices" in err.value.reason
+    # ... and the placement table refuses it too: after the 4g only start 4 is left for a 2g
+    assert (
+        "with 4g.47gb at start 0 (slices 0-3), 2g.24gb at start 4 (slices 4-5), "
+        "no free start is left for 2g.24gb (its starts {0,2,4}:2)"
+    ) in err.value.reason
 
 
 def test_h100_nvl_3g_plus_1g24_plus_1g12_fits(capture_table):
