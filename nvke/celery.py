@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django_structlog.celery.steps import DjangoStructLogInitStep
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
 
 app = Celery("nvke")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# JSON logs in workers, with the request_id of the request that queued the task.
+app.steps["worker"].add(DjangoStructLogInitStep)

@@ -20,6 +20,7 @@ class RequestIdMiddleware:
         incoming = request.headers.get("X-Request-ID", "")
         rid = incoming if _SANE.match(incoming) else uuid.uuid4().hex
         request.request_id = rid
+        request.META["HTTP_X_REQUEST_ID"] = rid  # django-structlog binds the same id
         token = request_id_var.set(rid)
         try:
             response = self.get_response(request)

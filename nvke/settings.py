@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+import structlog
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -33,6 +34,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework_api_key",
     "django_filters",
+    "django_structlog",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "nvke",
@@ -48,6 +50,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "nvke.middleware.RequestIdMiddleware",
+    "django_structlog.middlewares.RequestMiddleware",
     "nvke.middleware.BodySizeLimitMiddleware",
     "nvke.middleware.ClientIpMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -169,6 +172,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON logging configured above
+# Beat is safe with several replicas: celery-redbeat keeps the schedule in Redis and only the
+# replica holding the Redis lock runs it; another takes over within the lock timeout.
+CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+CELERY_REDBEAT_REDIS_URL = REDIS_URL
+CELERY_REDBEAT_KEY_PREFIX = env("CELERY_REDBEAT_KEY_PREFIX", default="nvke:redbeat:")
+CELERY_REDBEAT_LOCK_TIMEOUT = env.int("CELERY_REDBEAT_LOCK_TIMEOUT", default=60)
+CELERY_BEAT_MAX_LOOP_INTERVAL = 10
 CELERY_TASK_ROUTES = {
     "clusters.tasks.*": {"queue": "reconcile"},
     "nodepools.tasks.*": {"queue": "reconcile"},
@@ -222,10 +233,54 @@ NVKE_HOST_HEARTBEAT_TIMEOUT_S = env.int("NVKE_HOST_HEARTBEAT_TIMEOUT_S", default
 NVKE_SAMPLE_RETENTION_DAYS = env.int("NVKE_SAMPLE_RETENTION_DAYS", default=14)
 NVKE_SAMPLE_MAX_FUTURE_S = env.int("NVKE_SAMPLE_MAX_FUTURE_S", default=300)
 
+# Structured JSON logs (structlog through the stdlib logging tree, so Django's, Celery's and
+# our own records come out alike); request_id follows a request into the tasks it causes
+# (django-structlog's Celery integration). LOG_FORMAT=console for human-readable dev output.
+LOG_LEVEL = env("LOG_LEVEL", default="INFO")
+_pre_chain = [
+    structlog.contextvars.merge_contextvars,
+    structlog.processors.TimeStamper(fmt="iso", utc=True),
+    structlog.stdlib.add_log_level,
+    structlog.stdlib.add_logger_name,
+]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", default="INFO")},
+    "formatters": {
+        "json": {
+            "()": structlog.stdlib.ProcessorFormatter,
+            "processor": structlog.processors.JSONRenderer(),
+            "foreign_pre_chain": _pre_chain,
+        },
+        "console": {
+            "()": structlog.stdlib.ProcessorFormatter,
+            "processor": structlog.dev.ConsoleRenderer(colors=False),
+            "foreign_pre_chain": _pre_chain,
+        },
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": env("LOG_FORMAT", default="json"),
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.request": {"level": "ERROR"}},
 }
+structlog.configure(
+    processors=[
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.filter_by_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+        structlog.processors.format_exc_info,
+        structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+    ],
+    logger_factory=structlog.stdlib.LoggerFactory(),
+    cache_logger_on_first_use=True,
+)
+DJANGO_STRUCTLOG_CELERY_ENABLED = True
+DJANGO_STRUCTLOG_TRUST_UPSTREAM_REQUEST_ID = True
+DJANGO_STRUCTLOG_USER_ID_FIELD = "label"
