@@ -6,4 +6,4 @@ class NvkeConfig(AppConfig):
     verbose_name = "NVKE core"
 
     def ready(self) -> None:
-        from . import schema  # noqa: F401  (registers drf-spectacular extensions)
+        from . import observability, schema  # noqa: F401  (metrics, drf-spectacular extensions)

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "nvke.observability.HttpMetricsMiddleware",
     "nvke.middleware.RequestIdMiddleware",
     "django_structlog.middlewares.RequestMiddleware",
     "nvke.middleware.BodySizeLimitMiddleware",

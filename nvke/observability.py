@@ -1,0 +1,160 @@
+"""HTTP, Celery and domain metrics for ``/metrics`` (prometheus-client; see :mod:`nvke.metrics`).
+
+* ``nvke_http_requests_total{route, method, status, process}`` and
+  ``nvke_http_request_duration_seconds{route, method}`` (histogram, s) — ``route`` is the URL
+  pattern (``api/v1/clusters/<uuid:cluster_pk>/usage``), never the raw path, so ids do not
+  explode the label set; ``process`` is ``NVKE_PROCESS_NAME`` (e.g. ``web-1``) or the pid.
+* ``nvke_celery_tasks_total{task, state, queue, worker}`` and
+  ``nvke_celery_task_duration_seconds{task, queue}`` — from Celery's task signals in the worker.
+* ``nvke_celery_queue_depth{queue}`` — messages waiting, read from Redis at scrape time.
+* ``nvke_clusters{phase}``, ``nvke_nodepools{phase}``, ``nvke_operations{status}``,
+  ``nvke_reconcile_lag_seconds{kind}`` (age of the oldest unconverged object) — from
+  PostgreSQL at scrape time.
+
+All of it works under multi-process gunicorn and prefork Celery when ``PROMETHEUS_MULTIPROC_DIR``
+is set (prometheus-client's multiprocess mode). Workers can serve their own ``/metrics`` on
+``NVKE_WORKER_METRICS_PORT`` when they do not share that folder with a web process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from celery import signals
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from .metrics import register_collector
+
+PROCESS = os.environ.get("NVKE_PROCESS_NAME") or f"pid-{os.getpid()}"
+
+HTTP_REQUESTS = Counter(
+    "nvke_http_requests", "HTTP requests", ["route", "method", "status", "process"]
+)
+HTTP_LATENCY = Histogram(
+    "nvke_http_request_duration_seconds",
+    "HTTP request latency (s)",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+TASKS = Counter("nvke_celery_tasks", "Celery tasks finished", ["task", "state", "queue", "worker"])
+TASK_LATENCY = Histogram(
+    "nvke_celery_task_duration_seconds",
+    "Celery task run time (s)",
+    ["task", "queue"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+
+
+class HttpMetricsMiddleware:
+    """Counts and times every request by route pattern, method and status."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = (match.route if match else None) or "unmatched"
+        HTTP_REQUESTS.labels(route, request.method, str(response.status_code), PROCESS).inc()
+        HTTP_LATENCY.labels(route, request.method).observe(time.perf_counter() - started)
+        return response
+
+
+_started: dict[str, float] = {}
+
+
+def _queue(task: Any) -> str:
+    info = getattr(task.request, "delivery_info", None) or {}
+    return info.get("routing_key") or "unknown"
+
+
+@signals.task_prerun.connect
+def _task_started(task_id=None, task=None, **kwargs) -> None:
+    _started[task_id] = time.perf_counter()
+
+
+@signals.task_postrun.connect
+def _task_finished(task_id=None, task=None, state=None, **kwargs) -> None:
+    started = _started.pop(task_id, None)
+    queue = _queue(task)
+    worker = getattr(task.request, "hostname", None) or PROCESS
+    TASKS.labels(task.name, state or "UNKNOWN", queue, worker).inc()
+    if started is not None:
+        TASK_LATENCY.labels(task.name, queue).observe(time.perf_counter() - started)
+
+
+@signals.worker_ready.connect
+def _serve_worker_metrics(**kwargs) -> None:
+    port = os.environ.get("NVKE_WORKER_METRICS_PORT")
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(int(port))
+
+
+class QueueDepthCollector:
+    """Messages waiting per Celery queue (Redis list length)."""
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        import redis
+        from django.conf import settings
+
+        family = GaugeMetricFamily("nvke_celery_queue_depth", "Messages waiting", labels=["queue"])
+        queues = {r["queue"] for r in settings.CELERY_TASK_ROUTES.values()}
+        queues.add(settings.CELERY_TASK_DEFAULT_QUEUE)
+        try:
+            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+            for queue in sorted(queues):
+                family.add_metric([queue], client.llen(queue))
+        except redis.RedisError:
+            return
+        yield family
+
+
+class DomainCollector:
+    """Clusters and node pools by phase, operations by status, reconcile lag (s)."""
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            for name, table, column in (
+                ("nvke_clusters", "clusters_cluster", "phase"),
+                ("nvke_nodepools", "nodepools_nodepool", "phase"),
+                ("nvke_operations", "clusters_operation", "status"),
+            ):
+                family = GaugeMetricFamily(name, f"{table} rows by {column}", labels=[column])
+                cursor.execute(f"SELECT {column}, count(*) FROM {table} GROUP BY 1 ORDER BY 1")
+                for value, count in cursor.fetchall():
+                    family.add_metric([value], count)
+                yield family
+            lag = GaugeMetricFamily(
+                "nvke_reconcile_lag_seconds",
+                "Age of the oldest object whose status lags its spec (s)",
+                labels=["kind"],
+            )
+            for kind, table in (
+                ("cluster", "clusters_cluster"),
+                ("nodepool", "nodepools_nodepool"),
+            ):
+                cursor.execute(
+                    f"SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(updated_at)), 0) FROM {table} "
+                    "WHERE observed_generation < generation AND phase NOT IN ('DELETED', 'ERROR')"
+                )
+                lag.add_metric([kind], float(cursor.fetchone()[0]))
+            yield lag
+
+
+register_collector(QueueDepthCollector())
+register_collector(DomainCollector())
