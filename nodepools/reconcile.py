@@ -117,7 +117,11 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         )
         progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)
         return min(waits)
+    if pool.phase == Phase.DEGRADED and any(n.applied_config == UNKNOWN_CONFIG for n in live):
+        return None  # a node's GPUs are in an unknown state: an operator must repair it
     rolling = _step_rollout(pool, live, provider, spec, now)
+    if rolling == STOP:
+        return None
     if rolling is not None:
         return rolling
     if pool.rollout:
@@ -184,6 +188,8 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
 
 #: ``Node.applied_config`` of a node whose reconfiguration failed: matches no config
 UNKNOWN_CONFIG = "unknown"
+#: what :func:`_step_rollout` returns when the pool must stop (DEGRADED)
+STOP = -1.0
 
 
 def _step_rollout(
@@ -298,7 +304,7 @@ def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | N
     return None
 
 
-def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime) -> float | None:
+def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime) -> float:
     message = f"node {node.name} failed validation: {problem}"
     if pool.rollout.get("state") == "rolling-back" or not pool.rollout:
         # the previous config does not come back either: stop, keep the node out of service
@@ -321,7 +327,7 @@ def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime)
             update_fields=["phase", "observed_generation", "conditions", "rollout", "updated_at"]
         )
         finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
-        return None
+        return STOP
     log.warning("isolation change of pool %s rolls back: %s", pool.id, message)
     rollout = dict(pool.rollout)
     rollout.update(

@@ -9,8 +9,9 @@ are those of real imported hosts. Everything above the provider is the real cont
 GPU reconfiguration (an isolation change): draining is immediate; applying a config "creates"
 the MIG devices of the config's mig-parted entry with the catalog's placement rules, as MIG
 Manager would on the hardware (a layout the rules refuse fails like ``mig.config.state=failed``),
-and GPUs listed in ``settings.NVKE_SIMULATED_FAILING_GPUS`` (UUIDs; default none) fail their
-reconfiguration, to exercise rollbacks.
+and GPUs named in ``settings.NVKE_SIMULATED_FAILING_GPUS`` fail their reconfiguration, to
+exercise rollbacks: a list of GPU UUIDs (every config fails), or ``{uuid: [mig.config names]}``
+(only those configs fail; ``"*"`` = all). Default: none.
 """
 
 from __future__ import annotations
@@ -99,8 +100,15 @@ class SimulatedProvider(Provider):
         self, pool: NodePoolSpec, node: NodeSpec, now: datetime
     ) -> NodeConfigStatus:
         config = pool.gpu_config
-        failing = set(getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", ()) or ())
-        broken = [uuid for uuid in node.gpu_uuids if uuid in failing]
+        failing = getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", None) or {}
+        if not isinstance(failing, dict):  # a list of UUIDs: every config fails on them
+            failing = {uuid: ["*"] for uuid in failing}
+        label = (config.get("labels") or {}).get("nvidia.com/mig.config", "")
+        broken = [
+            uuid
+            for uuid in node.gpu_uuids
+            if uuid in failing and ("*" in failing[uuid] or label in failing[uuid])
+        ]
         if broken:
             return NodeConfigStatus(
                 node.id,
