@@ -17,4 +17,4 @@ RUN pip install . ./agent && STATIC_ROOT=/app/static python manage.py collectsta
 ENV STATIC_ROOT=/app/static
 USER nvke
 EXPOSE 8000
-CMD ["gunicorn", "nvke.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--access-logfile", "-"]
+CMD ["gunicorn", "-c", "python:nvke.gunicorn_conf", "nvke.wsgi"]

@@ -107,7 +107,7 @@ def test_one_image_probes_and_resources_everywhere(production):
         o for o in production if o["metadata"]["name"] == "nvke-web" and o["kind"] == "Deployment"
     )
     (c,) = containers(web)
-    assert c["command"][:2] == ["gunicorn", "nvke.wsgi"]
+    assert c["command"] == ["gunicorn", "-c", "python:nvke.gunicorn_conf", "nvke.wsgi"]
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for obj in production:
@@ -133,7 +133,8 @@ def test_env_names_are_those_the_settings_read(production):
     for obj in production:
         for c in containers(obj):
             names = {e["name"] for e in c.get("env", [])}
-            assert names <= known | agent_env | {"PROMETHEUS_MULTIPROC_DIR"}, names
+            observability = {"PROMETHEUS_MULTIPROC_DIR", "NVKE_WORKER_METRICS_PORT"}
+            assert names <= known | agent_env | observability, names
             refs = {
                 r.get("configMapRef", r.get("secretRef", {})).get("name")
                 for r in c.get("envFrom", [])
@@ -164,7 +165,12 @@ def test_docker_compose_agrees_with_the_settings():
         assert services[name]["build"] == "."
     worker_queues = services["worker"]["command"][services["worker"]["command"].index("-Q") + 1]
     assert set(worker_queues.split(",")) == QUEUES
-    assert services["web"]["command"][:2] == ["gunicorn", "nvke.wsgi"]
+    assert services["web"]["command"] == [
+        "gunicorn",
+        "-c",
+        "python:nvke.gunicorn_conf",
+        "nvke.wsgi",
+    ]
     assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
     for svc in ("postgres", "redis"):
         assert services[svc]["healthcheck"]["test"]
