@@ -10,6 +10,7 @@ Rule (until fleet keeps a GPU health history; then only this module changes):
 2. Its scope follows the action: RESTART_BM and CHECK_MECHANICALS take the whole machine down
    (cordon, drain, reboot the host: every allocation on the host is credited); RESTART_VM the
    node(s) holding the GPU; anything else the GPU itself (all of its rows: whole GPU or slices).
+   Every scope lies on the Xid's host, which keeps the lookup to that host's rows.
 3. The unhealthy interval of an affected allocation starts at the Xid's timestamp and ends at
    the first :class:`billing.models.GpuRecovery` of the Xid's GPU after it, or when that
    allocation ends (the node is released: repaired by replacement, or deleted), whichever comes
@@ -70,10 +71,9 @@ WITH ev AS (
       FROM fleet_xidevent e
       JOIN unnest(%(codes)s::int[], %(scopes)s::text[]) AS s(code, scope) ON s.code = e.xid
      WHERE e.ts >= %(since)s AND e.ts < %(end)s
-),
-holders AS (
-    SELECT ev.id AS ev_id, l.node_id
-      FROM ev JOIN billing_ledgerentry l ON l.gpu_uuid = ev.gpu_uuid AND l.period @> ev.ts
+       AND e.host_id IN (SELECT l.host_id FROM billing_ledgerentry l
+                          WHERE l.period && tstzrange(%(start)s, %(end)s, '[)')
+                            AND (%(tenant)s::uuid IS NULL OR l.tenant_id = %(tenant)s::uuid))
 )
 SELECT l.id, l.gpu_uuid, ev.ts,
        (SELECT min(r.recovered_at) FROM billing_gpurecovery r
@@ -81,12 +81,18 @@ SELECT l.id, l.gpu_uuid, ev.ts,
        ev.xid, ev.gpu_uuid, ev.scope
   FROM ev
   JOIN billing_ledgerentry l
-    ON l.period @> ev.ts
-   AND ((ev.scope = 'gpu' AND l.gpu_uuid = ev.gpu_uuid)
-     OR (ev.scope = 'host' AND l.host_id = ev.host_id)
-     OR (ev.scope = 'node' AND l.node_id IN (SELECT h.node_id FROM holders h
-                                               WHERE h.ev_id = ev.id)))
- WHERE l.period && tstzrange(%(start)s, %(end)s, '[)')
+    ON l.host_id = ev.host_id
+   -- "period @> ts" spelled on the bounds: the host index, not the GiST of the exclusion
+   -- constraint (which leads with gpu_uuid and is slow for this probe)
+   AND lower(l.period) <= ev.ts AND ev.ts < COALESCE(upper(l.period), 'infinity')
+   AND (ev.scope = 'host'
+     OR (ev.scope = 'gpu' AND l.gpu_uuid = ev.gpu_uuid)
+     OR (ev.scope = 'node' AND l.node_id IN (
+            SELECT h.node_id FROM billing_ledgerentry h
+             WHERE h.host_id = ev.host_id AND h.gpu_uuid = ev.gpu_uuid
+               AND lower(h.period) <= ev.ts
+               AND ev.ts < COALESCE(upper(h.period), 'infinity'))))
+ WHERE lower(l.period) < %(end)s AND COALESCE(upper(l.period), 'infinity') > %(start)s
    AND (%(tenant)s::uuid IS NULL OR l.tenant_id = %(tenant)s::uuid)
  ORDER BY l.id, ev.ts
 """

@@ -230,9 +230,17 @@ class UsageRecord(models.Model):
 
     tenant_path = "tenant"
 
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
-    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
-    nodepool = models.ForeignKey("nodepools.NodePool", on_delete=models.PROTECT, related_name="+")
+    # No single-column FK indexes: the unique key and (tenant, start) serve every query, and
+    # each extra index slows the delete + insert of a re-aggregation.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    nodepool = models.ForeignKey(
+        "nodepools.NodePool", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     gpu_model = models.CharField(max_length=64)
     mig_profile = models.CharField(max_length=32, blank=True)
     start = models.DateTimeField()
