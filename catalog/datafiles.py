@@ -23,6 +23,7 @@ XID_FILE = "xid.yaml"
 KUBERNETES_VERSIONS_FILE = "kubernetes_versions.yaml"
 MIG_ALIASES_FILE = "mig_aliases.yaml"
 VGPU_PROFILES_FILE = "vgpu_profiles.yaml"
+NVKE_GPU_MODELS_FILE = "gpu_models_nvke.yaml"
 DRIVER_RULES_FILE = "driver_rules.yaml"
 
 #: libyaml's safe loader when PyYAML was built with it (10x faster), else the Python one

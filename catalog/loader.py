@@ -28,6 +28,7 @@ from .datafiles import (
     GPU_MODELS_FILE,
     KUBERNETES_VERSIONS_FILE,
     MIG_ALIASES_FILE,
+    NVKE_GPU_MODELS_FILE,
     VGPU_PROFILES_FILE,
     XID_FILE,
     CatalogDataError,
@@ -80,7 +81,8 @@ class LoadResult:
 def gpu_model_rows(
     data_dir: Path = DATA_DIR, extra: Sequence[Path | str] = ()
 ) -> list[GpuModelRow]:
-    """The normalised GPU models of ``gpu_models.yaml`` + ``mig_aliases.yaml`` + extras.
+    """The normalised GPU models of ``gpu_models.yaml`` + ``mig_aliases.yaml`` +
+    ``gpu_models_nvke.yaml`` (NVKE-authored models) + extras.
 
     An extra model with the key of a built-in one replaces it. Product names must be unique
     across models (a host's GPU must match one model).
@@ -88,6 +90,9 @@ def gpu_model_rows(
     main = read_yaml(data_dir / GPU_MODELS_FILE)
     rows = {row.name: row for row in normalise_models(main)}
     apply_extra_aliases(rows.values(), read_yaml(data_dir / MIG_ALIASES_FILE))
+    nvke_models = data_dir / NVKE_GPU_MODELS_FILE
+    if nvke_models.exists():
+        extra = [nvke_models, *extra]
     for path in extra:
         for row in normalise_models(read_yaml(path), defaults=main, known=rows):
             rows[row.name] = row

@@ -48,6 +48,11 @@ EXPECTED_SLUGS = {
     "a10",
     "t4",
     "a10g",
+    # gpu_models_nvke.yaml: more data-center GPUs without MIG
+    "l40",
+    "a40",
+    "a16",
+    "rtx-6000-ada",
 }
 
 
@@ -256,7 +261,7 @@ def test_malformed_data_is_rejected_with_where_it_is(tmp_path):
 def test_load_catalog_writes_every_kind(loaded):
     assert set(GpuModel.objects.values_list("slug", flat=True)) == EXPECTED_SLUGS
     assert loaded.counts == {
-        "gpu_models": 15,
+        "gpu_models": 19,
         "mig_profiles": 68,
         "kubernetes_versions": 7,
         "gpu_architectures": 9,
@@ -302,7 +307,7 @@ def test_loading_twice_changes_nothing(loaded):
     again = load_catalog()
     assert again.counts == loaded.counts
     assert set(again.created.values()) == {0}
-    assert GpuModel.objects.count() == 15 and MigProfile.objects.count() == 68
+    assert GpuModel.objects.count() == 19 and MigProfile.objects.count() == 68
     assert before == {
         "models": list(GpuModel.objects.values_list("slug", "memory_mib", "product_names")),
         "profiles": list(MigProfile.objects.values_list("gpu_model_id", "name", "aliases")),

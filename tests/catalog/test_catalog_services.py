@@ -71,7 +71,7 @@ def test_get_gpu_model_returns_the_row_or_names_the_valid_slugs():
         get_gpu_model("h300")
     assert err.value.slug == "h300"
     assert "a100-sxm4-80gb" in err.value.valid and "t4" in err.value.valid
-    assert len(err.value.valid) == 15
+    assert len(err.value.valid) == 19  # 15 from gpu_models.yaml + 4 from gpu_models_nvke.yaml
     assert isinstance(err.value, ValueError)
     assert "unknown GPU model 'h300'" in str(err.value)
 

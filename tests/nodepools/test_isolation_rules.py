@@ -165,6 +165,13 @@ def test_time_slicing_and_mps(catalog):
         ),
         ("l4", {"mode": "mig"}, "mig_not_supported", "isolation.mode"),
         ("t4", {"mode": "mig", "mig_profile": "1g.10gb"}, "mig_not_supported", "isolation.mode"),
+        (
+            "rtx-6000-ada",
+            {"mode": "mig", "mig_profile": "1g.12gb"},
+            "mig_not_supported",
+            "isolation.mode",
+        ),
+        ("a40", {"mode": "mig", "mig_profile": "1g.12gb"}, "mig_not_supported", "isolation.mode"),
         ("h100-sxm5-80gb", {"mode": "mig"}, "mig_profile_required", "isolation.mig_profile"),
         (
             "h100-sxm5-80gb",
