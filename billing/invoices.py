@@ -36,7 +36,7 @@ from nvke.errors import Conflict
 from .aggregation import aggregate_usage, compute_usage, get_account
 from .health import credit_intervals
 from .models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, LineKind
-from .money import gpu_hours, line_amount
+from .money import format_rate, gpu_hours, line_amount
 from .periods import Period, month_period, period_of
 from .prices import RateSegment, rate_segments
 
@@ -357,7 +357,7 @@ def _lines(invoice: Invoice, rated, adjustments, currency: str) -> list[InvoiceL
     )
     for r in order:
         what = _what(r, clusters, pools)
-        price = f"{r.unit_price.normalize():f} {currency}/GPU-h ({r.source})"
+        price = f"{format_rate(r.unit_price, currency)} {currency}/GPU-h ({r.source})"
         add(
             LineKind.USAGE,
             r,
@@ -384,7 +384,7 @@ def _lines(invoice: Invoice, rated, adjustments, currency: str) -> list[InvoiceL
             amount,
             f"Adjustment to {old.number} ({old.period_label}), {label} of "
             f"{_what(r, clusters, pools)}: {gpu_hours(secs)} GPU-h at "
-            f"{r.unit_price.normalize():f} {currency}/GPU-h",
+            f"{format_rate(r.unit_price, currency)} {currency}/GPU-h",
             adjusts=old,
         )
     return lines

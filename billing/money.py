@@ -68,3 +68,10 @@ def line_amount(gpu_seconds: Decimal, unit_price: Decimal, currency: str) -> Dec
 def gpu_hours(gpu_seconds: Decimal) -> Decimal:
     """GPU-seconds as GPU-hours rounded half-even to 6 places (for display only)."""
     return (gpu_seconds / SECONDS_PER_HOUR).quantize(GPU_HOURS_PLACES, rounding=ROUND_HALF_EVEN)
+
+
+def format_rate(rate: Decimal, currency: str) -> str:
+    """A unit price with at least the currency's minor digits: ``2.50``, ``2.125``, ``400``."""
+    exact = rate.normalize()
+    digits = max(-exact.as_tuple().exponent, minor_unit(currency), 0)
+    return f"{rate.quantize(Decimal(1).scaleb(-digits)):f}"

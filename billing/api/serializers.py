@@ -7,7 +7,7 @@ from decimal import Decimal
 from rest_framework import serializers
 
 from billing.models import Invoice, InvoiceLine, LedgerEntry
-from billing.money import round_money
+from billing.money import format_rate, round_money
 
 
 def money(value: Decimal, currency: str) -> str:
@@ -114,7 +114,7 @@ class InvoiceLineSerializer(serializers.ModelSerializer):
         ]
 
     def get_unit_price(self, obj) -> str:
-        return f"{obj.unit_price.normalize():f}"
+        return format_rate(obj.unit_price, obj.invoice.currency)
 
     def get_gpu_seconds(self, obj) -> str:
         return f"{obj.gpu_seconds.normalize():f}"
@@ -236,7 +236,7 @@ def line_csv_row(invoice: Invoice, ln: InvoiceLine) -> list:
         ln.mig_profile,
         ln.gpu_hours,
         ln.gpu_seconds.normalize(),
-        ln.unit_price.normalize(),
+        format_rate(ln.unit_price, invoice.currency),
         invoice.currency,
         money(ln.amount, invoice.currency),
         ln.description,

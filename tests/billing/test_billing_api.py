@@ -100,8 +100,8 @@ def test_invoice_list_detail_and_csv(owner, billed):
     ]
     # a100 pool sorts before h100: 8 GPU-h x 1.80 = 14.40; 16 GPU-h x 2.50 = 40.00
     assert got == [
-        ("a100-sxm4-80gb", "8.000000", "1.8", "14.40"),
-        ("h100-sxm5-80gb", "16.000000", "2.5", "40.00"),
+        ("a100-sxm4-80gb", "8.000000", "1.80", "14.40"),
+        ("h100-sxm5-80gb", "16.000000", "2.50", "40.00"),
     ]
     assert detail["total"] == "54.40"
     assert [(i["number"], i["total"], i["status"]) for i in listed] == [
