@@ -25,14 +25,16 @@ from catalog.services import resolve_mig_profile
 WHOLE_GPU = Decimal("1")
 FRACTION_PLACES = Decimal("0.000001")
 
-#: ``isolation["sharing"]`` value by which a node pool says its GPUs are shared across tenants
-#: (hardware-isolated MIG/vGPU sharing). No policy sets it yet: every pool owns whole GPUs.
+#: How a node pool says its GPUs are shared across tenants (hardware-isolated MIG/vGPU only):
+#: ``isolation["tenancy"] == "shared"`` (nodepools.isolation; the default is "dedicated").
+#: ``isolation["sharing"] == "cross-tenant"`` is accepted as the same thing.
 CROSS_TENANT = "cross-tenant"
 
 
 def pool_shares_gpus_across_tenants(isolation: dict[str, Any]) -> bool:
     """True when the pool's isolation puts several tenants on one physical GPU."""
-    return isolation.get("sharing") == CROSS_TENANT and isolation.get("mode") in ("mig", "vgpu")
+    shared = isolation.get("tenancy") == "shared" or isolation.get("sharing") == CROSS_TENANT
+    return shared and isolation.get("mode") in ("mig", "vgpu")
 
 
 def catalog_fraction(gpu_model: GpuModel, mig_profile: str) -> Decimal:

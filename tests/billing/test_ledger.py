@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
-SHARED_MIG = {"mode": "mig", "mig_profile": "1g.10gb", "sharing": "cross-tenant"}
+SHARED_MIG = {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}
 
 
 def gpus(host) -> list[str]:
@@ -191,3 +191,12 @@ def test_a_node_released_at_its_ready_time_holds_nothing(world, tenant_a):
     host = world.make_host("h100-sxm5-80gb", gpus=2)
     node = world.hold(world.pool(tenant_a), host, T0, end=T0)
     assert not LedgerEntry.objects.filter(node=node).exists()
+
+
+def test_only_shared_tenancy_mig_or_vgpu_pools_bill_fractions():
+    from billing.fractions import pool_shares_gpus_across_tenants as shared
+
+    assert shared({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"})
+    assert shared({"mode": "vgpu", "vgpu_profile": "x", "tenancy": "shared"})
+    assert not shared({"mode": "mig", "mig_profile": "1g.10gb"})  # dedicated by default
+    assert not shared({"mode": "time-slicing", "replicas": 4, "tenancy": "shared"})
