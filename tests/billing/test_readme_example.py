@@ -95,3 +95,17 @@ def test_the_readme_invoice(world, catalog):
         Decimal("-8.33"),
         Decimal("198.07"),
     )
+
+    from billing.models import UsageRecord
+    from billing.reports import usage_rows
+
+    rows, _ = usage_rows(
+        UsageRecord.objects.filter(tenant=acme), ["pool"], utc(2026, 11, 1), utc(2026, 12, 1)
+    )
+    assert sorted(
+        (r["nodepool_name"], r["gpu_hours"], r["sla_credit_gpu_hours"]) for r in rows
+    ) == [
+        ("h100", Decimal(32), Decimal(0)),  # batch / h100
+        ("h100", Decimal(48), Decimal("3.333333")),  # train / h100
+        ("mig", Decimal("0.142857"), Decimal(0)),
+    ]
