@@ -20,3 +20,59 @@ SCHEDULABLE_HOST_STATES = (HostState.AVAILABLE, HostState.ALLOCATED)
 class GpuHealth(models.TextChoices):
     HEALTHY = "HEALTHY"
     UNHEALTHY = "UNHEALTHY"
+
+
+class ScrubState(models.TextChoices):
+    """Whether a GPU is clean enough to be handed to a (possibly different) tenant."""
+
+    CLEAN = "CLEAN"
+    #: released by a tenant; MIG teardown + GPU reset + memory clear not confirmed yet
+    PENDING = "PENDING"
+    FAILED = "FAILED"
+
+
+class HealthReason(models.TextChoices):
+    """Why a GPU health interval was opened (:class:`fleet.models.GpuHealthInterval`)."""
+
+    XID = "xid"
+    GPU_MISSING = "gpu_missing"  # the agent's inventory no longer lists the GPU
+    HOST_NOT_READY = "host_not_ready"  # no report from the host's agent for the timeout
+    CHECK_FAILED = "check_failed"  # onboarding / agent health check found a fault
+    SCRUB_FAILED = "scrub_failed"
+    OPERATOR = "operator"
+
+
+class CheckKind(models.TextChoices):
+    """Kinds of host hygiene checks (:class:`fleet.models.HostCheck`)."""
+
+    #: the ``nvidia-smi -q -x`` report the host was imported from, read as a health check
+    ONBOARDING = "onboarding"
+    #: NVML facts from the agent's inventory re-verifying the host after it registered
+    AGENT = "agent"
+    #: ``dcgmi diag`` results sent by the agent (where DCGM is installed)
+    DCGM_DIAG = "dcgm_diag"
+
+
+class CheckStatus(models.TextChoices):
+    PASSED = "PASSED"
+    WARNING = "WARNING"  # something to look at; the host stays usable
+    FAILED = "FAILED"
+
+
+class ScrubStatus(models.TextChoices):
+    PENDING = "PENDING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class HostEventKind(models.TextChoices):
+    """What a :class:`fleet.models.HostEvent` records."""
+
+    IMPORTED = "imported"
+    REGISTERED = "registered"
+    STATE = "state"  # a state change (with from/to)
+    ACTION = "action"  # an operator action (cordon, drain, maintenance, retire, token …)
+    CHECK = "check"
+    SCRUB = "scrub"
+    XID = "xid"
+    INVENTORY = "inventory"  # the agent's inventory disagrees with the host record

@@ -1,22 +1,285 @@
-"""Host liveness from agent heartbeats."""
+"""GPU and host health: unhealthy intervals, Xid events, missed heartbeats.
+
+* :func:`open_unhealthy` / :func:`close_unhealthy` keep :class:`fleet.models.GpuHealthInterval`
+  (one open interval per GPU at most, never overlapping) and ``Gpu.health`` in step, and send
+  :data:`fleet.signals.gpu_health_changed` once the change commits.
+* :func:`handle_xid` maps an Xid to the catalog's action (``catalog.services.get_xid_code``):
+  a *critical* Xid (NVIDIA's immediate action is a GPU reset, a reboot, a hardware check …)
+  marks the GPU unhealthy with ``needs_operator``; one whose action is a reboot of the machine
+  or a mechanical check (``RESTART_BM``, ``RESTART_VM``, ``CHECK_MECHANICALS``) also cordons
+  the host. Warnings and info Xids (``RESTART_APP``, ``IGNORE`` …) are recorded only. An Xid
+  the catalog does not know marks the GPU unhealthy unless it is one of the application-error
+  Xids NVIDIA's device plugin ignores (13, 31, 43, 45, 68, 109: nvml.md §5, [DP]).
+* :func:`mark_silent_hosts_not_ready`: a registered host without a report for
+  ``NVKE_HOST_HEARTBEAT_TIMEOUT_S`` becomes NOT_READY and its GPUs get an interval with reason
+  ``host_not_ready``; the next report brings it back (:func:`host_reported`).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 
-from .choices import SCHEDULABLE_HOST_STATES, HostState
-from .models import Host
+from catalog.services import get_xid_code
+
+from . import conf
+from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HealthReason, HostEventKind, HostState
+from .models import Gpu, GpuHealthInterval, Host, HostEvent, XidEvent
+from .signals import gpu_health_changed
+
+#: Xids the NVIDIA device plugin never marks unhealthy (application errors), nvml.md §5 [DP]
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+#: NVIDIA immediate actions that concern the whole machine, not one GPU
+HOST_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM", "CHECK_MECHANICALS"})
+
+
+def _notify(gpu: Gpu, *, healthy: bool, interval: GpuHealthInterval | None, at: datetime) -> None:
+    kwargs: dict[str, Any] = {
+        "gpu_uuid": gpu.uuid,
+        "host_id": gpu.host_id,
+        "holder_id": gpu.holder_id,
+        "tenant_id": gpu.holder_tenant_id,
+        "healthy": healthy,
+        "reason": interval.reason if interval else "",
+        "xid": interval.xid if interval else None,
+        "action": interval.action if interval else "",
+        "needs_operator": bool(interval and interval.needs_operator),
+        "at": at,
+    }
+    transaction.on_commit(lambda: gpu_health_changed.send(sender=Gpu, **kwargs))
+
+
+def open_unhealthy(
+    gpu: Gpu,
+    *,
+    reason: str,
+    at: datetime,
+    needs_operator: bool,
+    detail: str = "",
+    xid: int | None = None,
+    action: str = "",
+) -> GpuHealthInterval:
+    """Mark ``gpu`` unhealthy from ``at`` (idempotent for the same cause).
+
+    With an interval already open: a cause that needs the operator replaces one that does not
+    (the open interval ends at ``at`` and the new one starts there); otherwise the open one
+    stays and this cause is only logged as a host event.
+    """
+    with transaction.atomic():
+        current = (
+            GpuHealthInterval.objects.select_for_update()
+            .filter(gpu=gpu, ended_at__isnull=True)
+            .first()
+        )
+        if current is not None:
+            at = max(at, current.started_at)
+            same = current.reason == reason and current.xid == xid
+            if same or not (needs_operator and not current.needs_operator):
+                if not same:
+                    HostEvent.objects.create(
+                        host_id=gpu.host_id,
+                        ts=at,
+                        kind=HostEventKind.STATE,
+                        message=f"{gpu.uuid} already unhealthy ({current.reason}); also {reason}"
+                        + (f" (Xid {xid})" if xid is not None else ""),
+                        data={"gpu_uuid": gpu.uuid, "reason": reason, "xid": xid},
+                    )
+                return current
+            current.ended_at = at
+            current.ended_by = f"superseded by {reason}"
+            current.save(update_fields=["ended_at", "ended_by"])
+        interval = GpuHealthInterval.objects.create(
+            gpu=gpu,
+            gpu_uuid=gpu.uuid,
+            host_id=gpu.host_id,
+            started_at=at,
+            reason=reason,
+            xid=xid,
+            action=action[:100],
+            needs_operator=needs_operator,
+            detail=detail[:500],
+            holder_id=gpu.holder_id,
+            tenant_id=gpu.holder_tenant_id,
+        )
+        text = detail or reason
+        Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.UNHEALTHY, health_reason=text[:300])
+        gpu.health, gpu.health_reason = GpuHealth.UNHEALTHY, text[:300]
+        _notify(gpu, healthy=False, interval=interval, at=at)
+        return interval
+
+
+def close_unhealthy(
+    gpu: Gpu, *, at: datetime, ended_by: str, reasons: set[str] | None = None
+) -> GpuHealthInterval | None:
+    """End the open interval of ``gpu`` (only if its reason is in ``reasons``, when given)."""
+    with transaction.atomic():
+        current = (
+            GpuHealthInterval.objects.select_for_update()
+            .filter(gpu=gpu, ended_at__isnull=True)
+            .first()
+        )
+        if current is None or (reasons is not None and current.reason not in reasons):
+            return None
+        current.ended_at = max(at, current.started_at)
+        current.ended_by = ended_by[:100]
+        current.save(update_fields=["ended_at", "ended_by"])
+        Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.HEALTHY, health_reason="")
+        gpu.health, gpu.health_reason = GpuHealth.HEALTHY, ""
+        _notify(gpu, healthy=True, interval=current, at=current.ended_at)
+        return current
+
+
+def handle_xid(host: Host, event: XidEvent, now: datetime) -> str:
+    """Apply one stored Xid event; returns what was done (``unhealthy``, ``cordoned``, ``logged``).
+
+    A GPU UUID that is not one of the host's GPUs is logged only.
+    """
+    code = get_xid_code(event.xid)
+    action = (code.nvidia_immediate_action if code else "") or ""
+    if code is None:
+        critical = event.xid not in APPLICATION_XIDS
+        action = "UNKNOWN_XID" if critical else "RESTART_APP"
+        what = f"Xid {event.xid} (not in the catalog)"
+    else:
+        critical = code.severity == code.Severity.CRITICAL
+        what = f"Xid {event.xid} {code.mnemonic or ''}".strip()
+    HostEvent.objects.create(
+        host=host,
+        ts=event.ts,
+        kind=HostEventKind.XID,
+        actor="agent",
+        message=f"{what} on {event.gpu_uuid}: {action or 'no action'}"[:500],
+        data={"xid": event.xid, "gpu_uuid": event.gpu_uuid, "action": action},
+    )
+    gpu = Gpu.objects.filter(host=host, uuid=event.gpu_uuid).first()
+    if not critical or gpu is None:
+        return "logged"
+    open_unhealthy(
+        gpu,
+        reason=HealthReason.XID,
+        at=min(event.ts, now),
+        needs_operator=True,
+        xid=event.xid,
+        action=action,
+        detail=f"{what}: {(code.operator_action if code else '') or action}"[:500],
+    )
+    if action in HOST_ACTIONS:
+        from .services import change_host_state
+
+        change_host_state(
+            host.pk,
+            to=HostState.CORDONED,
+            allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
+            reason=f"{what} on {event.gpu_uuid}: {action}",
+            actor="agent",
+            now=now,
+        )
+        return "cordoned"
+    return "unhealthy"
 
 
 def mark_silent_hosts_not_ready(now: datetime) -> int:
     """Hosts whose registered agent has not reported for the heartbeat timeout -> NOT_READY.
 
     Hosts that never registered an agent are left alone (an imported host is usable before
-    its agent starts). Returns the number of hosts changed (a guarded UPDATE).
+    its agent starts). Each host changes with a guarded UPDATE (a report arriving meanwhile
+    wins); its GPUs get a ``host_not_ready`` interval. Returns the number of hosts changed.
     """
-    cutoff = now - timedelta(seconds=settings.NVKE_HOST_HEARTBEAT_TIMEOUT_S)
-    return Host.objects.filter(state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff).update(
-        state=HostState.NOT_READY
+    from .services import change_host_state
+
+    cutoff = now - timedelta(seconds=conf.heartbeat_timeout_s())
+    changed = 0
+    for host_id in Host.objects.filter(
+        state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff
+    ).values_list("pk", flat=True):
+        with transaction.atomic():
+            if not change_host_state(
+                host_id,
+                to=HostState.NOT_READY,
+                allowed_from=SCHEDULABLE_HOST_STATES,
+                reason=f"no agent report for {conf.heartbeat_timeout_s():g} s",
+                now=now,
+                extra_filter={"last_seen_at__lt": cutoff},
+            ):
+                continue
+            for gpu in Gpu.objects.filter(host_id=host_id):
+                open_unhealthy(
+                    gpu,
+                    reason=HealthReason.HOST_NOT_READY,
+                    at=now,
+                    needs_operator=False,
+                    detail="the host's agent stopped reporting",
+                )
+            changed += 1
+    return changed
+
+
+def host_reported(host: Host, now: datetime) -> None:
+    """A report arrived: a NOT_READY host is ready again, its ``host_not_ready`` intervals end."""
+    from .services import change_host_state, holders_on
+
+    if host.state != HostState.NOT_READY:
+        return
+    target = HostState.ALLOCATED if holders_on(host.pk) else HostState.AVAILABLE
+    if change_host_state(
+        host.pk,
+        to=target,
+        allowed_from=(HostState.NOT_READY,),
+        reason="the agent reports again",
+        now=now,
+        actor="agent",
+    ):
+        for gpu in Gpu.objects.filter(host=host, health=GpuHealth.UNHEALTHY):
+            close_unhealthy(
+                gpu, at=now, ended_by="agent reports again", reasons={HealthReason.HOST_NOT_READY}
+            )
+
+
+def mark_healthy(
+    host: Host, gpu_uuids: list[str] | None, *, actor: str, now: datetime | None = None
+) -> list[str]:
+    """Operator: the GPUs (all of the host's when None) are repaired; returns those closed."""
+    now = now or timezone.now()
+    gpus = Gpu.objects.filter(host=host, health=GpuHealth.UNHEALTHY)
+    if gpu_uuids is not None:
+        gpus = gpus.filter(uuid__in=gpu_uuids)
+    closed = []
+    with transaction.atomic():
+        for gpu in gpus:
+            if close_unhealthy(gpu, at=now, ended_by=actor) is not None:
+                closed.append(gpu.uuid)
+            else:  # unhealthy without an interval (older data): just fix the flag
+                Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.HEALTHY, health_reason="")
+                closed.append(gpu.uuid)
+            # A GPU whose scrub failed and that an operator declares repaired is clean again.
+            Gpu.objects.filter(pk=gpu.pk, scrub_state="FAILED").update(scrub_state="CLEAN")
+        if closed:
+            HostEvent.objects.create(
+                host=host,
+                ts=now,
+                kind=HostEventKind.ACTION,
+                actor=actor,
+                message=f"marked healthy: {', '.join(sorted(closed))}",
+                data={"gpu_uuids": sorted(closed)},
+            )
+    return sorted(closed)
+
+
+def unhealthy_seconds(
+    gpu_uuid: str, start: datetime, end: datetime, *, needs_operator: bool | None = None
+) -> float:
+    """Seconds of ``[start, end)`` during which ``gpu_uuid`` was unhealthy (open = until end)."""
+    total = 0.0
+    intervals = GpuHealthInterval.objects.filter(gpu_uuid=gpu_uuid, started_at__lt=end).exclude(
+        ended_at__lte=start
     )
+    if needs_operator is not None:
+        intervals = intervals.filter(needs_operator=needs_operator)
+    for interval in intervals:
+        lo = max(interval.started_at, start)
+        hi = min(interval.ended_at or end, end)
+        total += max(0.0, (hi - lo).total_seconds())
+    return total

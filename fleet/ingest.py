@@ -1,26 +1,50 @@
 """Agent report ingestion: idempotent on ``(host, seq)``, samples written with COPY.
 
-A report (wire format in ``agent/README.md``) carries the host's inventory (sometimes),
-samples and events. In one transaction: the ``(host, seq)`` row is inserted (a duplicate
-answers the first ack and writes nothing), the host's liveness and versions are updated, the
-inventory is compared with the host (a GPU missing from the report is flagged, the host is
-never shrunk), samples of GPUs that belong to the host and whose timestamps are plausible are
-COPYed into ``fleet_gpusample``, and Xid events are stored.
+A report (wire format in ``agent/README.md``) carries samples, events, sometimes the host's
+inventory, and the results of commands. In one transaction:
+
+1. ``INSERT … ON CONFLICT (host, seq) DO NOTHING`` claims the report: a duplicate answers the
+   first acknowledgement again and writes nothing (the agent resends after a lost answer).
+2. Samples are COPYed into ``fleet_gpusample`` (day partitions made on demand). What real
+   fleets send is handled here, each case counted in ``rejections`` / the ack:
+
+   * ``unknown_gpu``: a sample of a GPU that is not this host's is not stored. A MIG device
+     UUID (``MIG-…``) of one of the host's GPUs is stored as that GPU with its GI id;
+   * ``ts_in_future`` / ``ts_older_than_retention``: a timestamp more than
+     ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention period, is
+     rejected (never clamped: a moved timestamp would put the reading in the wrong minute);
+   * duplicates: the same ``(gpu, MIG GI, ts)`` twice in one report (a physical GPU printed once
+     per MIG instance) is stored once and counted in ``samples_deduplicated``;
+   * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`).
+4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
+   (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
+   a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
+   host (:func:`fleet.hygiene.check_from_inventory`); a topology fills ``Host.topology``.
+5. Scrub results and DCGM diagnostics are applied; liveness and versions are updated last, so
+   the host row is locked only for the end of the transaction.
+
+The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
+"samples_deduplicated", "rejections": {reason: count}, "commands": [...]}``; ``commands``
+carries the pending scrubs of the host (:func:`fleet.hygiene.pending_scrub_commands`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+import io
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from .choices import HostState
-from .models import AgentReport, Gpu, Host, XidEvent
+from . import conf, health, hygiene, metrics, topology
+from .choices import GpuHealth, HealthReason, HostEventKind
+from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
 
 SAMPLE_COLUMNS = (
@@ -36,9 +60,14 @@ SAMPLE_COLUMNS = (
     "energy_mj",
     "temperature_c",
     "ecc_volatile_uncorrected",
+    "ecc_volatile_corrected",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "clocks_event_reasons",
     "report_seq",
 )
-_NUMERIC_FIELDS = (
+#: (wire/column name, type) of the measurements, in SAMPLE_COLUMNS order
+NUMERIC_FIELDS = (
     ("utilization_gpu_pct", float),
     ("utilization_memory_pct", float),
     ("memory_used_bytes", int),
@@ -47,7 +76,16 @@ _NUMERIC_FIELDS = (
     ("energy_mj", int),
     ("temperature_c", float),
     ("ecc_volatile_uncorrected", int),
+    ("ecc_volatile_corrected", int),
+    ("sm_clock_mhz", int),
+    ("memory_clock_mhz", int),
+    ("clocks_event_reasons", int),
 )
+_INT64 = 2**63 - 1
+
+UNKNOWN_GPU = "unknown_gpu"
+TS_IN_FUTURE = "ts_in_future"
+TS_TOO_OLD = "ts_older_than_retention"
 
 
 class InvalidReport(ValueError):
@@ -66,6 +104,9 @@ class Ack:
     duplicate: bool
     samples_stored: int
     samples_rejected: int
+    samples_deduplicated: int = 0
+    rejections: dict[str, int] = field(default_factory=dict)
+    commands: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,7 +114,19 @@ class Ack:
             "duplicate": self.duplicate,
             "samples_stored": self.samples_stored,
             "samples_rejected": self.samples_rejected,
+            "samples_deduplicated": self.samples_deduplicated,
+            "rejections": self.rejections,
+            "commands": self.commands,
         }
+
+
+@dataclass
+class _Parsed:
+    rows: list[tuple]
+    rejections: dict[str, int]
+    deduplicated: int
+    min_ts: datetime | None
+    max_ts: datetime | None
 
 
 def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None) -> Ack:
@@ -85,90 +138,180 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     seq = _seq(body)
     if str(body.get("host_id", host.id)) != str(host.id):
         raise InvalidReport("host_id", "host_id does not match the credential's host")
-    gpu_uuids = set(Gpu.objects.filter(host=host).values_list("uuid", flat=True))
-    rows, rejected = _sample_rows(host, seq, body.get("samples") or [], gpu_uuids, now)
-    events = _events(host, seq, body.get("events") or [], gpu_uuids, now)
+    gpus = _host_gpus(host)
+    parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
+    events = _events(host, seq, body.get("events") or [], now)
+    inventory = body.get("inventory")
+    skew = _clock_skew(body.get("sent_at"), now)
+    rejected = sum(parsed.rejections.values())
 
     with transaction.atomic():
-        report, created = AgentReport.objects.get_or_create(host=host, seq=seq)
-        if not created:
-            return Ack(seq, True, report.samples_stored, report.samples_rejected)
-        _update_host(host, body, seq, gpu_uuids, now)
-        if rows:
-            ensure_partitions({row[0].date() for row in rows})
-            _copy_samples(rows)
+        report_id = _claim_report(host, seq, parsed, rejected, len(events), skew, now)
+        if report_id is None:
+            duplicate = _first_ack(host, seq)
+            metrics.REPORTS.labels(outcome="duplicate").inc()
+            return duplicate
+        if parsed.rows:
+            ensure_partitions({row[0].date() for row in parsed.rows})
+            copy_samples(parsed.rows)
         if events:
             XidEvent.objects.bulk_create(events)
-        report.samples_stored = len(rows)
-        report.samples_rejected = rejected
-        report.events_stored = len(events)
-        report.save(update_fields=["samples_stored", "samples_rejected", "events_stored"])
-    return Ack(seq, False, len(rows), rejected)
+            for event in events:
+                health.handle_xid(host, event, now)
+        warnings = None
+        if isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list):
+            warnings = _apply_inventory(host, inventory, gpus, now)
+        if body.get("scrub_results"):
+            hygiene.apply_scrub_results(host, body["scrub_results"], now)
+        if body.get("diagnostics"):
+            hygiene.record_dcgm_diagnostics(host, body["diagnostics"], now)
+        if skew is not None and abs(skew) > conf.clock_skew_warning_s():
+            warnings = _with_warning(
+                warnings if warnings is not None else host.warnings,
+                "agent clock:",
+                f"agent clock: {skew:+.0f} s off the server's (report seq {seq})",
+            )
+        elif skew is not None and any(w.startswith("agent clock:") for w in host.warnings):
+            warnings = _with_warning(
+                warnings if warnings is not None else host.warnings, "agent clock:", None
+            )
+        _update_host(host, body, seq, warnings, now)
+        health.host_reported(host, now)
+        commands = hygiene.pending_scrub_commands(host, now)
+    metrics.REPORTS.labels(outcome="stored").inc()
+    metrics.SAMPLES.labels(outcome="stored").inc(len(parsed.rows))
+    if rejected:
+        metrics.SAMPLES.labels(outcome="rejected").inc(rejected)
+    return Ack(
+        seq,
+        False,
+        len(parsed.rows),
+        rejected,
+        parsed.deduplicated,
+        parsed.rejections,
+        commands,
+    )
+
+
+# --- parsing ------------------------------------------------------------------------------------
 
 
 def _seq(body: dict[str, Any]) -> int:
     seq = body.get("seq")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= _INT64:
         raise InvalidReport("seq", "seq must be an integer >= 1")
     return seq
 
 
 def _parse_ts(value: Any, field: str) -> datetime:
-    ts = parse_datetime(value) if isinstance(value, str) else None
+    try:
+        ts = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        ts = None
     if ts is None or ts.tzinfo is None:
         raise InvalidReport(field, "timestamps must be RFC 3339 with a UTC offset")
-    return ts
+    return ts.astimezone(UTC)
 
 
-def _sample_rows(
-    host: Host, seq: int, samples: Any, gpu_uuids: set[str], now: datetime
-) -> tuple[list[tuple], int]:
+@dataclass(frozen=True)
+class _HostGpus:
+    uuids: frozenset[str]
+    #: MIG device UUID -> (parent GPU UUID, GPU instance id)
+    mig_uuids: dict[str, tuple[str, int]]
+    rows: list[dict[str, Any]]
+
+
+def _host_gpus(host: Host) -> _HostGpus:
+    rows = list(
+        Gpu.objects.filter(host=host).values(
+            "id", "uuid", "index", "mig_devices", "missing_since", "health", "health_reason"
+        )
+    )
+    mig: dict[str, tuple[str, int]] = {}
+    for row in rows:
+        for device in row["mig_devices"] or []:
+            if device.get("uuid") and device.get("gpu_instance_id") is not None:
+                mig[device["uuid"]] = (row["uuid"], int(device["gpu_instance_id"]))
+    return _HostGpus(frozenset(r["uuid"] for r in rows), mig, rows)
+
+
+def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime) -> _Parsed:
     if not isinstance(samples, list):
         raise InvalidReport("samples", "samples must be a list")
-    oldest = now - timedelta(days=settings.NVKE_SAMPLE_RETENTION_DAYS)
-    newest = now + timedelta(seconds=settings.NVKE_SAMPLE_MAX_FUTURE_S)
+    oldest = now - timedelta(days=conf.sample_retention_days())
+    newest = now + timedelta(seconds=conf.sample_max_future_s())
     rows: list[tuple] = []
-    rejected = 0
+    rejections: dict[str, int] = {}
+    seen: set[tuple[str, int | None, datetime]] = set()
+    deduplicated = 0
+    host_id = host.id
+    min_ts = max_ts = None
     for i, sample in enumerate(samples):
         if not isinstance(sample, dict):
             raise InvalidReport(f"samples[{i}]", "each sample must be an object")
         ts = _parse_ts(sample.get("ts"), f"samples[{i}].ts")
         uuid = sample.get("gpu_uuid")
-        if uuid not in gpu_uuids or not (oldest <= ts <= newest):
-            rejected += 1  # another host's GPU, or a clock far off: never stored
-            continue
-        values = []
-        for name, kind in _NUMERIC_FIELDS:
-            value = sample.get(name)
-            if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float):
-                    raise InvalidReport(f"samples[{i}].{name}", f"{name} must be a number or null")
-                value = kind(value)
-            values.append(value)
         gi = sample.get("mig_gpu_instance_id")
         if gi is not None and (not isinstance(gi, int) or isinstance(gi, bool)):
             raise InvalidReport(f"samples[{i}].mig_gpu_instance_id", "must be an integer or null")
-        rows.append((ts, host.id, uuid, gi, *values, seq))
-    return rows, rejected
+        values = []
+        for name, kind in NUMERIC_FIELDS:
+            value = sample.get(name)
+            if value is not None:
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or (isinstance(value, float) and not math.isfinite(value))
+                ):
+                    raise InvalidReport(
+                        f"samples[{i}].{name}", f"{name} must be a finite number or null"
+                    )
+                value = kind(value)
+                if kind is int and not -_INT64 <= value <= _INT64:
+                    raise InvalidReport(f"samples[{i}].{name}", f"{name} is out of range")
+            values.append(value)
+        if uuid not in gpus.uuids:
+            parent = gpus.mig_uuids.get(uuid) if isinstance(uuid, str) else None
+            if parent is None:
+                rejections[UNKNOWN_GPU] = rejections.get(UNKNOWN_GPU, 0) + 1
+                continue
+            uuid, gi = parent
+        if ts > newest:
+            rejections[TS_IN_FUTURE] = rejections.get(TS_IN_FUTURE, 0) + 1
+            continue
+        if ts < oldest:
+            rejections[TS_TOO_OLD] = rejections.get(TS_TOO_OLD, 0) + 1
+            continue
+        key = (uuid, gi, ts)
+        if key in seen:
+            deduplicated += 1
+            continue
+        seen.add(key)
+        if min_ts is None or ts < min_ts:
+            min_ts = ts
+        if max_ts is None or ts > max_ts:
+            max_ts = ts
+        rows.append((ts, host_id, uuid, gi, *values, seq))
+    return _Parsed(rows, rejections, deduplicated, min_ts, max_ts)
 
 
-def _events(
-    host: Host, seq: int, events: Any, gpu_uuids: set[str], now: datetime
-) -> list[XidEvent]:
+def _events(host: Host, seq: int, events: Any, now: datetime) -> list[XidEvent]:
     if not isinstance(events, list):
         raise InvalidReport("events", "events must be a list")
     out = []
+    newest = now + timedelta(seconds=conf.sample_max_future_s())
     for i, event in enumerate(events):
         if not isinstance(event, dict) or event.get("type") != "xid":
             continue
         xid = event.get("xid")
-        if not isinstance(xid, int) or xid < 0:
+        if not isinstance(xid, int) or isinstance(xid, bool) or not 0 <= xid < 2**31:
             raise InvalidReport(f"events[{i}].xid", "xid must be a non-negative integer")
+        ts = _parse_ts(event.get("ts"), f"events[{i}].ts")
         out.append(
             XidEvent(
                 host=host,
                 gpu_uuid=str(event.get("gpu_uuid", ""))[:64],
-                ts=_parse_ts(event.get("ts"), f"events[{i}].ts"),
+                ts=min(ts, newest),
                 xid=xid,
                 message=str(event.get("message", ""))[:2000],
                 report_seq=seq,
@@ -177,39 +320,205 @@ def _events(
     return out
 
 
-def _update_host(
-    host: Host, body: dict[str, Any], seq: int, gpu_uuids: set[str], now: datetime
-) -> None:
-    fields: dict[str, Any] = {"last_seen_at": now}
-    if seq > host.last_report_seq:
-        fields["last_report_seq"] = seq
-    for key in ("driver_version", "cuda_version", "agent_version"):
-        value = body.get(key)
-        if isinstance(value, str) and value:
-            fields[key] = value[:32]
-    inventory = body.get("inventory")
-    if isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list):
-        reported = {g.get("uuid") for g in inventory["gpus"] if isinstance(g, dict)}
-        missing = sorted(gpu_uuids - reported)
-        unknown = sorted(u for u in reported - gpu_uuids if u)
-        warnings = [w for w in host.warnings if not w.startswith("agent inventory:")]
-        if missing:
-            warnings.append(f"agent inventory: GPU(s) not reported: {', '.join(missing)}")
-        if unknown:
-            warnings.append(f"agent inventory: GPU(s) not in the host record: {', '.join(unknown)}")
-        fields["warnings"] = warnings
-    Host.objects.filter(pk=host.pk).update(**fields)
-    if host.state == HostState.NOT_READY:
-        held = Gpu.objects.filter(host=host, holder_id__isnull=False).exists()
-        Host.objects.filter(pk=host.pk, state=HostState.NOT_READY).update(
-            state=HostState.ALLOCATED if held else HostState.AVAILABLE
+def _clock_skew(sent_at: Any, now: datetime) -> float | None:
+    """``sent_at`` minus ``now`` in seconds (None when absent or unreadable)."""
+    if not isinstance(sent_at, str):
+        return None
+    try:
+        ts = datetime.fromisoformat(sent_at)
+    except ValueError:
+        return None
+    if ts.tzinfo is None:
+        return None
+    return (ts - now).total_seconds()
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def _claim_report(
+    host: Host,
+    seq: int,
+    parsed: _Parsed,
+    rejected: int,
+    events: int,
+    skew: float | None,
+    now: datetime,
+) -> int | None:
+    """Insert the ``(host, seq)`` row; None when it exists (a duplicate)."""
+    import json
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO fleet_agentreport
+                (host_id, seq, received_at, samples_stored, samples_rejected,
+                 samples_deduplicated, events_stored, rejections, min_ts, max_ts, clock_skew_s)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)
+            ON CONFLICT (host_id, seq) DO NOTHING
+            RETURNING id
+            """,
+            [
+                host.id,
+                seq,
+                now,
+                len(parsed.rows),
+                rejected,
+                parsed.deduplicated,
+                events,
+                json.dumps(parsed.rejections),
+                parsed.min_ts,
+                parsed.max_ts,
+                skew,
+            ],
         )
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
-def _copy_samples(rows: list[tuple]) -> None:
+def _first_ack(host: Host, seq: int) -> Ack:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT samples_stored, samples_rejected, samples_deduplicated, rejections "
+            "FROM fleet_agentreport WHERE host_id = %s AND seq = %s",
+            [host.id, seq],
+        )
+        stored, rejected, deduplicated, rejections = cursor.fetchone()
+    if isinstance(rejections, str):
+        import json
+
+        rejections = json.loads(rejections)
+    return Ack(seq, True, stored, rejected, deduplicated, rejections or {}, [])
+
+
+def _copy_value(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def copy_samples(rows: list[tuple]) -> None:
+    """COPY rows (in :data:`SAMPLE_COLUMNS` order) into ``fleet_gpusample`` (text format).
+
+    Values are numbers, UUIDs, aware datetimes and GPU UUIDs (``GPU-…``/hex and ``-`` only,
+    checked against the host's GPUs before they get here), so no escaping is needed.
+    """
+    buffer = io.StringIO()
+    write = buffer.write
+    for row in rows:
+        write("\t".join(map(_copy_value, row)))
+        write("\n")
     columns = ", ".join(SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
         raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
         with raw.copy(f"COPY fleet_gpusample ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+            copy.write(buffer.getvalue())
+
+
+def _with_warning(warnings: list[str], prefix: str, text: str | None) -> list[str]:
+    out = [w for w in warnings if not w.startswith(prefix)]
+    if text:
+        out.append(text)
+    return out
+
+
+def _apply_inventory(
+    host: Host, inventory: dict[str, Any], gpus: _HostGpus, now: datetime
+) -> list[str]:
+    """Compare the agent's inventory with the host; returns the host's new warnings."""
+    listed = [
+        g for g in inventory["gpus"] if isinstance(g, dict) and isinstance(g.get("uuid"), str)
+    ]
+    reported = {g["uuid"] for g in listed}
+    missing = sorted(gpus.uuids - reported)
+    unknown = sorted(u for u in reported - gpus.uuids if isinstance(u, str) and u)
+    warnings = [w for w in host.warnings if not w.startswith("agent inventory:")]
+    if missing:
+        warnings.append(f"agent inventory: GPU(s) not reported: {', '.join(missing)}")
+    if unknown:
+        warnings.append(f"agent inventory: GPU(s) not in the host record: {', '.join(unknown)}")
+    by_uuid = {r["uuid"]: r for r in gpus.rows}
+    for uuid in missing:
+        row = by_uuid[uuid]
+        if row["missing_since"] is None:
+            Gpu.objects.filter(pk=row["id"]).update(missing_since=now)
+            HostEvent.objects.create(
+                host=host,
+                ts=now,
+                kind=HostEventKind.INVENTORY,
+                actor="agent",
+                message=f"GPU {uuid} (index {row['index']}) is not in the agent's inventory",
+                data={"gpu_uuid": uuid},
+            )
+            health.open_unhealthy(
+                Gpu.objects.get(pk=row["id"]),
+                reason=HealthReason.GPU_MISSING,
+                at=now,
+                needs_operator=False,
+                detail="the agent no longer sees this GPU (NVML lists fewer GPUs)",
+            )
+    for uuid in sorted(gpus.uuids & reported):
+        row = by_uuid[uuid]
+        if row["missing_since"] is not None:
+            Gpu.objects.filter(pk=row["id"]).update(missing_since=None)
+            HostEvent.objects.create(
+                host=host,
+                ts=now,
+                kind=HostEventKind.INVENTORY,
+                actor="agent",
+                message=f"GPU {uuid} is back in the agent's inventory",
+                data={"gpu_uuid": uuid},
+            )
+            if row["health"] == GpuHealth.UNHEALTHY:
+                health.close_unhealthy(
+                    Gpu.objects.get(pk=row["id"]),
+                    at=now,
+                    ended_by="listed by the agent again",
+                    reasons={HealthReason.GPU_MISSING},
+                )
+    # Facts of the GPUs the host has: MIG devices, health counters, static attributes.
+    for g in listed:
+        uuid = g.get("uuid")
+        if uuid not in gpus.uuids:
+            continue
+        fields: dict[str, Any] = {}
+        if isinstance(g.get("mig_devices"), list):
+            fields["mig_devices"] = [d for d in g["mig_devices"] if isinstance(d, dict)]
+        if g.get("mig_mode") in ("enabled", "disabled", None) and "mig_mode" in g:
+            fields["mig_mode"] = g["mig_mode"]
+        if isinstance(g.get("health"), dict):
+            fields["health_counters"] = g["health"]
+        if isinstance(g.get("attributes"), dict):
+            fields["attributes"] = g["attributes"]
+            serial = g["attributes"].get("serial")
+            if isinstance(serial, str) and serial:
+                fields["serial"] = serial[:64]
+        if fields:
+            Gpu.objects.filter(host=host, uuid=uuid).update(**fields)
+    hygiene.check_from_inventory(host, listed, now)
+    topo = topology.from_agent(inventory.get("topology"), host.gpu_count)
+    if topo is not None and topo.get("links") != (host.topology or {}).get("links"):
+        islands = topology.island_of(topo)
+        Host.objects.filter(pk=host.pk).update(topology=topo)
+        for row in gpus.rows:
+            Gpu.objects.filter(pk=row["id"]).update(nvlink_island=islands.get(row["index"]))
+        host.topology = topo
+    return warnings
+
+
+def _update_host(
+    host: Host, body: dict[str, Any], seq: int, warnings: list[str] | None, now: datetime
+) -> None:
+    fields: dict[str, Any] = {"last_seen_at": now}
+    if seq > host.last_report_seq:
+        fields["last_report_seq"] = Greatest(F("last_report_seq"), Value(seq))
+    for key in ("driver_version", "cuda_version", "agent_version"):
+        value = body.get(key)
+        limit = 16 if key == "cuda_version" else 32
+        if isinstance(value, str) and value and value[:limit] != getattr(host, key):
+            fields[key] = value[:limit]
+    if warnings is not None and warnings != host.warnings:
+        fields["warnings"] = warnings
+    Host.objects.filter(pk=host.pk).update(**fields)

@@ -7,27 +7,51 @@ and are only served by operator endpoints. A GPU held by a tenant's node records
 
 from __future__ import annotations
 
+import re
 import uuid
 
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import Q
 
-from .choices import GpuHealth, HostState
+from .choices import (
+    CheckKind,
+    CheckStatus,
+    GpuHealth,
+    HealthReason,
+    HostEventKind,
+    HostState,
+    ScrubState,
+    ScrubStatus,
+)
 
 
 class Host(models.Model):
     """A physical GPU server (bare-metal node or hypervisor) where ``nvke-agent`` runs.
 
-    ``zone`` (``us-east-1a``) is in region R when it equals R or starts with R. Agent secrets
-    (bootstrap token, host credential) are stored as SHA-256 hex digests: both are 256-bit
-    random values, so a fast hash is safe and keeps every report cheap to authenticate.
+    ``region`` (``us-east-1``) is given at import or derived from ``zone`` (``us-east-1a``,
+    ``us-central1-a``); a zone is also in region R when it starts with R. ``topology`` is the
+    GPU interconnect as read from ``nvidia-smi topo -m`` or NVML (shape in
+    :mod:`fleet.topology`); ``Gpu.nvlink_island`` is derived from it. ``state_reason`` says why
+    the host is in its state; ``drain_target`` is the state a draining host enters once no GPU
+    is held. Agent secrets (bootstrap token, host credential) are stored as SHA-256 hex digests:
+    both are 256-bit random values, so a fast hash is safe and keeps every report cheap to
+    authenticate.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     hostname = models.CharField(max_length=253, unique=True)
+    region = models.CharField(max_length=64, blank=True, db_index=True)
     zone = models.CharField(max_length=64)
     rack = models.CharField(max_length=64, blank=True)
     state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.AVAILABLE)
+    state_reason = models.CharField(max_length=300, blank=True)
+    state_changed_at = models.DateTimeField(null=True, blank=True)
+    #: set while draining: the state the host enters once none of its GPUs is held
+    drain_target = models.CharField(max_length=16, choices=HostState.choices, blank=True)
+    drain_requested_at = models.DateTimeField(null=True, blank=True)
+    topology = models.JSONField(default=dict, blank=True)
     gpu_model = models.ForeignKey(
         "catalog.GpuModel", on_delete=models.PROTECT, related_name="hosts"
     )
@@ -55,8 +79,22 @@ class Host(models.Model):
 
     @staticmethod
     def in_region_q(region: str, prefix: str = "") -> Q:
-        """Q matching hosts whose zone is in ``region`` (equal, or starting with it)."""
-        return Q(**{f"{prefix}zone": region}) | Q(**{f"{prefix}zone__startswith": region})
+        """Q matching hosts in ``region`` (their region, or a zone equal to / starting with it)."""
+        return (
+            Q(**{f"{prefix}region": region})
+            | Q(**{f"{prefix}zone": region})
+            | Q(**{f"{prefix}zone__startswith": region})
+        )
+
+
+def region_of_zone(zone: str) -> str:
+    """The region a zone name belongs to, by the cloud naming conventions.
+
+    ``us-east-1a`` -> ``us-east-1`` (AWS: region + letter), ``us-central1-a`` -> ``us-central1``
+    (GCP: region + ``-`` + letter); anything else is its own region (``dc1`` -> ``dc1``).
+    """
+    match = re.fullmatch(r"(.*\d)-?[a-z]", zone)
+    return match.group(1) if match else zone
 
 
 class Gpu(models.Model):
@@ -65,7 +103,15 @@ class Gpu(models.Model):
     ``memory_total_bytes`` is NVML's total (bytes). ``mig_mode`` is ``enabled``/``disabled`` or
     null when the GPU has no MIG; ``mig_devices`` is the list of MIG devices as last reported
     (``[{gpu_instance_id, compute_instance_id, uuid, memory_total_bytes, …}]``).
-    ``holder_id`` is the node that holds the GPU (null = free).
+    ``holder_id`` is the node that holds the GPU (null = free); ``holder_shares_host`` is true
+    when the holder's isolation allows hardware-isolated sharing of the host with other
+    tenants. ``nvlink_island`` numbers the set of GPUs of the host joined by NVLink / one
+    NVSwitch (null: topology unknown). ``scrub_state`` is PENDING from the moment a tenant
+    releases the GPU until MIG teardown, reset and memory clearing are confirmed.
+    ``missing_since`` is set while the agent's inventory does not list the GPU.
+    ``attributes`` holds static NVML facts from the agent (serial, architecture, compute
+    capability, power limits in mW, max clocks in MHz, NVLink links); ``health_counters`` the
+    last health counters (aggregate ECC counts, retired pages, remapped rows, pending MIG mode).
     """
 
     uuid = models.CharField(max_length=64, unique=True)
@@ -79,11 +125,27 @@ class Gpu(models.Model):
     mig_mode = models.CharField(max_length=16, null=True, blank=True)
     mig_devices = models.JSONField(default=list, blank=True)
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+    health_reason = models.CharField(max_length=300, blank=True)
     holder_id = models.UUIDField(null=True, blank=True, db_index=True)
     holder_tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+    holder_shares_host = models.BooleanField(default=False)
+    #: the holder's group (its node pool), for spreading a group over zones
+    holder_group_id = models.UUIDField(null=True, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    nvlink_island = models.PositiveSmallIntegerField(null=True, blank=True)
+    scrub_state = models.CharField(
+        max_length=8, choices=ScrubState.choices, default=ScrubState.CLEAN
+    )
+    #: the last tenant that held the GPU (whose data a scrub must clear)
+    last_tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    missing_since = models.DateTimeField(null=True, blank=True)
+    serial = models.CharField(max_length=64, blank=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    health_counters = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["host", "index"]
@@ -101,14 +163,26 @@ class Gpu(models.Model):
 
 
 class AgentReport(models.Model):
-    """One accepted agent report; ``(host, seq)`` is unique, which makes ingestion idempotent."""
+    """One accepted agent report; ``(host, seq)`` is unique, which makes ingestion idempotent.
+
+    ``rejections`` counts the samples not stored, by reason (``{"ts_in_future": 2, …}``, the
+    reasons in :mod:`fleet.ingest`); ``samples_deduplicated`` the repeated samples dropped (a
+    physical GPU listed once per MIG instance). ``min_ts``/``max_ts`` bound the stored samples
+    (the rollup task recomputes the minutes they touch). ``clock_skew_s`` is the agent's
+    ``sent_at`` minus the server's receive time (s; positive: the agent's clock is ahead).
+    """
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="reports")
     seq = models.BigIntegerField()
-    received_at = models.DateTimeField(auto_now_add=True)
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     samples_stored = models.PositiveIntegerField(default=0)
     samples_rejected = models.PositiveIntegerField(default=0)
+    samples_deduplicated = models.PositiveIntegerField(default=0)
     events_stored = models.PositiveIntegerField(default=0)
+    rejections = models.JSONField(default=dict, blank=True)
+    min_ts = models.DateTimeField(null=True, blank=True)
+    max_ts = models.DateTimeField(null=True, blank=True)
+    clock_skew_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -142,6 +216,10 @@ class GpuSample(models.Model):
     energy_mj = models.BigIntegerField(null=True)
     temperature_c = models.FloatField(null=True)
     ecc_volatile_uncorrected = models.BigIntegerField(null=True)
+    ecc_volatile_corrected = models.BigIntegerField(null=True)
+    sm_clock_mhz = models.IntegerField(null=True)
+    memory_clock_mhz = models.IntegerField(null=True)
+    clocks_event_reasons = models.BigIntegerField(null=True)
     report_seq = models.BigIntegerField()
 
     class Meta:
@@ -168,3 +246,259 @@ class XidEvent(models.Model):
 
     def __str__(self) -> str:
         return f"Xid {self.xid} on {self.gpu_uuid}"
+
+
+class HostEvent(models.Model):
+    """The history of a host: imports, state changes, operator actions, checks, scrubs, Xids.
+
+    ``actor`` is who caused it (``apikey:<prefix>`` of an operator, ``agent``, ``system``).
+    ``data`` holds the details of the kind (check id, GPU UUIDs, Xid code …).
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
+    ts = models.DateTimeField(db_index=True)
+    kind = models.CharField(max_length=16, choices=HostEventKind.choices)
+    actor = models.CharField(max_length=100, default="system")
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    message = models.CharField(max_length=500)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-ts", "-id"]
+        indexes = [models.Index(fields=["host", "-ts"])]
+
+    def __str__(self) -> str:
+        return f"{self.host_id} {self.kind}: {self.message}"
+
+
+class HostCheck(models.Model):
+    """A health check of a host's GPUs (onboarding report, agent NVML facts, DCGM diag).
+
+    ``findings`` is ``[{"gpu_uuid", "check", "status", "detail"}]`` (``status`` PASSED /
+    WARNING / FAILED); ``source`` names what was read (``nvidia-smi -q -x report``, ``NVML via
+    nvke-agent``, ``dcgmi diag -r 1``). A FAILED check marks the failing GPUs unhealthy.
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="checks")
+    kind = models.CharField(max_length=16, choices=CheckKind.choices)
+    status = models.CharField(max_length=8, choices=CheckStatus.choices)
+    source = models.CharField(max_length=100)
+    checked_at = models.DateTimeField()
+    findings = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-checked_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} check of {self.host_id}: {self.status}"
+
+
+class GpuScrub(models.Model):
+    """The scrub of one GPU after a tenant released it (DESIGN §4 host hygiene).
+
+    ``steps`` is ``[{"step": "mig_teardown" | "gpu_reset" | "memory_clear", "status": "ok" |
+    "failed" | "skipped", "detail"}]`` as the executor reported them; ``executor`` says who did
+    it (``nvke-agent nvml``, ``nvke-agent replay (simulated)``, ``control plane: no agent
+    registered (simulated infrastructure)``). While a scrub is PENDING or FAILED the GPU is
+    handed to nobody.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="scrubs")
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="scrubs")
+    previous_tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    previous_holder_id = models.UUIDField(null=True, blank=True)
+    status = models.CharField(
+        max_length=8, choices=ScrubStatus.choices, default=ScrubStatus.PENDING
+    )
+    mig_teardown = models.BooleanField(default=False)
+    requested_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    executor = models.CharField(max_length=100, blank=True)
+    steps = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"],
+                condition=Q(status="PENDING"),
+                name="gpuscrub_one_pending_per_gpu",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"scrub of {self.gpu_id}: {self.status}"
+
+
+class GpuHealthInterval(models.Model):
+    """A time a GPU was unhealthy: ``[started_at, ended_at)`` (open while ``ended_at`` is null).
+
+    For billing (SLA credits) and auto-repair. Intervals of one GPU never overlap (an exclusion
+    constraint); when the cause changes while the GPU stays unhealthy (say a missing GPU then
+    reports Xid 79) the open interval is closed and a new one starts at the same instant.
+    ``reason`` is a :class:`~fleet.choices.HealthReason`; for Xids, ``xid`` and ``action`` (the
+    catalog's NVIDIA immediate action, e.g. ``RESET_GPU``); ``needs_operator`` is true when the
+    fault needs the platform (reset, reboot, hardware) rather than the tenant's workload — the
+    time SLA credits cover. ``holder_id``/``tenant`` are who held the GPU when it started.
+    """
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="health_intervals")
+    gpu_uuid = models.CharField(max_length=64, db_index=True)
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="+")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=16, choices=HealthReason.choices)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    action = models.CharField(max_length=100, blank=True)
+    needs_operator = models.BooleanField(default=False)
+    detail = models.CharField(max_length=500, blank=True)
+    holder_id = models.UUIDField(null=True, blank=True)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    ended_by = models.CharField(max_length=100, blank=True)
+
+    class Meta:
+        ordering = ["gpu_uuid", "started_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=Q(ended_at__isnull=True), name="gpuhealth_one_open"
+            ),
+            models.CheckConstraint(
+                condition=Q(ended_at__isnull=True) | Q(ended_at__gte=models.F("started_at")),
+                name="gpuhealth_ends_after_start",
+            ),
+            ExclusionConstraint(
+                name="gpuhealth_no_overlap",
+                expressions=[
+                    ("gpu", RangeOperators.EQUAL),
+                    (
+                        models.Func(
+                            "started_at",
+                            "ended_at",
+                            models.Value("[)"),
+                            function="tstzrange",
+                            output_field=DateTimeRangeField(),
+                        ),
+                        RangeOperators.OVERLAPS,
+                    ),
+                ],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_uuid} unhealthy from {self.started_at} ({self.reason})"
+
+
+class EnergyCounterReset(models.Model):
+    """An energy counter that went backwards or jumped implausibly (driver reload, bad read).
+
+    ``ts`` is the sample where it was seen, ``previous_mj``/``current_mj`` the two readings
+    (mJ), ``kind`` ``went_backwards`` or ``implausible_jump`` (more than the GPU's maximum power
+    could use in the time between the readings). The rollups count no energy for that step.
+    """
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="+")
+    gpu_uuid = models.CharField(max_length=64)
+    ts = models.DateTimeField()
+    previous_ts = models.DateTimeField()
+    previous_mj = models.BigIntegerField()
+    current_mj = models.BigIntegerField()
+    kind = models.CharField(max_length=20)
+
+    class Meta:
+        ordering = ["gpu_uuid", "ts"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_uuid", "ts"], name="energyreset_gpu_ts_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_uuid} energy {self.kind} at {self.ts}"
+
+
+class _Rollup(models.Model):
+    """Aggregates of the samples of one GPU (or one MIG device) over one bucket.
+
+    Sums and counts (not averages) so hours are exact sums of minutes:
+    ``utilization_gpu_pct_sum / utilization_samples`` is the mean utilization % over the
+    samples that had one (MIG-mode ``N/A`` samples are not counted). ``energy_mj`` is the
+    energy used in the bucket (mJ, from counter deltas; null when no delta was valid).
+    Memory bytes, power mW, temperature °C.
+    """
+
+    bucket = models.DateTimeField()
+    host = models.ForeignKey(Host, on_delete=models.DO_NOTHING, db_constraint=False)
+    gpu_uuid = models.CharField(max_length=64)
+    mig_gpu_instance_id = models.IntegerField(null=True, blank=True)
+    samples = models.PositiveIntegerField()
+    utilization_samples = models.PositiveIntegerField()
+    utilization_gpu_pct_sum = models.FloatField(null=True)
+    utilization_gpu_pct_max = models.FloatField(null=True)
+    memory_used_bytes_sum = models.DecimalField(max_digits=30, decimal_places=0, null=True)
+    memory_samples = models.PositiveIntegerField(default=0)
+    memory_used_bytes_max = models.BigIntegerField(null=True)
+    memory_total_bytes = models.BigIntegerField(null=True)
+    power_mw_sum = models.DecimalField(max_digits=30, decimal_places=0, null=True)
+    power_samples = models.PositiveIntegerField(default=0)
+    power_mw_max = models.BigIntegerField(null=True)
+    energy_mj = models.BigIntegerField(null=True)
+    temperature_c_max = models.FloatField(null=True)
+    ecc_volatile_uncorrected_max = models.BigIntegerField(null=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.gpu_uuid}/{self.mig_gpu_instance_id} @ {self.bucket}"
+
+    @property
+    def utilization_gpu_pct_avg(self) -> float | None:
+        """Mean utilization % over the samples that reported one."""
+        if not self.utilization_samples or self.utilization_gpu_pct_sum is None:
+            return None
+        return self.utilization_gpu_pct_sum / self.utilization_samples
+
+
+class GpuRollup1m(_Rollup):
+    """1-minute rollup of ``fleet_gpusample`` (see :class:`_Rollup`)."""
+
+    class Meta:
+        ordering = ["gpu_uuid", "bucket"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_uuid", "mig_gpu_instance_id", "bucket"],
+                name="rollup1m_key",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [models.Index(fields=["bucket"]), models.Index(fields=["host", "bucket"])]
+
+
+class GpuRollup1h(_Rollup):
+    """1-hour rollup, the sum of the hour's 1-minute rollups (see :class:`_Rollup`)."""
+
+    class Meta:
+        ordering = ["gpu_uuid", "bucket"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu_uuid", "mig_gpu_instance_id", "bucket"],
+                name="rollup1h_key",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [models.Index(fields=["bucket"]), models.Index(fields=["host", "bucket"])]
+
+
+class RollupCursor(models.Model):
+    """How far the rollup task has read ``AgentReport.received_at`` (one row, ``name``)."""
+
+    name = models.CharField(max_length=32, primary_key=True)
+    received_until = models.DateTimeField()
+    last_report_id = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.received_until}"

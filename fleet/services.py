@@ -1,8 +1,26 @@
-"""Fleet use-cases: import a host from an ``nvidia-smi -q -x`` report, register its agent."""
+"""Fleet use-cases: import a host, register its agent, change host state, operator actions.
+
+Operator actions (DESIGN §10 host states)::
+
+    cordon       AVAILABLE/ALLOCATED/NOT_READY/FAILED -> CORDONED (held GPUs stay, no new ones)
+    uncordon     CORDONED/MAINTENANCE/FAILED -> AVAILABLE or ALLOCATED (by whether GPUs are held)
+    drain        -> CORDONED now, ``host_drain_requested`` sent for the nodes on it; once no GPU
+                 is held the host enters the drain target (CORDONED by default)
+    maintenance  a drain whose target is MAINTENANCE (at once when nothing is held)
+    retire       a drain whose target is RETIRED; a retired host's agent credential and
+                 bootstrap token stop working; RETIRED is final
+    bootstrap token  re-issued (the old token and the agent's credential stop working)
+
+Each records a :class:`~fleet.models.HostEvent`; state changes are guarded UPDATEs
+(``filter(pk=…, state__in=allowed).update(…)``) and send ``host_state_changed`` on commit.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -13,9 +31,11 @@ from catalog.models import GpuModel
 from catalog.services import match_product_name
 from nvke.errors import Conflict, InvalidInput
 
-from .choices import HostState
-from .models import Gpu, Host
+from . import hygiene, topology
+from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
+from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
+from .signals import host_drain_requested, host_state_changed
 
 
 @dataclass(frozen=True)
@@ -26,18 +46,33 @@ class ImportedHost:
     bootstrap_token: str
 
 
-def import_host(*, hostname: str, zone: str, nvidia_smi_xml: str, rack: str = "") -> ImportedHost:
+def import_host(
+    *,
+    hostname: str,
+    zone: str,
+    nvidia_smi_xml: str,
+    rack: str = "",
+    region: str = "",
+    nvidia_smi_topo: str = "",
+    actor: str = "system",
+) -> ImportedHost:
     """Create a host with the GPUs present in a real ``nvidia-smi -q -x`` report.
 
     Each GPU's product name must match a catalog GPU model. A report whose ``attached_gpus``
     differs from the ``<gpu>`` elements present is imported with a warning on the host.
+    ``region`` defaults to the zone's region (:func:`fleet.models.region_of_zone`);
+    ``nvidia_smi_topo`` (the text of ``nvidia-smi topo -m``) gives the NVLink topology. The
+    report is recorded as the host's onboarding check (:mod:`fleet.hygiene`); the host is
+    AVAILABLE at once, with any GPU that fails the check unhealthy.
 
     Raises InvalidInput (400: ``invalid_nvidia_smi_xml``, ``unknown_gpu_product``,
-    ``mixed_gpu_models``, ``no_gpus``) or Conflict (409: ``duplicate_hostname``,
-    ``duplicate_gpu_uuid``). Nothing is written when any check fails.
+    ``mixed_gpu_models``, ``no_gpus``, ``invalid_nvidia_smi_topo``) or Conflict (409:
+    ``duplicate_hostname``, ``duplicate_gpu_uuid``). Nothing is written when any check fails.
     """
     report = _parse(nvidia_smi_xml)
     model = _single_model(report)
+    topo = _topology(nvidia_smi_topo, len(report.gpus)) if nvidia_smi_topo.strip() else {}
+    islands = topology.island_of(topo)
     warnings: list[str] = []
     if report.attached_gpus is not None and report.attached_gpus != len(report.gpus):
         warnings.append(
@@ -54,11 +89,15 @@ def import_host(*, hostname: str, zone: str, nvidia_smi_xml: str, rack: str = ""
                     field="hostname",
                 )
             _refuse_known_uuids(report)
+            now = timezone.now()
             host = Host.objects.create(
                 hostname=hostname,
+                region=region or region_of_zone(zone),
                 zone=zone,
                 rack=rack,
                 state=HostState.AVAILABLE,
+                state_changed_at=now,
+                topology=topo,
                 gpu_model=model,
                 gpu_count=len(report.gpus),
                 driver_version=report.driver_version or "",
@@ -80,9 +119,36 @@ def import_host(*, hostname: str, zone: str, nvidia_smi_xml: str, rack: str = ""
                         memory_total_bytes=g.memory_total_bytes,
                         mig_mode=g.mig_mode,
                         mig_devices=[_mig_device_dict(d) for d in g.mig_devices],
+                        nvlink_island=islands.get(g.index) if islands else None,
+                        serial=g.attributes.get("serial") or "",
+                        attributes=g.attributes,
+                        health_counters=g.health,
                     )
                     for g in report.gpus
                 ]
+            )
+            HostEvent.objects.create(
+                host=host,
+                ts=now,
+                kind=HostEventKind.IMPORTED,
+                actor=actor,
+                to_state=HostState.AVAILABLE,
+                message=f"imported with {len(report.gpus)} x {model.slug} from nvidia-smi -q -x"
+                + (f" and {topo['source']}" if topo else ""),
+            )
+            findings = [
+                f
+                for g in report.gpus
+                for f in hygiene.gpu_findings(g.uuid, {**g.health, "mig_mode": g.mig_mode})
+            ]
+            hygiene.record_check(
+                host,
+                kind=CheckKind.ONBOARDING,
+                source="nvidia-smi -q -x report",
+                findings=findings,
+                gpu_count=len(report.gpus),
+                now=now,
+                actor=actor,
             )
     except IntegrityError as exc:  # a concurrent import won the race for a name or UUID
         raise Conflict(
@@ -93,15 +159,36 @@ def import_host(*, hostname: str, zone: str, nvidia_smi_xml: str, rack: str = ""
     return ImportedHost(host=host, bootstrap_token=token)
 
 
-def reissue_bootstrap_token(host: Host) -> str:
-    """New one-time bootstrap token for ``host`` (the old one and the credential stop working)."""
+def reissue_bootstrap_token(host: Host, *, actor: str = "system") -> str:
+    """New one-time bootstrap token for ``host`` (the old one and the credential stop working).
+
+    Raises Conflict ``host_retired`` for a retired host.
+    """
     token = new_token()
-    Host.objects.filter(pk=host.pk).update(
-        bootstrap_token_hash=digest(token),
-        bootstrap_token_expires_at=timezone.now() + settings.NVKE_BOOTSTRAP_TOKEN_TTL,
-        bootstrap_token_used_at=None,
-        credential_hash="",
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        updated = (
+            Host.objects.filter(pk=host.pk)
+            .exclude(state=HostState.RETIRED)
+            .update(
+                bootstrap_token_hash=digest(token),
+                bootstrap_token_expires_at=now + settings.NVKE_BOOTSTRAP_TOKEN_TTL,
+                bootstrap_token_used_at=None,
+                credential_hash="",
+            )
+        )
+        if not updated:
+            raise Conflict(
+                f"host {host.hostname} is retired; it gets no new agent token",
+                code="host_retired",
+            )
+        HostEvent.objects.create(
+            host=host,
+            ts=now,
+            kind=HostEventKind.ACTION,
+            actor=actor,
+            message="bootstrap token re-issued; the agent's credential was revoked",
+        )
     return token
 
 
@@ -130,6 +217,8 @@ def register_agent(*, bootstrap_token: str, agent_version: str = "") -> tuple[Ho
             raise InvalidBootstrapToken(
                 "the bootstrap token has expired; ask an operator for a new one"
             )
+        if host.state == HostState.RETIRED:
+            raise InvalidBootstrapToken("the host is retired")
         host.bootstrap_token_used_at = now
         host.credential_hash = digest(credential)
         host.registered_at = now
@@ -141,6 +230,13 @@ def register_agent(*, bootstrap_token: str, agent_version: str = "") -> tuple[Ho
                 "registered_at",
                 "agent_version",
             ]
+        )
+        HostEvent.objects.create(
+            host=host,
+            ts=now,
+            kind=HostEventKind.REGISTERED,
+            actor="agent",
+            message=f"agent registered (nvke-agent {agent_version or 'unknown version'})",
         )
     return host, credential
 
@@ -195,6 +291,24 @@ def _refuse_known_uuids(report: SmiReport) -> None:
         )
 
 
+def _topology(text: str, gpu_count: int) -> dict[str, Any]:
+    try:
+        topo = topology.parse_nvidia_smi_topo(text)
+    except topology.InvalidTopology as exc:
+        raise InvalidInput(
+            f"not an nvidia-smi topo -m matrix: {exc}",
+            code="invalid_nvidia_smi_topo",
+            field="nvidia_smi_topo",
+        ) from exc
+    if topo["gpus"] != gpu_count:
+        raise InvalidInput(
+            f"the topology has {topo['gpus']} GPU(s), the report {gpu_count}",
+            code="invalid_nvidia_smi_topo",
+            field="nvidia_smi_topo",
+        )
+    return topo
+
+
 def _mig_device_dict(device) -> dict:
     return {
         "index": device.index,
@@ -204,3 +318,232 @@ def _mig_device_dict(device) -> dict:
         "multiprocessor_count": device.multiprocessor_count,
         "memory_total_bytes": device.memory_total_bytes,
     }
+
+
+# --- host state ----------------------------------------------------------------------------------
+
+
+def holders_on(host_id: Any) -> list[Any]:
+    """Node ids holding GPUs of the host."""
+    return list(
+        Gpu.objects.filter(host_id=host_id, holder_id__isnull=False)
+        .values_list("holder_id", flat=True)
+        .distinct()
+    )
+
+
+def change_host_state(
+    host_id: Any,
+    *,
+    to: str,
+    allowed_from: Iterable[str],
+    reason: str,
+    now: datetime,
+    actor: str = "system",
+    extra_filter: dict[str, Any] | None = None,
+    updates: dict[str, Any] | None = None,
+) -> bool:
+    """Guarded state change (``UPDATE … WHERE state IN allowed_from``); False if it lost.
+
+    Records a host event and sends ``host_state_changed`` on commit.
+    """
+    with transaction.atomic():
+        before = (
+            Host.objects.filter(pk=host_id, state__in=list(allowed_from), **(extra_filter or {}))
+            .values_list("state", flat=True)
+            .first()
+        )
+        if before is None:
+            return False
+        updated = Host.objects.filter(pk=host_id, state=before, **(extra_filter or {})).update(
+            state=to,
+            state_reason=reason[:300],
+            state_changed_at=now,
+            **(updates or {}),
+        )
+        if not updated:
+            return False
+        if before != to:
+            HostEvent.objects.create(
+                host_id=host_id,
+                ts=now,
+                kind=HostEventKind.STATE,
+                actor=actor[:100],
+                from_state=before,
+                to_state=to,
+                message=reason[:500],
+            )
+            holder_ids = holders_on(host_id)
+            transaction.on_commit(
+                lambda: host_state_changed.send(
+                    sender=Host,
+                    host_id=host_id,
+                    old_state=str(before),
+                    new_state=str(to),
+                    reason=reason,
+                    holder_ids=holder_ids,
+                )
+            )
+        return True
+
+
+def settle_host_state(host_id: Any, *, now: datetime) -> None:
+    """After GPUs were claimed or released: ALLOCATED <-> AVAILABLE by whether any is held,
+    and a draining host with nothing held enters its drain target."""
+    host = Host.objects.filter(pk=host_id).values("state", "drain_target").first()
+    if host is None:
+        return
+    held = Gpu.objects.filter(host_id=host_id, holder_id__isnull=False).exists()
+    if host["drain_target"] and not held:
+        _finish_drain(host_id, host["drain_target"], now=now)
+    elif held and host["state"] == HostState.AVAILABLE:
+        change_host_state(
+            host_id,
+            to=HostState.ALLOCATED,
+            allowed_from=(HostState.AVAILABLE,),
+            reason="GPUs held",
+            now=now,
+        )
+    elif not held and host["state"] == HostState.ALLOCATED:
+        change_host_state(
+            host_id,
+            to=HostState.AVAILABLE,
+            allowed_from=(HostState.ALLOCATED,),
+            reason="no GPU held",
+            now=now,
+        )
+
+
+def _finish_drain(host_id: Any, target: str, *, now: datetime) -> None:
+    updates: dict[str, Any] = {"drain_target": "", "drain_requested_at": None}
+    if target == HostState.RETIRED:
+        updates.update(credential_hash="", bootstrap_token_hash="")
+    change_host_state(
+        host_id,
+        to=target,
+        allowed_from=[s for s in HostState.values if s != HostState.RETIRED],
+        reason=f"drained: {target.lower()}",
+        now=now,
+        updates=updates,
+    )
+
+
+# --- operator actions -----------------------------------------------------------------------------
+
+CORDONABLE = (*SCHEDULABLE_HOST_STATES, HostState.NOT_READY, HostState.FAILED, HostState.CORDONED)
+UNCORDONABLE = (HostState.CORDONED, HostState.MAINTENANCE, HostState.FAILED)
+DRAIN_TARGETS = (HostState.CORDONED, HostState.MAINTENANCE, HostState.RETIRED)
+
+
+def _action(host: Host, actor: str, message: str, now: datetime, **data: Any) -> None:
+    HostEvent.objects.create(
+        host=host, ts=now, kind=HostEventKind.ACTION, actor=actor[:100], message=message, data=data
+    )
+
+
+def _refuse(host: Host, action: str, allowed: Iterable[str]) -> Conflict:
+    return Conflict(
+        f"cannot {action} host {host.hostname} in state {host.state} "
+        f"(allowed from {', '.join(allowed)})",
+        code="invalid_host_state",
+        field="state",
+        extra={"state": host.state},
+    )
+
+
+def cordon_host(host: Host, *, actor: str, reason: str = "") -> Host:
+    """Stop placing new nodes on ``host`` (nodes on it keep running). Idempotent."""
+    now = timezone.now()
+    with transaction.atomic():
+        host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
+        if host.state not in CORDONABLE:
+            raise _refuse(host, "cordon", CORDONABLE)
+        _action(host, actor, f"cordon{': ' + reason if reason else ''}", now)
+        change_host_state(
+            host.pk,
+            to=HostState.CORDONED,
+            allowed_from=CORDONABLE,
+            reason=f"cordoned by {actor}{': ' + reason if reason else ''}",
+            now=now,
+            actor=actor,
+            updates={"drain_target": "", "drain_requested_at": None},
+        )
+    return Host.objects.get(pk=host.pk)
+
+
+def uncordon_host(host: Host, *, actor: str) -> Host:
+    """Make a cordoned / maintenance / failed host schedulable again (cancels a drain)."""
+    now = timezone.now()
+    with transaction.atomic():
+        host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
+        if host.state not in UNCORDONABLE:
+            raise _refuse(host, "uncordon", UNCORDONABLE)
+        target = HostState.ALLOCATED if holders_on(host.pk) else HostState.AVAILABLE
+        _action(host, actor, "uncordon", now)
+        change_host_state(
+            host.pk,
+            to=target,
+            allowed_from=UNCORDONABLE,
+            reason=f"uncordoned by {actor}",
+            now=now,
+            actor=actor,
+            updates={"drain_target": "", "drain_requested_at": None},
+        )
+    return Host.objects.get(pk=host.pk)
+
+
+def drain_host(host: Host, *, actor: str, target: str = HostState.CORDONED) -> Host:
+    """Cordon now, ask the layers above to move the nodes off, then enter ``target``.
+
+    Raises InvalidInput ``invalid_drain_target`` / Conflict ``invalid_host_state``.
+    """
+    if target not in DRAIN_TARGETS:
+        raise InvalidInput(
+            f"a drain ends in one of {', '.join(DRAIN_TARGETS)}, not {target!r}",
+            code="invalid_drain_target",
+            field="target",
+        )
+    now = timezone.now()
+    with transaction.atomic():
+        host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
+        allowed = [s for s in HostState.values if s != HostState.RETIRED]
+        if host.state not in allowed:
+            raise _refuse(host, "drain", allowed)
+        holder_ids = holders_on(host.pk)
+        _action(
+            host,
+            actor,
+            f"drain to {target}: {len(holder_ids)} node(s) to move",
+            now,
+            target=target,
+            holder_ids=[str(h) for h in holder_ids],
+        )
+        if not holder_ids:
+            _finish_drain(host.pk, target, now=now)
+        else:
+            change_host_state(
+                host.pk,
+                to=HostState.CORDONED,
+                allowed_from=allowed,
+                reason=f"draining to {target} ({actor})",
+                now=now,
+                actor=actor,
+                updates={"drain_target": target, "drain_requested_at": now},
+            )
+            host_id = host.pk
+            transaction.on_commit(
+                lambda: host_drain_requested.send(
+                    sender=Host, host_id=host_id, holder_ids=holder_ids, target_state=target
+                )
+            )
+    return Host.objects.get(pk=host.pk)
+
+
+def set_maintenance(host: Host, *, actor: str) -> Host:
+    """Drain ``host`` into MAINTENANCE (at once when nothing is held)."""
+    return drain_host(host, actor=actor, target=HostState.MAINTENANCE)
+
+
+def retire_host(host: Host, *, actor: str) -> Host:
+    """Drain ``host`` into RETIRED (final; its agent credential stops working)."""
+    return drain_host(host, actor=actor, target=HostState.RETIRED)

@@ -1,27 +1,62 @@
-"""Fleet periodic tasks (queue ``telemetry``): thin wrappers over plain functions."""
+"""Fleet periodic tasks (queue ``telemetry``): thin wrappers over plain functions.
+
+:data:`BEAT_SCHEDULE` is added to Celery beat by :class:`fleet.apps.FleetConfig` (entries of
+the same name in ``settings.CELERY_BEAT_SCHEDULE`` win). Each entry ``expires`` before its
+next run, so a backlog never piles up copies.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from celery import shared_task
-from django.conf import settings
 from django.utils import timezone
 
-from . import health, partitions
+from . import conf, health, hygiene, partitions, rollups
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def mark_silent_hosts_not_ready() -> int:
-    """Beat: hosts without a report for NVKE_HOST_HEARTBEAT_TIMEOUT_S become NOT_READY."""
-    return health.mark_silent_hosts_not_ready(timezone.now())
+def mark_silent_hosts_not_ready() -> dict[str, int]:
+    """Beat: hosts without a report for NVKE_HOST_HEARTBEAT_TIMEOUT_S become NOT_READY;
+    scrubs the agent did not confirm within NVKE_SCRUB_TIMEOUT_S fail."""
+    now = timezone.now()
+    return {
+        "not_ready": health.mark_silent_hosts_not_ready(now),
+        "scrubs_failed": hygiene.fail_overdue_scrubs(now),
+    }
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def ensure_sample_partitions() -> dict[str, list[str]]:
-    """Beat: create sample partitions ahead, drop those past NVKE_SAMPLE_RETENTION_DAYS."""
+def ensure_sample_partitions() -> dict[str, list[str] | dict[str, int]]:
+    """Beat: create sample partitions ahead, drop those past NVKE_SAMPLE_RETENTION_DAYS,
+    delete rollups past their retention."""
     now = timezone.now()
     created = partitions.ensure_partitions_around(now)
-    cutoff = (now - timedelta(days=settings.NVKE_SAMPLE_RETENTION_DAYS)).date()
+    cutoff = (now - timedelta(days=conf.sample_retention_days())).date()
     dropped = partitions.drop_partitions_before(cutoff)
-    return {"created": created, "dropped": dropped}
+    return {"created": created, "dropped": dropped, "rollups": rollups.prune_rollups(now)}
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def rollup_gpu_samples() -> dict[str, int]:
+    """Beat: recompute the 1-minute / 1-hour rollups touched by newly received reports."""
+    return rollups.rollup_pending()
+
+
+BEAT_SCHEDULE = {
+    "mark-silent-hosts-not-ready": {
+        "task": "fleet.tasks.mark_silent_hosts_not_ready",
+        "schedule": 60.0,
+        "options": {"expires": 50.0},
+    },
+    "ensure-sample-partitions": {
+        "task": "fleet.tasks.ensure_sample_partitions",
+        "schedule": 3600.0,
+        "options": {"expires": 3000.0},
+    },
+    "rollup-gpu-samples": {
+        "task": "fleet.tasks.rollup_gpu_samples",
+        "schedule": 60.0,
+        "options": {"expires": 50.0},
+    },
+}

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.permissions import AllowAny
 
 from nvke.health import healthz, readyz
+from nvke.metrics import metrics_view
 
 api_v1 = [
     path("", include("tenants.api.urls")),
@@ -31,6 +32,7 @@ api_v1 = [
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
 ]

@@ -23,13 +23,21 @@ A100-SXM4-80GB v12 DTD with MIG on, A10G and Tesla T4 v11 DTD, RTX 4000 SFF Ada 
   into ``sram_uncorrectable_parity`` and ``sram_uncorrectable_secded``); older DTDs use
   ``<volatile><double_bit><total>``.
 * MIG device UUIDs are not printed in v12 captures; when absent they are ``None``.
+* Health facts (:attr:`SmiGpu.health`): ``<gpu_reset_status>`` (v12+), ``<retired_pages>``
+  (pre-Ampere page retirement: counts, ``pending_retirement``), ``<remapped_rows>`` (Ampere+:
+  ``remapped_row_corr/unc/pending/failure``; the whole element is ``N/A`` with MIG on, nvml.md
+  §3), ``<ecc_errors><aggregate>`` (lifetime counts), ``<mig_mode><pending_mig>``.
+* Clock event reasons are ``<clocks_event_reasons>`` (v12+) or ``<clocks_throttle_reasons>``
+  (v11), one child per reason saying ``Active``/``Not Active``; they become NVML's bit mask
+  (``nvmlClocksEventReason*`` constants of nvidia-ml-py: GpuIdle 0x1 … DisplayClockSetting
+  0x100).
 """
 
 from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 import defusedxml.ElementTree as DefusedET
@@ -69,6 +77,19 @@ _BYTES_PER_UNIT = {
 }
 
 _NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$")
+
+#: nvmlClocksEventReason* bits by the reason's element suffix (nvidia-ml-py constants)
+CLOCK_EVENT_REASON_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
+}
 
 
 class NotAnNvidiaSmiReport(ValueError):
@@ -116,6 +137,14 @@ class SmiGpu:
     power_draw_mw: int | None  # <power_draw> or v13 <instant_power_draw>/<average_power_draw>
     temperature_c: float | None
     ecc_volatile_uncorrected: int | None  # sum of volatile uncorrectable counters, else None
+    ecc_volatile_corrected: int | None = None  # sum of volatile correctable counters
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    clocks_event_reasons: int | None = None  # NVML bit mask, None when not printed
+    #: health facts, the wire's ``inventory.gpus[].health`` (keys in module docstring)
+    health: dict = field(default_factory=dict)
+    #: static facts, the wire's ``inventory.gpus[].attributes``
+    attributes: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -266,6 +295,12 @@ def _parse_gpu(index: int, gpu: ET.Element) -> SmiGpu:
         power_draw_mw=_power_draw_mw(gpu),
         temperature_c=_celsius(_text(gpu, "temperature/gpu_temp")),
         ecc_volatile_uncorrected=_ecc_volatile_uncorrected(gpu),
+        ecc_volatile_corrected=_ecc_sum(gpu.find("ecc_errors/volatile"), "correctable"),
+        sm_clock_mhz=_mhz(_text(gpu, "clocks/sm_clock")),
+        memory_clock_mhz=_mhz(_text(gpu, "clocks/mem_clock")),
+        clocks_event_reasons=_clock_event_reasons(gpu),
+        health=_health(gpu),
+        attributes=_attributes(gpu),
     )
 
 
@@ -292,11 +327,111 @@ def _mig_mode(text: str | None) -> str | None:
 def _power_draw_mw(gpu: ET.Element) -> int | None:
     # <gpu_power_readings> (v12, v13) or <power_readings> (v11); never <module_power_readings>.
     for section in ("gpu_power_readings", "power_readings"):
-        for field in ("power_draw", "instant_power_draw", "average_power_draw"):
-            value = _milliwatts(_text(gpu, f"{section}/{field}"))
+        for name in ("power_draw", "instant_power_draw", "average_power_draw"):
+            value = _milliwatts(_text(gpu, f"{section}/{name}"))
             if value is not None:
                 return value
     return None
+
+
+def _mhz(text: str | None) -> int | None:
+    value = _number(text, "MHz")
+    return None if value is None else int(value)
+
+
+def _yes_no(text: str | None) -> bool | None:
+    if text is None:
+        return None
+    lowered = text.strip().lower()
+    return True if lowered == "yes" else False if lowered == "no" else None
+
+
+def _ecc_sum(section: ET.Element | None, kind: str) -> int | None:
+    """Sum of the leaf counters of an ECC section whose name ends in ``_<kind>`` (or contains
+    ``<kind>_``): ``correctable`` or ``uncorrectable``; None when none is printed."""
+    if section is None:
+        return None
+    counts = [
+        _int(_text(section, child.tag))
+        for child in section
+        if len(child) == 0
+        and (child.tag.endswith(kind) or f"{kind}_" in child.tag)
+        and not (kind == "correctable" and "uncorrectable" in child.tag)
+    ]
+    known = [count for count in counts if count is not None]
+    return sum(known) if known else None
+
+
+def _clock_event_reasons(gpu: ET.Element) -> int | None:
+    for section, prefix in (
+        ("clocks_event_reasons", "clocks_event_reason_"),
+        ("clocks_throttle_reasons", "clocks_throttle_reason_"),
+    ):
+        el = gpu.find(section)
+        if el is None:
+            continue
+        mask, seen = 0, False
+        for child in el:
+            bit = CLOCK_EVENT_REASON_BITS.get(child.tag.removeprefix(prefix))
+            state = (child.text or "").strip().lower()
+            if bit is None or state not in ("active", "not active"):
+                continue
+            seen = True
+            if state == "active":
+                mask |= bit
+        return mask if seen else None
+    return None
+
+
+def _health(gpu: ET.Element) -> dict:
+    """The health facts of a ``<gpu>`` (None for what it does not print)."""
+    return {
+        "reset_required": _yes_no(_text(gpu, "gpu_reset_status/reset_required")),
+        "drain_and_reset_recommended": _yes_no(
+            _text(gpu, "gpu_reset_status/drain_and_reset_recommended")
+        ),
+        "ecc_volatile_uncorrected": _ecc_volatile_uncorrected(gpu),
+        "ecc_aggregate_uncorrected": _ecc_sum(gpu.find("ecc_errors/aggregate"), "uncorrectable"),
+        "retired_pages_sbe": _int(
+            _text(gpu, "retired_pages/multiple_single_bit_retirement/retired_count")
+        ),
+        "retired_pages_dbe": _int(_text(gpu, "retired_pages/double_bit_retirement/retired_count")),
+        "retired_pages_pending": _yes_no(_text(gpu, "retired_pages/pending_retirement")),
+        "remapped_rows_correctable": _int(_text(gpu, "remapped_rows/remapped_row_corr")),
+        "remapped_rows_uncorrectable": _int(_text(gpu, "remapped_rows/remapped_row_unc")),
+        "remapped_rows_pending": _yes_no(_text(gpu, "remapped_rows/remapped_row_pending")),
+        "remapped_rows_failure": _yes_no(_text(gpu, "remapped_rows/remapped_row_failure")),
+        "mig_mode_pending": _mig_mode(_text(gpu, "mig_mode/pending_mig")),
+    }
+
+
+def _attributes(gpu: ET.Element) -> dict:
+    """Static facts of a ``<gpu>``: serial, architecture, VBIOS, power limits (mW), max clocks."""
+    limit = None
+    for path in (
+        "gpu_power_readings/current_power_limit",
+        "power_readings/enforced_power_limit",
+        "power_readings/power_limit",
+    ):
+        limit = _milliwatts(_text(gpu, path))
+        if limit is not None:
+            break
+    section = (
+        "gpu_power_readings" if gpu.find("gpu_power_readings") is not None else "power_readings"
+    )
+    serial = _text(gpu, "serial")
+    return {
+        "serial": serial if serial and serial.strip("0") and serial != "REDACTED" else None,
+        "architecture": _text(gpu, "product_architecture"),
+        "compute_capability": None,
+        "vbios_version": _text(gpu, "vbios_version"),
+        "power_limit_mw": limit,
+        "power_limit_default_mw": _milliwatts(_text(gpu, f"{section}/default_power_limit")),
+        "power_limit_max_mw": _milliwatts(_text(gpu, f"{section}/max_power_limit")),
+        "max_sm_clock_mhz": _mhz(_text(gpu, "max_clocks/sm_clock")),
+        "max_memory_clock_mhz": _mhz(_text(gpu, "max_clocks/mem_clock")),
+        "nvlink_links_active": None,
+    }
 
 
 def _ecc_volatile_uncorrected(gpu: ET.Element) -> int | None:

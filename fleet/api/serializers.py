@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from fleet.models import Gpu, Host
+from fleet.choices import HostState
+from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -22,10 +23,17 @@ class GpuSerializer(serializers.ModelSerializer):
             "memory_total_bytes",
             "mig_mode",
             "mig_devices",
+            "nvlink_island",
             "health",
+            "health_reason",
+            "scrub_state",
+            "missing_since",
             "held",
             "holder_id",
             "holder_tenant",
+            "serial",
+            "attributes",
+            "health_counters",
         ]
 
     def get_held(self, gpu: Gpu) -> bool:
@@ -40,9 +48,13 @@ class HostSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "hostname",
+            "region",
             "zone",
             "rack",
             "state",
+            "state_reason",
+            "state_changed_at",
+            "drain_target",
             "gpu_model",
             "gpu_count",
             "driver_version",
@@ -53,6 +65,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_seen_at",
             "last_report_seq",
             "created_at",
+            "topology",
             "gpus",
         ]
 
@@ -68,8 +81,24 @@ class HostImportSerializer(serializers.Serializer):
         max_length=64,
         error_messages={"invalid": "zone must be lower-case letters, digits and '-'"},
     )
+    region = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,62}[a-z0-9])?$",
+        max_length=64,
+        required=False,
+        default="",
+        allow_blank=True,
+        error_messages={"invalid": "region must be lower-case letters, digits and '-'"},
+    )
     rack = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
     nvidia_smi_xml = serializers.CharField(max_length=8 * 1024 * 1024, trim_whitespace=False)
+    nvidia_smi_topo = serializers.CharField(
+        max_length=256 * 1024,
+        required=False,
+        default="",
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="output of `nvidia-smi topo -m` on the host (NVLink topology)",
+    )
 
 
 class HostCreatedSerializer(HostSerializer):
@@ -83,3 +112,104 @@ class AgentRegisterSerializer(serializers.Serializer):
     bootstrap_token = serializers.CharField(max_length=200)
     hostname = serializers.CharField(max_length=253, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=32, required=False, allow_blank=True)
+
+
+class CordonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class DrainSerializer(serializers.Serializer):
+    target = serializers.ChoiceField(
+        choices=[HostState.CORDONED, HostState.MAINTENANCE, HostState.RETIRED],
+        required=False,
+        default=HostState.CORDONED,
+    )
+
+
+class MarkHealthySerializer(serializers.Serializer):
+    gpu_uuids = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, allow_null=True, default=None
+    )
+
+
+class MarkHealthyResultSerializer(serializers.Serializer):
+    marked_healthy = serializers.ListField(child=serializers.CharField())
+
+
+class HostEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = HostEvent
+        fields = ["id", "ts", "kind", "actor", "from_state", "to_state", "message", "data"]
+
+
+class HostCheckSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = HostCheck
+        fields = ["id", "kind", "status", "source", "checked_at", "findings"]
+
+
+class GpuScrubSerializer(serializers.ModelSerializer):
+    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True)
+
+    class Meta:
+        model = GpuScrub
+        fields = [
+            "id",
+            "gpu_uuid",
+            "status",
+            "previous_tenant",
+            "previous_holder_id",
+            "mig_teardown",
+            "requested_at",
+            "sent_at",
+            "completed_at",
+            "executor",
+            "steps",
+        ]
+
+
+class GpuHealthIntervalSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuHealthInterval
+        fields = [
+            "id",
+            "gpu_uuid",
+            "started_at",
+            "ended_at",
+            "reason",
+            "xid",
+            "action",
+            "needs_operator",
+            "detail",
+            "holder_id",
+            "tenant",
+            "ended_by",
+        ]
+
+
+class TelemetryQuerySerializer(serializers.Serializer):
+    resolution = serializers.ChoiceField(choices=["1m", "1h"], required=False, default="1m")
+    start = serializers.DateTimeField(required=False)
+    end = serializers.DateTimeField(required=False)
+
+
+class TelemetryPointSerializer(serializers.Serializer):
+    bucket = serializers.DateTimeField()
+    gpu_uuid = serializers.CharField()
+    mig_gpu_instance_id = serializers.IntegerField(allow_null=True)
+    samples = serializers.IntegerField()
+    utilization_gpu_pct = serializers.FloatField(allow_null=True)
+    utilization_gpu_pct_max = serializers.FloatField(allow_null=True)
+    memory_used_bytes = serializers.IntegerField(allow_null=True)
+    memory_used_bytes_max = serializers.IntegerField(allow_null=True)
+    memory_total_bytes = serializers.IntegerField(allow_null=True)
+    power_mw = serializers.IntegerField(allow_null=True)
+    power_mw_max = serializers.IntegerField(allow_null=True)
+    energy_mj = serializers.IntegerField(allow_null=True)
+    temperature_c_max = serializers.FloatField(allow_null=True)
+    ecc_volatile_uncorrected_max = serializers.IntegerField(allow_null=True)
+
+
+class FragmentationQuerySerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(required=False)
+    zone = serializers.CharField(required=False)

@@ -81,7 +81,43 @@ def test_xml_source_reports_mig_devices_with_their_memory(captures: Path) -> Non
             }
             for gi in (3, 4, 5, 6)
         ],
+        # read by hand from the capture: <gpu_reset_status> No/No, every ECC counter 0,
+        # <retired_pages> and <remapped_rows> N/A (MIG on), <pending_mig>Enabled
+        "health": {
+            "reset_required": False,
+            "drain_and_reset_recommended": False,
+            "ecc_volatile_uncorrected": 0,
+            "ecc_aggregate_uncorrected": 0,
+            "retired_pages_sbe": None,
+            "retired_pages_dbe": None,
+            "retired_pages_pending": None,
+            "remapped_rows_correctable": None,
+            "remapped_rows_uncorrectable": None,
+            "remapped_rows_pending": None,
+            "remapped_rows_failure": None,
+            "mig_mode_pending": "enabled",
+        },
+        # <serial>, <product_architecture>, <vbios_version>, 500.00 W limits, <max_clocks>
+        "attributes": {
+            "serial": "1650522003820",
+            "architecture": "Ampere",
+            "compute_capability": None,
+            "vbios_version": "92.00.36.00.02",
+            "power_limit_mw": 500_000,
+            "power_limit_default_mw": 500_000,
+            "power_limit_max_mw": 500_000,
+            "max_sm_clock_mhz": 1410,
+            "max_memory_clock_mhz": 1593,
+            "nvlink_links_active": None,
+        },
     }
+    # <clocks> 1275 / 1593 MHz, every clocks_event_reason "Not Active", volatile correctable 0
+    assert (
+        gpu["sm_clock_mhz"],
+        gpu["memory_clock_mhz"],
+        gpu["clocks_event_reasons"],
+        gpu["ecc_volatile_corrected"],
+    ) == (1275, 1593, 0, 0)
 
 
 def test_xml_source_skips_a_round_when_the_file_is_broken(captures: Path, tmp_path: Path) -> None:

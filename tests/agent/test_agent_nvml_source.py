@@ -60,6 +60,23 @@ class SimGpu:
     mig_slots: list[SimMig | None] = field(default_factory=list)
     lost: bool = False
     calls: int = 0
+    # facts added for the inventory's health / attributes and the samples' extra fields
+    ecc_corrected: int | type[Exception] = 3
+    ecc_aggregate: int | type[Exception] = 0
+    serial: str | type[Exception] = pynvml.NVMLError_NotSupported
+    architecture: int | type[Exception] = 7  # NVML_DEVICE_ARCH_AMPERE
+    compute_capability: tuple[int, int] | type[Exception] = (8, 0)
+    vbios: str | type[Exception] = "92.00.36.00.02"
+    power_limit_mw: int | type[Exception] = 400_000
+    power_limit_constraints: tuple[int, int] | type[Exception] = (100_000, 400_000)
+    clocks: dict[int, int] = field(default_factory=lambda: {1: 1410, 2: 1593})  # SM, MEM MHz
+    max_clocks: dict[int, int] = field(default_factory=lambda: {1: 1410, 2: 1593})
+    clock_reasons: int | type[Exception] = 0x1  # GpuIdle
+    retired_pages: list[int] | type[Exception] = pynvml.NVMLError_NotSupported  # Ampere: rows
+    retired_pending: int | type[Exception] = pynvml.NVMLError_NotSupported
+    remapped_rows: tuple[int, int, int, int] | type[Exception] = (0, 0, 0, 0)
+    #: PCI bus id at the far end of each active NVLink (empty: the GPU has no NVLink)
+    nvlinks: list[str] = field(default_factory=list)
 
 
 class SimulatedNvml:
@@ -68,7 +85,7 @@ class SimulatedNvml:
     def __init__(self, gpus: list[SimGpu], *, init_error: type[Exception] | None = None) -> None:
         # The real error classes and constants of nvidia-ml-py.
         for name in dir(pynvml):
-            if name.startswith(("NVMLError", "NVML_", "nvmlEventType")):
+            if name.startswith(("NVMLError", "NVML_", "nvmlEventType", "nvmlClocks")):
                 setattr(self, name, getattr(pynvml, name))
         self.gpus = gpus
         self.init_error = init_error
@@ -147,11 +164,75 @@ class SimulatedNvml:
         return self._value(self._gpu(handle).temperature_c)
 
     def nvmlDeviceGetTotalEccErrors(self, handle: SimGpu, error_type: int, counter: int) -> int:
-        assert (error_type, counter) == (
-            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-            pynvml.NVML_VOLATILE_ECC,
-        )
-        return self._value(self._gpu(handle).ecc)
+        gpu = self._gpu(handle)
+        if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            assert counter == pynvml.NVML_VOLATILE_ECC
+            return self._value(gpu.ecc_corrected)
+        assert error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        if counter == pynvml.NVML_AGGREGATE_ECC:
+            return self._value(gpu.ecc_aggregate)
+        assert counter == pynvml.NVML_VOLATILE_ECC
+        return self._value(gpu.ecc)
+
+    # static facts and health counters
+    def nvmlDeviceGetSerial(self, handle: SimGpu) -> str:
+        return self._value(self._gpu(handle).serial)
+
+    def nvmlDeviceGetArchitecture(self, handle: SimGpu) -> int:
+        return self._value(self._gpu(handle).architecture)
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: SimGpu) -> tuple[int, int]:
+        return self._value(self._gpu(handle).compute_capability)
+
+    def nvmlDeviceGetVbiosVersion(self, handle: SimGpu) -> str:
+        return self._value(self._gpu(handle).vbios)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: SimGpu) -> int:
+        return self._value(self._gpu(handle).power_limit_mw)
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, handle: SimGpu) -> int:
+        return self._value(self._gpu(handle).power_limit_mw)
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: SimGpu) -> tuple[int, int]:
+        return self._value(self._gpu(handle).power_limit_constraints)
+
+    def nvmlDeviceGetClockInfo(self, handle: SimGpu, clock: int) -> int:
+        return self._gpu(handle).clocks[clock]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: SimGpu, clock: int) -> int:
+        return self._gpu(handle).max_clocks[clock]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: SimGpu) -> int:
+        return self._value(self._gpu(handle).clock_reasons)
+
+    def nvmlDeviceGetRetiredPages(self, handle: SimGpu, cause: int) -> list[int]:
+        return self._value(self._gpu(handle).retired_pages)
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: SimGpu) -> int:
+        return self._value(self._gpu(handle).retired_pending)
+
+    def nvmlDeviceGetRemappedRows(self, handle: SimGpu) -> tuple[int, int, int, int]:
+        return self._value(self._gpu(handle).remapped_rows)
+
+    # NVLink and topology (nvml.md §3)
+    def nvmlDeviceGetNvLinkState(self, handle: SimGpu, link: int) -> int:
+        gpu = self._gpu(handle)
+        if not gpu.nvlinks:
+            raise pynvml.NVMLError_NotSupported()
+        if link >= len(gpu.nvlinks):
+            raise pynvml.NVMLError_InvalidArgument()
+        return pynvml.NVML_FEATURE_ENABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: SimGpu, link: int) -> Any:
+        return SimpleNamespace(busId=self._gpu(handle).nvlinks[link].encode())
+
+    def nvmlDeviceGetP2PStatus(self, a: SimGpu, b: SimGpu, index: int) -> int:
+        assert index == pynvml.NVML_P2P_CAPS_INDEX_NVLINK
+        joined = b.bus_id in self._gpu(a).nvlinks or (a.nvlinks and a.nvlinks[0] == "switch")
+        return pynvml.NVML_P2P_STATUS_OK if joined else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: SimGpu, b: SimGpu) -> int:
+        return pynvml.NVML_TOPOLOGY_SYSTEM
 
     # MIG
     def nvmlDeviceGetMigMode(self, handle: SimGpu) -> list[int]:

@@ -45,6 +45,19 @@ ROUTES = {
     "host-list": "operator",
     "host-detail": "operator",
     "host-bootstrap-token": "operator",
+    # fleet operator routes (checked in test_fleet_operator_routes_* below)
+    "host-cordon": "operator",
+    "host-uncordon": "operator",
+    "host-drain": "operator",
+    "host-maintenance": "operator",
+    "host-retire": "operator",
+    "host-mark-healthy": "operator",
+    "host-events": "operator",
+    "host-checks": "operator",
+    "host-scrubs": "operator",
+    "host-health": "operator",
+    "host-telemetry": "operator",
+    "fleet-fragmentation": "operator",
     "gpu-model-list": "catalog",
     "gpu-model-detail": "catalog",
     "kubernetes-version-list": "catalog",
@@ -407,3 +420,38 @@ def test_billing_routes_viewer_reads_only_operators_finalize_anonymous_401(
         assert resp.status_code == 401, url
         assert resp.json()["code"] == "not_authenticated"
     assert anonymous.post(f"/api/v1/invoices/{invoice}/finalize").status_code == 401
+
+
+def fleet_operator_requests(host):
+    """Every fleet operator route: ``[(method, url)]``."""
+    base = f"/api/v1/fleet/hosts/{host}"
+    return [
+        *[
+            ("post", f"{base}/{action}")
+            for action in ("cordon", "uncordon", "drain", "maintenance", "retire", "mark-healthy")
+        ],
+        *[
+            ("get", f"{base}/{view}")
+            for view in ("events", "checks", "scrubs", "health", "telemetry")
+        ],
+        ("get", "/api/v1/fleet/fragmentation"),
+    ]
+
+
+def test_fleet_operator_routes_refuse_tenants_and_anonymous(
+    owner, viewer, outsider, anonymous, operator, world
+):
+    from fleet.models import Host
+
+    before = Host.objects.values_list("state", "drain_target").get(pk=world["host"])
+    for method, url in fleet_operator_requests(world["host"]):
+        for client in (owner, viewer, outsider):
+            resp = getattr(client, method)(url, {}, format="json")
+            assert (resp.status_code, resp.json()["code"]) == (403, "permission_denied"), url
+        resp = getattr(anonymous, method)(url, {}, format="json")
+        assert (resp.status_code, resp.json()["code"]) == (401, "not_authenticated"), url
+    # nothing a tenant sent changed the host
+    assert Host.objects.values_list("state", "drain_target").get(pk=world["host"]) == before
+    for method, url in fleet_operator_requests(world["host"]):
+        if method == "get":
+            assert operator.get(url).status_code == 200, url

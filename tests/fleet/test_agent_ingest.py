@@ -57,9 +57,20 @@ def test_reports_are_idempotent_on_host_and_seq(agent):
         "duplicate": False,
         "samples_stored": 2,
         "samples_rejected": 0,
+        "samples_deduplicated": 0,
+        "rejections": {},
+        "commands": [],
     }
     again = report(client, host_id, 1, [sample(now), sample(now + timedelta(seconds=10))])
-    assert again.json() == {"seq": 1, "duplicate": True, "samples_stored": 2, "samples_rejected": 0}
+    assert again.json() == {
+        "seq": 1,
+        "duplicate": True,
+        "samples_stored": 2,
+        "samples_rejected": 0,
+        "samples_deduplicated": 0,
+        "rejections": {},
+        "commands": [],
+    }
     assert stored() == [
         (A10G, now, 50.0, 25580),
         (A10G, now + timedelta(seconds=10), 50.0, 25580),

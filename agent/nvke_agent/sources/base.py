@@ -6,14 +6,15 @@ sources return them ready to send, so the rest of the agent is the same for ever
 
 Units (NVML's own, nvml.md §3): memory in **bytes**, utilization in **percent** (0..100),
 power in **milliwatts**, energy in **millijoules** since the driver was loaded, temperature in
-**°C**, ECC as an error **count**. A value the GPU cannot report is ``None`` (JSON ``null``),
-never 0. Timestamps are RFC 3339 UTC strings with microseconds (:func:`format_ts`).
+**°C**, clocks in **MHz**, ECC as an error **count**, clock event reasons as NVML's bit mask.
+A value the GPU cannot report is ``None`` (JSON ``null``), never 0. Timestamps are RFC 3339
+UTC strings with microseconds (:func:`format_ts`).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Protocol, TypedDict, runtime_checkable
+from typing import Any, NotRequired, Protocol, TypedDict, runtime_checkable
 
 SOURCE_NAMES = ("nvml", "nvidia-smi-xml", "replay")
 
@@ -38,6 +39,12 @@ class GpuInventory(TypedDict):
     memory_total_bytes: int | None
     mig_mode: str | None  # "enabled" | "disabled" | None (no MIG on this GPU)
     mig_devices: list[MigDeviceInventory]
+    #: health facts (reset_required, ECC aggregate, retired pages, remapped rows, pending MIG
+    #: mode …; see nvke_agent.smi_xml), None values for what the GPU does not report
+    health: NotRequired[dict[str, Any]]
+    #: static facts (serial, architecture, compute_capability, vbios_version, power limits in
+    #: mW, max clocks in MHz, nvlink_links_active)
+    attributes: NotRequired[dict[str, Any]]
 
 
 class Inventory(TypedDict):
@@ -46,6 +53,9 @@ class Inventory(TypedDict):
     driver_version: str | None  # e.g. "535.54.03"
     cuda_version: str | None  # e.g. "12.2"
     gpus: list[GpuInventory]
+    #: ``{"links": [[…]]}``: links[i][j] between GPU indexes i and j as ``nvidia-smi topo -m``
+    #: names them (X, NV<n>, PIX, PXB, PHB, NODE, SYS); absent when the source cannot tell
+    topology: NotRequired[dict[str, Any]]
 
 
 class Sample(TypedDict):
@@ -62,6 +72,10 @@ class Sample(TypedDict):
     energy_mj: int | None
     temperature_c: float | None
     ecc_volatile_uncorrected: int | None
+    ecc_volatile_corrected: int | None
+    sm_clock_mhz: int | None
+    memory_clock_mhz: int | None
+    clocks_event_reasons: int | None
 
 
 class Event(TypedDict):
@@ -146,4 +160,8 @@ def empty_sample(ts: str, gpu_uuid: str, mig_gpu_instance_id: int | None = None)
         energy_mj=None,
         temperature_c=None,
         ecc_volatile_uncorrected=None,
+        ecc_volatile_corrected=None,
+        sm_clock_mhz=None,
+        memory_clock_mhz=None,
+        clocks_event_reasons=None,
     )

@@ -15,11 +15,24 @@ Calls, units and errors follow shared/catalog/nvml.md (rows cited as "nvml.md §
   (mJ since driver load), ``…GetTemperature(h, NVML_TEMPERATURE_GPU)`` (°C),
   ``…GetTotalEccErrors(h, UNCORRECTED, VOLATILE)`` (count); plus one sample per MIG device with
   its GI id and its own memory (utilization ``None``: NVML has none per MIG device).
+* More facts (§2, §3), all optional: ``…GetClockInfo`` (SM / memory clock, MHz),
+  ``…GetCurrentClocksEventReasons`` (bit mask; older bindings ``…ThrottleReasons``), volatile
+  *corrected* ECC count; per GPU in the inventory ``attributes`` (``…GetSerial``,
+  ``…GetArchitecture``, ``…GetCudaComputeCapability``, ``…GetVbiosVersion``,
+  ``…GetEnforcedPowerLimit`` / ``…PowerManagementDefaultLimit`` / ``…LimitConstraints`` (mW),
+  ``…GetMaxClockInfo`` (MHz), active NVLinks by ``…GetNvLinkState``) and ``health``
+  (aggregate uncorrected ECC, ``…GetRetiredPages`` per cause + ``…PendingStatus``,
+  ``…GetRemappedRows``, pending MIG mode), and the host ``topology``: per GPU pair ``NV<n>``
+  when ``…GetP2PStatus(…, NVML_P2P_CAPS_INDEX_NVLINK)`` is OK (n = links whose
+  ``…GetNvLinkRemotePciInfo`` is the peer, else the GPU's active links: an NVSwitch), else the
+  PCIe level of ``…GetTopologyCommonAncestor`` as ``nvidia-smi topo -m`` names it.
 * Every field call is wrapped: ``NotSupported``/``NoPermission`` (and ``FunctionNotFound``,
-  an older driver, §1) give ``None`` for that field only. ``GpuIsLost`` ("fallen off the bus",
-  §1) omits that GPU's sample, is logged, and the GPU is not polled again (it needs a reset);
-  the other GPUs are still sampled. Node-level errors (``Uninitialized``, ``DriverNotLoaded``,
-  ``LibRmVersionMismatch``, §1) abort the round with :class:`SourceError`.
+  an older driver, §1) give ``None`` for that field only; a function the installed
+  nvidia-ml-py lacks (nvml.md §7: check ``hasattr``) is ``None`` too. ``GpuIsLost``
+  ("fallen off the bus", §1) omits that GPU's sample, is logged, and the GPU is not polled
+  again (it needs a reset); the other GPUs are still sampled. Node-level errors
+  (``Uninitialized``, ``DriverNotLoaded``, ``LibRmVersionMismatch``, §1) abort the round with
+  :class:`SourceError`.
 * Xid events (§5): a daemon thread registers ``nvmlEventTypeXidCriticalError`` where
   ``nvmlDeviceGetSupportedEventTypes`` allows it and loops on ``nvmlEventSetWait_v2(set, ms)``;
   ``NVMLError_Timeout`` means no event. ``eventData`` is the Xid code; the GI/CI ids are
@@ -57,6 +70,22 @@ T = TypeVar("T")
 
 # NVML leaves gpuInstanceId/computeInstanceId at 0xFFFFFFFF for events of a whole GPU (§5).
 _NOT_A_MIG_INSTANCE = 0xFFFFFFFF
+
+#: nvmlDeviceGetArchitecture values (nvml.md §2)
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada Lovelace",
+    9: "Hopper",
+    10: "Blackwell",
+    13: "Rubin",
+}
+#: nvmlDeviceGetTopologyCommonAncestor levels as nvidia-smi topo -m names them (nvml.md §3)
+NVML_LEVEL_TO_LINK = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 # Field-level errors: the feature is absent or hidden from us; store null, not 0 (nvml.md §1).
 _FIELD_ERROR_NAMES = (
@@ -109,6 +138,7 @@ class NvmlSource:
         self._event_wait_ms = event_wait_ms
         self._event_set: Any = None
         self._listener: threading.Thread | None = None
+        self._topology: dict[str, Any] | None = None  # read once: links do not change
         if xid_events:
             try:
                 self._start_xid_listener()
@@ -127,18 +157,30 @@ class NvmlSource:
         nvml = self._nvml
         gpus: list[GpuInventory] = []
         with self._round():
-            for index, handle in self._handles():
+            handles = self._handles()
+            for index, handle in handles:
                 try:
                     gpus.append(self._gpu_inventory(index, handle))
                 except _SkipGpu:
                     continue
             driver = self._field("driver_version", nvml.nvmlSystemGetDriverVersion)
             cuda = self._field("cuda_version", nvml.nvmlSystemGetCudaDriverVersion)
-        return Inventory(
+            if self._topology is None and len(gpus) == len(handles):
+                try:
+                    self._topology = self.topology(handles) or {}
+                except nvml.NVMLError as exc:
+                    if isinstance(exc, self._node_errors):
+                        raise
+                    log.warning("GPU topology unavailable: %s", exc)
+                    self._topology = {}
+        inventory = Inventory(
             driver_version=_str(driver) if driver is not None else None,
             cuda_version=_cuda_version(cuda),
             gpus=gpus,
         )
+        if self._topology:
+            inventory["topology"] = self._topology
+        return inventory
 
     def _gpu_inventory(self, index: int, handle: Any) -> GpuInventory:
         nvml = self._nvml
@@ -147,8 +189,11 @@ class NvmlSource:
             name = self._field("name", nvml.nvmlDeviceGetName, handle)
             pci = self._field("pci", nvml.nvmlDeviceGetPciInfo, handle)
             memory = self._field("memory", nvml.nvmlDeviceGetMemoryInfo, handle)
-            mig_mode = self._mig_mode(handle)
+            modes = self._field("mig_mode", nvml.nvmlDeviceGetMigMode, handle)
+            mig_mode = self._mode_name(modes[0]) if modes is not None else None
             migs = self._mig_inventory(handle) if mig_mode == "enabled" else []
+            health = self._health(handle, mig_mode, modes)
+            attributes = self._attributes(handle)
         return GpuInventory(
             uuid=uuid,
             index=index,
@@ -157,7 +202,175 @@ class NvmlSource:
             memory_total_bytes=int(memory.total) if memory is not None else None,
             mig_mode=mig_mode,
             mig_devices=migs,
+            health=health,
+            attributes=attributes,
         )
+
+    def _mode_name(self, mode: int) -> str:
+        return "enabled" if mode == self._nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+
+    def _optional(self, what: str, name: str, *args: Any) -> Any:
+        """:meth:`_field` for a function older nvidia-ml-py releases may not have."""
+        fn = getattr(self._nvml, name, None)
+        if fn is None:
+            return None
+        return self._field(what, fn, *args)
+
+    def _health(self, handle: Any, mig_mode: str | None, modes: Any) -> dict[str, Any]:
+        nvml = self._nvml
+        uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        sbe = self._optional(
+            "retired_pages_sbe",
+            "nvmlDeviceGetRetiredPages",
+            handle,
+            getattr(nvml, "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", 0),
+        )
+        dbe = self._optional(
+            "retired_pages_dbe",
+            "nvmlDeviceGetRetiredPages",
+            handle,
+            getattr(nvml, "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", 1),
+        )
+        pending = self._optional(
+            "retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", handle
+        )
+        remapped = self._optional("remapped_rows", "nvmlDeviceGetRemappedRows", handle)
+        return {
+            "reset_required": None,
+            "drain_and_reset_recommended": None,
+            "ecc_volatile_uncorrected": self._optional(
+                "ecc",
+                "nvmlDeviceGetTotalEccErrors",
+                handle,
+                uncorrected,
+                getattr(nvml, "NVML_VOLATILE_ECC", 0),
+            ),
+            "ecc_aggregate_uncorrected": self._optional(
+                "ecc_aggregate",
+                "nvmlDeviceGetTotalEccErrors",
+                handle,
+                uncorrected,
+                getattr(nvml, "NVML_AGGREGATE_ECC", 1),
+            ),
+            "retired_pages_sbe": len(sbe) if sbe is not None else None,
+            "retired_pages_dbe": len(dbe) if dbe is not None else None,
+            "retired_pages_pending": bool(pending) if pending is not None else None,
+            "remapped_rows_correctable": int(remapped[0]) if remapped is not None else None,
+            "remapped_rows_uncorrectable": int(remapped[1]) if remapped is not None else None,
+            "remapped_rows_pending": bool(remapped[2]) if remapped is not None else None,
+            "remapped_rows_failure": bool(remapped[3]) if remapped is not None else None,
+            "mig_mode_pending": self._mode_name(modes[1]) if modes is not None else None,
+        }
+
+    def _attributes(self, handle: Any) -> dict[str, Any]:
+        nvml = self._nvml
+        serial = self._optional("serial", "nvmlDeviceGetSerial", handle)
+        arch = self._optional("architecture", "nvmlDeviceGetArchitecture", handle)
+        cc = self._optional("compute_capability", "nvmlDeviceGetCudaComputeCapability", handle)
+        vbios = self._optional("vbios", "nvmlDeviceGetVbiosVersion", handle)
+        limits = self._optional(
+            "power_limits", "nvmlDeviceGetPowerManagementLimitConstraints", handle
+        )
+        return {
+            "serial": _str(serial) if serial else None,
+            "architecture": ARCHITECTURES.get(arch) if arch is not None else None,
+            "compute_capability": f"{cc[0]}.{cc[1]}" if cc is not None else None,
+            "vbios_version": _str(vbios) if vbios else None,
+            "power_limit_mw": self._optional(
+                "power_limit", "nvmlDeviceGetEnforcedPowerLimit", handle
+            ),
+            "power_limit_default_mw": self._optional(
+                "power_limit_default", "nvmlDeviceGetPowerManagementDefaultLimit", handle
+            ),
+            "power_limit_max_mw": int(limits[1]) if limits is not None else None,
+            "max_sm_clock_mhz": self._optional(
+                "max_sm_clock",
+                "nvmlDeviceGetMaxClockInfo",
+                handle,
+                getattr(nvml, "NVML_CLOCK_SM", 1),
+            ),
+            "max_memory_clock_mhz": self._optional(
+                "max_mem_clock",
+                "nvmlDeviceGetMaxClockInfo",
+                handle,
+                getattr(nvml, "NVML_CLOCK_MEM", 2),
+            ),
+            "nvlink_links_active": self._nvlink_links(handle),
+        }
+
+    def _nvlink_links(self, handle: Any) -> int | None:
+        """Active NVLinks of a GPU: iterate links until NotSupported/InvalidArgument (§3)."""
+        nvml = self._nvml
+        fn = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+        if fn is None:
+            return None
+        active = 0
+        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if fn(handle, link) == getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                    active += 1
+            except nvml.NVMLError as exc:
+                if isinstance(exc, (nvml.NVMLError_GpuIsLost, *self._node_errors)):
+                    raise
+                if link == 0:
+                    return None  # no NVLink on this GPU
+                break
+        return active
+
+    def topology(self, handles: list[tuple[int, Any]]) -> dict[str, Any] | None:
+        """The link matrix of the GPUs (see module docstring), or None when unknowable."""
+        nvml = self._nvml
+        p2p = getattr(nvml, "nvmlDeviceGetP2PStatus", None)
+        ancestor = getattr(nvml, "nvmlDeviceGetTopologyCommonAncestor", None)
+        if ancestor is None and p2p is None:
+            return None
+        n = len(handles)
+        if n == 0 or [i for i, _ in handles] != list(range(n)):
+            return None  # a lost GPU: the matrix would not match the host's indexes
+        buses = []
+        for _i, h in handles:
+            pci = self._field("pci", nvml.nvmlDeviceGetPciInfo, h)
+            buses.append(_str(pci.busId).lower() if pci is not None else None)
+        links: list[list[str]] = [["X"] * n for _ in range(n)]
+        for i, hi in handles:
+            remote = self._remote_buses(hi)
+            for j, hj in handles:
+                if i == j:
+                    continue
+                cell = None
+                if p2p is not None:
+                    status = self._field(
+                        "p2p_nvlink", p2p, hi, hj, getattr(nvml, "NVML_P2P_CAPS_INDEX_NVLINK", 4)
+                    )
+                    if status is not None and status == getattr(nvml, "NVML_P2P_STATUS_OK", 0):
+                        direct = sum(1 for bus in remote if bus and bus == buses[j])
+                        cell = f"NV{direct or len(remote) or 1}"
+                if cell is None and ancestor is not None:
+                    level = self._field("topology", ancestor, hi, hj)
+                    cell = NVML_LEVEL_TO_LINK.get(level) if level is not None else None
+                if cell is None:
+                    return None
+                links[i][j] = cell
+        return {"links": links}
+
+    def _remote_buses(self, handle: Any) -> list[str | None]:
+        """PCI bus ids at the far end of each active NVLink of ``handle``."""
+        nvml = self._nvml
+        state = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
+        remote = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None)
+        if state is None or remote is None:
+            return []
+        out: list[str | None] = []
+        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if state(handle, link) != getattr(nvml, "NVML_FEATURE_ENABLED", 1):
+                    continue
+                out.append(_str(remote(handle, link).busId).lower())
+            except nvml.NVMLError as exc:
+                if isinstance(exc, (nvml.NVMLError_GpuIsLost, *self._node_errors)):
+                    raise
+                break
+        return out
 
     def _mig_mode(self, handle: Any) -> str | None:
         mode = self._field("mig_mode", self._nvml.nvmlDeviceGetMigMode, handle)
@@ -243,6 +456,25 @@ class NvmlSource:
                 nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
                 nvml.NVML_VOLATILE_ECC,
             )
+            sample["ecc_volatile_corrected"] = self._optional(
+                "ecc_corrected",
+                "nvmlDeviceGetTotalEccErrors",
+                handle,
+                getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0),
+                nvml.NVML_VOLATILE_ECC,
+            )
+            sample["sm_clock_mhz"] = self._optional(
+                "sm_clock", "nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1)
+            )
+            sample["memory_clock_mhz"] = self._optional(
+                "mem_clock", "nvmlDeviceGetClockInfo", handle, getattr(nvml, "NVML_CLOCK_MEM", 2)
+            )
+            reasons_fn = (
+                "nvmlDeviceGetCurrentClocksEventReasons"
+                if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+                else "nvmlDeviceGetCurrentClocksThrottleReasons"
+            )
+            sample["clocks_event_reasons"] = self._optional("clock_reasons", reasons_fn, handle)
             samples = [sample]
             if self._mig_mode(handle) == "enabled":
                 for mig in self._mig_handles(handle):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nvke_agent.sources.base import (
+    SAMPLE_FIELDS,
     Event,
     Inventory,
     Sample,
@@ -173,17 +174,8 @@ def _pass_shift(records: list[_Record]) -> timedelta:
 
 def _sample(payload: dict[str, Any], ts: str) -> Sample:
     sample = empty_sample(ts, payload["gpu_uuid"], payload.get("mig_gpu_instance_id"))
-    for field in (
-        "utilization_gpu_pct",
-        "utilization_memory_pct",
-        "memory_used_bytes",
-        "memory_total_bytes",
-        "power_mw",
-        "energy_mj",
-        "temperature_c",
-        "ecc_volatile_uncorrected",
-    ):
-        sample[field] = payload.get(field)
+    for field in SAMPLE_FIELDS[3:]:  # the measurements (after ts, gpu_uuid, MIG GI id)
+        sample[field] = payload.get(field)  # type: ignore[literal-required]
     return sample
 
 

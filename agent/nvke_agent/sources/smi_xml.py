@@ -83,6 +83,10 @@ class SmiXmlSource:
             sample["power_mw"] = gpu.power_draw_mw
             sample["temperature_c"] = gpu.temperature_c
             sample["ecc_volatile_uncorrected"] = gpu.ecc_volatile_uncorrected
+            sample["ecc_volatile_corrected"] = gpu.ecc_volatile_corrected
+            sample["sm_clock_mhz"] = gpu.sm_clock_mhz
+            sample["memory_clock_mhz"] = gpu.memory_clock_mhz
+            sample["clocks_event_reasons"] = gpu.clocks_event_reasons
             samples.append(sample)
             for mig in gpu.mig_devices:
                 if mig.gpu_instance_id is None:
@@ -119,4 +123,6 @@ def _gpu_inventory(gpu: SmiGpu) -> GpuInventory:
             )
             for mig in gpu.mig_devices
         ],
+        health=dict(gpu.health),
+        attributes=dict(gpu.attributes),
     )
