@@ -32,6 +32,8 @@ class OperationType(models.TextChoices):
     UPDATE_ISOLATION = "UPDATE_ISOLATION"
     REPAIR_NODES = "REPAIR_NODES"
     DELETE_NODE_POOL = "DELETE_NODE_POOL"
+    UPDATE_CLUSTER = "UPDATE_CLUSTER"
+    ROTATE_CREDENTIALS = "ROTATE_CREDENTIALS"
 
 
 class OperationStatus(models.TextChoices):

@@ -41,6 +41,10 @@ class Cluster(models.Model):
     phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
     conditions = models.JSONField(default=list, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
+    #: version the control plane actually runs (status; the spec is ``kubernetes_version``)
+    control_plane_version = models.CharField(max_length=16, blank=True)
+    #: disruptive, non-urgent changes wait for these windows (see clusters/maintenance.py)
+    maintenance_policy = models.JSONField(default=dict, blank=True)
     #: admin kubeconfig, Fernet-encrypted (nvke.crypto); never logged, never in audit diffs
     kubeconfig_encrypted = models.TextField(blank=True)
     deletion_requested_at = models.DateTimeField(null=True, blank=True)

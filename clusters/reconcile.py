@@ -25,6 +25,7 @@ from django.utils import timezone
 from nvke import crypto
 from nvke.conditions import set_condition
 
+from . import versions
 from .choices import GONE_PHASES, OperationType, Phase
 from .models import Cluster, cancel_operations, finish_operation, progress_operation
 from .providers import ProviderError, get_provider
@@ -78,6 +79,8 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
         return None  # converged: nothing to write
     cluster.phase = Phase.RUNNING
     cluster.endpoint = status.endpoint
+    cluster.control_plane_version = status.version or cluster.kubernetes_version
+    cluster.conditions = version_conditions(cluster, now)
     if not cluster.kubeconfig_encrypted:
         try:
             kubeconfig = provider.kubeconfig(cluster_spec(cluster))
@@ -97,6 +100,7 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
         [
             "phase",
             "endpoint",
+            "control_plane_version",
             "kubeconfig_encrypted",
             "observed_generation",
             "reconcile_failures",
@@ -105,10 +109,43 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
     )
     finish_operation(
         cluster.id,
-        types=(OperationType.CREATE_CLUSTER, OperationType.UPGRADE_CONTROL_PLANE),
+        types=(
+            OperationType.CREATE_CLUSTER,
+            OperationType.UPGRADE_CONTROL_PLANE,
+            OperationType.ROTATE_CREDENTIALS,
+        ),
         now=now,
     )
     return None
+
+
+def version_conditions(cluster: Cluster, now: datetime) -> list[dict]:
+    """``VersionEndOfLife``: True (with the upgrade on offer) once the control plane's minor
+    version is past its upstream end of life (catalog ``kubernetes_versions.yaml``)."""
+    version = cluster.control_plane_version or cluster.kubernetes_version
+    eol = versions.end_of_life(version)
+    if eol is not None and eol < now.date():
+        offer = versions.available_upgrades(version, now.date())
+        message = f"Kubernetes {version} reached end of life on {eol}; " + (
+            f"upgrade to {offer[0]}" if offer else "no supported upgrade path is available"
+        )
+        return set_condition(
+            cluster.conditions, "VersionEndOfLife", True, "EndOfLife", message, now
+        )
+    message = f"Kubernetes {version} is supported" + (f" until {eol}" if eol else "")
+    return set_condition(cluster.conditions, "VersionEndOfLife", False, "Supported", message, now)
+
+
+def refresh_version_conditions(now: datetime) -> int:
+    """Beat: re-evaluate ``VersionEndOfLife`` of running clusters; returns how many changed."""
+    changed = 0
+    for cluster in Cluster.objects.filter(phase=Phase.RUNNING):
+        conditions = version_conditions(cluster, now)
+        if conditions != cluster.conditions:
+            changed += Cluster.objects.filter(pk=cluster.pk, phase=Phase.RUNNING).update(
+                conditions=conditions
+            )
+    return changed
 
 
 def _step_delete(cluster: Cluster, now: datetime) -> float | None:

@@ -12,8 +12,10 @@ from nvke.errors import Conflict, InvalidInput
 from tenants import audit, quotas
 from tenants.principal import Principal
 
-from .choices import OperationType, Phase, TargetType
+from . import maintenance, versions
+from .choices import ACTIVE_OPERATION_STATUSES, GONE_PHASES, OperationType, Phase, TargetType
 from .models import Cluster, Operation, active_operation, cancel_operations
+from .signals import collect_node_versions, operation_cancelled
 
 
 def _enqueue(cluster_id) -> None:
@@ -159,4 +161,208 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
             after={"phase": Phase.DELETING.value},
         )
         _enqueue(cluster.id)
+    return op
+
+
+def ensure_no_active_operation(cluster: Cluster) -> None:
+    """One mutating operation per cluster at a time: Conflict ``operation_in_progress`` naming
+    the running one. Call with the cluster row locked."""
+    running = (
+        Operation.objects.filter(cluster=cluster, status__in=ACTIVE_OPERATION_STATUSES)
+        .order_by("created_at")
+        .first()
+    )
+    if running is not None:
+        raise Conflict(
+            f"operation {running.id} ({running.type}) is still {running.status} on this "
+            "cluster; wait for it or cancel it",
+            code="operation_in_progress",
+            retryable=True,
+            extra={"operation_id": str(running.id), "operation_type": running.type},
+        )
+
+
+def _op(principal: Principal, cluster: Cluster, type_: str, **fields) -> Operation:
+    return Operation.objects.create(
+        tenant=cluster.tenant,
+        cluster=cluster,
+        type=type_,
+        target_type=TargetType.CLUSTER,
+        target_id=cluster.id,
+        requested_by=principal.label,
+        **fields,
+    )
+
+
+def update_cluster(
+    *,
+    principal: Principal,
+    cluster: Cluster,
+    kubernetes_version: str | None = None,
+    maintenance_policy: dict | None = None,
+) -> Operation:
+    """Change a cluster's spec: a control plane upgrade (UPGRADE_CONTROL_PLANE, reconciled) and/or
+    its maintenance policy (applied at once: an UPDATE_CLUSTER operation that is DONE).
+
+    Raises InvalidInput (``unsupported_kubernetes_version``, ``invalid_upgrade``,
+    ``version_skew``, ``invalid_maintenance_policy``) or Conflict (``cluster_not_active``,
+    ``operation_in_progress``).
+    """
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
+            raise Conflict(
+                f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
+            )
+        ensure_no_active_operation(cluster)
+        before = {**spec_of(cluster), "maintenance_policy": cluster.maintenance_policy}
+        fields = ["updated_at"]
+        if maintenance_policy is not None:
+            try:
+                cluster.maintenance_policy = maintenance.validate_policy(maintenance_policy)
+            except maintenance.InvalidPolicy as exc:
+                raise InvalidInput(
+                    str(exc), code="invalid_maintenance_policy", field=exc.field
+                ) from exc
+            fields.append("maintenance_policy")
+        upgrade = (
+            kubernetes_version is not None and kubernetes_version != cluster.kubernetes_version
+        )
+        if upgrade:
+            _check_upgrade(cluster, kubernetes_version)
+            cluster.kubernetes_version = kubernetes_version
+            cluster.generation += 1
+            cluster.phase = Phase.RECONCILING
+            fields += ["kubernetes_version", "generation", "phase"]
+        cluster.save(update_fields=fields)
+        if upgrade:
+            op = _op(
+                principal,
+                cluster,
+                OperationType.UPGRADE_CONTROL_PLANE,
+                progress={"done": 0, "total": 1, "stage": "pending"},
+            )
+            _enqueue(cluster.id)
+        else:
+            now = timezone.now()
+            op = _op(
+                principal,
+                cluster,
+                OperationType.UPDATE_CLUSTER,
+                status="DONE",
+                started_at=now,
+                finished_at=now,
+                progress={"done": 1, "total": 1, "stage": "done"},
+            )
+        audit.record(
+            actor=principal.label,
+            action="cluster.update",
+            target_type="cluster",
+            target_id=cluster.id,
+            tenant_id=cluster.tenant_id,
+            before=before,
+            after={**spec_of(cluster), "maintenance_policy": cluster.maintenance_policy},
+        )
+    return op
+
+
+def _check_upgrade(cluster: Cluster, target: str) -> None:
+    try:
+        check_kubernetes_version(target)
+    except UnsupportedKubernetesVersion as exc:
+        raise InvalidInput(
+            str(exc),
+            code="unsupported_kubernetes_version",
+            field="kubernetes_version",
+            extra={"supported_versions": exc.supported},
+        ) from exc
+    current = cluster.control_plane_version or cluster.kubernetes_version
+    problem = versions.control_plane_upgrade_problem(current, target)
+    if problem:
+        raise InvalidInput(problem, code="invalid_upgrade", field="kubernetes_version")
+    for _receiver, pools in collect_node_versions.send(sender=Cluster, cluster=cluster):
+        for pool_name, node_version in pools or []:
+            skew = versions.node_version_problem(target, node_version)
+            if skew:
+                raise InvalidInput(
+                    f"node pool {pool_name!r} runs {node_version}: upgrade it first ({skew})",
+                    code="version_skew",
+                    field="kubernetes_version",
+                )
+
+
+def rotate_credentials(*, principal: Principal, cluster: Cluster) -> Operation:
+    """Issue a new admin kubeconfig (the old one stops being served). ROTATE_CREDENTIALS."""
+    with transaction.atomic():
+        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        ensure_no_active_operation(cluster)
+        if cluster.phase != Phase.RUNNING:
+            raise Conflict(
+                f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
+            )
+        cluster.kubeconfig_encrypted = ""
+        cluster.generation += 1
+        cluster.save(update_fields=["kubeconfig_encrypted", "generation", "updated_at"])
+        op = _op(
+            principal,
+            cluster,
+            OperationType.ROTATE_CREDENTIALS,
+            progress={"done": 0, "total": 1, "stage": "pending"},
+        )
+        audit.record(
+            actor=principal.label,
+            action="cluster.rotate_credentials",
+            target_type="cluster",
+            target_id=cluster.id,
+            tenant_id=cluster.tenant_id,
+        )
+        _enqueue(cluster.id)
+    return op
+
+
+def cancel_operation(*, principal: Principal, operation: Operation) -> Operation:
+    """Cancel a PENDING/RUNNING operation: it ends CANCELLED and the target's spec is rolled
+    back to what is observed (a pool keeps the nodes it has; a control plane stays at the version
+    it runs). Creations, deletions and isolation changes cannot be cancelled (409
+    ``operation_not_cancellable``); a finished operation is 409 ``operation_finished``."""
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().get(pk=operation.pk)
+        if op.status not in ACTIVE_OPERATION_STATUSES:
+            raise Conflict(f"operation is already {op.status}", code="operation_finished")
+        if op.type == OperationType.UPGRADE_CONTROL_PLANE:
+            cluster = Cluster.objects.select_for_update().get(pk=op.target_id)
+            cluster.kubernetes_version = cluster.control_plane_version or cluster.kubernetes_version
+            cluster.generation += 1
+            cluster.save(update_fields=["kubernetes_version", "generation", "updated_at"])
+            _enqueue(cluster.id)
+            handled = True
+        else:
+            handled = any(
+                response is True
+                for _r, response in operation_cancelled.send(sender=Operation, operation=op)
+            )
+        if not handled:
+            raise Conflict(
+                f"{op.type} operations cannot be cancelled", code="operation_not_cancellable"
+            )
+        now = timezone.now()
+        Operation.objects.filter(pk=op.pk).update(
+            status="CANCELLED",
+            finished_at=now,
+            error={
+                "code": "cancelled",
+                "message": f"cancelled by {principal.label}",
+                "retryable": False,
+            },
+        )
+        audit.record(
+            actor=principal.label,
+            action="operation.cancel",
+            target_type="operation",
+            target_id=op.id,
+            tenant_id=op.tenant_id,
+            before={"status": op.status},
+            after={"status": "CANCELLED"},
+        )
+        op.refresh_from_db()
     return op

@@ -23,3 +23,11 @@ def resync_clusters() -> int:
     """Beat: re-enqueue every unconverged cluster, so a lost message only delays convergence."""
     ids = reconcile.clusters_needing_reconcile()
     return sum(enqueue_once(reconcile_cluster, cluster_id) for cluster_id in ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def refresh_version_conditions() -> int:
+    """Beat (daily): flag clusters whose Kubernetes version passed its end of life."""
+    from django.utils import timezone
+
+    return reconcile.refresh_version_conditions(timezone.now())

@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from clusters.choices import GONE_PHASES, OperationType, TargetType
-from clusters.models import Operation
+from clusters.models import Cluster, Operation
+from clusters.services import ensure_no_active_operation
 from nvke.errors import Conflict
 from tenants import audit, quotas
 from tenants.principal import Principal
@@ -23,6 +24,7 @@ def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int)
     """
     with transaction.atomic():
         pool = NodePool.objects.select_for_update().get(pk=pool.pk)
+        ensure_no_active_operation(Cluster.objects.select_for_update().get(pk=pool.cluster_id))
         if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
             raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
         delta = node_count - pool.node_count

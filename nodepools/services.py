@@ -17,6 +17,7 @@ from django.utils import timezone
 from catalog.services import UnknownGpuModel, get_gpu_model
 from clusters.choices import GONE_PHASES, OperationType, Phase, TargetType
 from clusters.models import Cluster, Operation, active_operation, cancel_operations
+from clusters.services import ensure_no_active_operation
 from fleet.placement import max_host_gpus
 from nvke.errors import Conflict, InvalidInput
 from tenants import audit, quotas
@@ -134,6 +135,7 @@ def create_nodepool(
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
             )
+        ensure_no_active_operation(cluster)
         if (
             NodePool.objects.filter(cluster=cluster, name=name)
             .exclude(phase=Phase.DELETED)
@@ -297,6 +299,7 @@ def update_isolation(
                 f"the node pool is {pool.phase}; its isolation can change when it is RUNNING",
                 code="nodepool_not_running",
             )
+        ensure_no_active_operation(Cluster.objects.select_for_update().get(pk=pool.cluster_id))
         busy = active_operation(pool.id)
         if busy is not None or pool.rollout:
             raise Conflict(

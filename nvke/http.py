@@ -35,3 +35,12 @@ def problem_response(
     for name, value in (headers or {}).items():
         response[name] = value
     return response
+
+
+def not_found(request, exception=None) -> HttpResponse:
+    """``handler404``: problem+json for API paths, Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return problem_response(404, "not_found", "Not found.")
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

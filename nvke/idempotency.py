@@ -5,12 +5,14 @@ Records live in PostgreSQL (:class:`nvke.models.IdempotencyRecord`), keyed per c
 of the Authorization header or session cookie), method, path and key. The first request claims
 the key by inserting the row (a unique primary key, so two concurrent first requests cannot
 both run: the second gets 409 ``idempotency_key_in_progress``, retryable). Responses of 5xx,
-401, 403 and 429 are not kept, so a retry after them runs again.
+401, 403 and 429 are not kept, so a retry after them runs again. Secrets in a kept body
+(an API key, a bootstrap token, a host credential) are redacted: they are shown once.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import timedelta
 
 from django.conf import settings
@@ -68,7 +70,7 @@ class IdempotencyMiddleware:
             IdempotencyRecord.objects.filter(scope=scope).update(
                 status=response.status_code,
                 content_type=response.get("Content-Type", ""),
-                body=bytes(response.content),
+                body=_without_secrets(response),
                 headers={h: response[h] for h in KEPT_HEADERS if response.has_header(h)},
             )
         return response
@@ -111,3 +113,23 @@ class IdempotencyMiddleware:
                 response["Idempotent-Replayed"] = "true"
                 return response
         return problem_response(409, "idempotency_key_in_progress", "try again", retryable=True)
+
+
+def _without_secrets(response) -> bytes:
+    """The body to keep: secrets shown once (API keys, bootstrap tokens, credentials) are
+    redacted, so a replay never shows them a second time and the table never holds them."""
+    from tenants.audit import REDACTED, redact
+
+    body = bytes(response.content)
+    if not response.get("Content-Type", "").startswith(("application/json", "application/problem")):
+        return body
+    try:
+        data = json.loads(body or b"null")
+    except ValueError:
+        return body
+    cleaned = redact(data)
+    if cleaned == data:
+        return body
+    if isinstance(cleaned, dict):
+        cleaned["secrets_redacted"] = f"secret fields are shown once; a replay shows {REDACTED}"
+    return json.dumps(cleaned).encode()

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "clusters",
     "nodepools",
     "billing",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -132,7 +133,7 @@ REST_FRAMEWORK = {
     },
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsAuthenticatedPrincipal"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["nvke.parsers.SafeJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "nvke.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -201,6 +202,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RESYNC_INTERVAL_S,
         "options": {"expires": RESYNC_INTERVAL_S * 0.9},
     },
+    "kubernetes-version-end-of-life": {
+        "task": "clusters.tasks.refresh_version_conditions",
+        "schedule": 86400.0,
+        "options": {"expires": 3600.0},
+    },
     "mark-silent-hosts-not-ready": {
         "task": "fleet.tasks.mark_silent_hosts_not_ready",
         "schedule": 60.0,
@@ -220,6 +226,14 @@ NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float(
 )
 NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
+# Cluster API provider ("clusterapi"): the management cluster's kubeconfig file (blank = not
+# configured: the provider then fails its calls with `clusterapi_not_configured`), the
+# namespace NVKE's Cluster API objects live in there, and the infrastructure provider its
+# objects reference: a kind prefix ("Metal3" -> Metal3Cluster / Metal3MachineTemplate in
+# infrastructure.cluster.x-k8s.io) or "<api group>/<prefix>" for another group.
+NVKE_CLUSTERAPI_KUBECONFIG = env("NVKE_CLUSTERAPI_KUBECONFIG", default="")
+NVKE_CLUSTERAPI_NAMESPACE = env("NVKE_CLUSTERAPI_NAMESPACE", default="nvke")
+NVKE_CLUSTERAPI_INFRASTRUCTURE = env("NVKE_CLUSTERAPI_INFRASTRUCTURE", default="Metal3")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
 NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
 # Default quota of a new tenant (operators change it per tenant: PUT /api/v1/quotas/{tenant}).

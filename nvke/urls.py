@@ -35,4 +35,8 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_v1)),
     path("admin/", admin.site.urls),
+    path("console/", include("portal.console_urls")),
+    path("", include("portal.urls")),
 ]
+
+handler404 = "nvke.http.not_found"

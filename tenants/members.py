@@ -16,19 +16,27 @@ from .principal import Principal
 def add_member(
     *, principal: Principal, tenant: Tenant, username: str, email: str, role: Role
 ) -> Membership:
-    """Add a user to the tenant (creating the user, without a usable password, if new).
+    """Create a user in the tenant (without a usable password until they set one).
 
-    Raises Conflict ``already_member``.
+    Usernames are global: an existing user is never added by another tenant (Conflict
+    ``username_taken``: that needs the user's consent, an invitation flow not built yet, and
+    would expose the user). Raises Conflict ``already_member``.
     """
     User = get_user_model()
     with transaction.atomic():
-        user, _ = User.objects.get_or_create(username=username, defaults={"email": email})
-        if not user.has_usable_password() and not user.password:
+        user, created = User.objects.get_or_create(username=username, defaults={"email": email})
+        if created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        if Membership.objects.filter(user=user, tenant=tenant).exists():
+        elif Membership.objects.filter(user=user, tenant=tenant).exists():
             raise Conflict(
                 f"{username!r} is already a member", code="already_member", field="username"
+            )
+        else:
+            raise Conflict(
+                f"the username {username!r} is taken; choose another",
+                code="username_taken",
+                field="username",
             )
         membership = Membership.objects.create(user=user, tenant=tenant, role=role)
         audit.record(

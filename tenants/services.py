@@ -11,8 +11,14 @@ from nvke.errors import ApiError, Conflict, InvalidInput, NotFound
 
 from . import audit
 from .choices import Role
-from .models import ApiKey, Tenant
+from .models import ApiKey, Membership, Tenant
 from .principal import Principal
+
+
+def _a(word: str) -> str:
+    """``"an admin"``, ``"a member"``."""
+    return ("an " if str(word)[:1] in "aeiou" else "a ") + str(word)
+
 
 #: strength of each role, for "a key may not outrank its creator"
 ROLE_RANK = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
@@ -73,7 +79,7 @@ def issue_api_key(
         raise ApiError("operator keys are for operators", code="permission_denied", status_code=403)
     if not principal.is_operator and ROLE_RANK[Role(role)] > ROLE_RANK[principal.role]:
         raise ApiError(
-            f"a {principal.role} cannot create a {role} key",
+            f"{_a(principal.role)} cannot create {_a(role)} key",
             code="role_too_high",
             field="role",
             status_code=403,
@@ -101,6 +107,23 @@ def revoke_api_key(*, principal: Principal, tenant: Tenant | None, prefix: str) 
         row = ApiKey.objects.select_for_update().filter(tenant=tenant, prefix=prefix).first()
         if row is None:
             raise NotFound()
+        if not principal.is_operator and ROLE_RANK[Role(row.role)] > ROLE_RANK[principal.role]:
+            raise ApiError(
+                f"{_a(principal.role)} cannot revoke {_a(row.role)} key",
+                code="role_too_high",
+                status_code=403,
+            )
+        if (
+            tenant is not None
+            and row.role == Role.OWNER
+            and not row.revoked
+            and not Membership.objects.filter(tenant=tenant, role=Role.OWNER).exists()
+            and ApiKey.objects.filter(tenant=tenant, role=Role.OWNER, revoked=False).count() <= 1
+        ):
+            raise Conflict(
+                "this is the tenant's last owner credential (no owner member, no other owner key)",
+                code="last_owner",
+            )
         if not row.revoked:
             row.revoked = True
             row.save(update_fields=["revoked"])

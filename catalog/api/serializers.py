@@ -46,7 +46,9 @@ class VgpuProfileSerializer(serializers.ModelSerializer):
     """A vGPU type: time-sliced (``framebuffer_mib``, ``max_per_gpu``) or MIG-backed
     (``mig_profile``: one vGPU per GPU instance of that profile)."""
 
-    mig_profile = serializers.CharField(source="mig_profile.name", default=None, read_only=True)
+    mig_profile = serializers.CharField(
+        source="mig_profile.name", default=None, read_only=True, allow_null=True
+    )
 
     class Meta:
         model = VgpuProfile

@@ -29,12 +29,17 @@ class OperationSerializer(serializers.ModelSerializer):
 
 
 class ClusterSerializer(serializers.ModelSerializer):
+    available_upgrades = serializers.SerializerMethodField()
+
     class Meta:
         model = Cluster
         fields = [
             "id",
             "name",
             "kubernetes_version",
+            "control_plane_version",
+            "available_upgrades",
+            "maintenance_policy",
             "region",
             "provider",
             "phase",
@@ -47,6 +52,24 @@ class ClusterSerializer(serializers.ModelSerializer):
             "deletion_requested_at",
             "deleted_at",
         ]
+
+    def get_available_upgrades(self, cluster: Cluster) -> list[str]:
+        """Versions the control plane can be upgraded to now (one minor at a time)."""
+        from clusters.versions import available_upgrades
+
+        if cluster.phase != "RUNNING":
+            return []
+        return available_upgrades(cluster.control_plane_version or cluster.kubernetes_version)
+
+
+class ClusterUpdateSerializer(serializers.Serializer):
+    kubernetes_version = serializers.RegexField(
+        r"^\d+\.\d+(\.\d+)?$",
+        max_length=16,
+        required=False,
+        error_messages={"invalid": "kubernetes_version must look like 1.34 or 1.34.2"},
+    )
+    maintenance_policy = serializers.JSONField(required=False)
 
 
 class ClusterCreateSerializer(serializers.Serializer):

@@ -16,7 +16,12 @@ from nvke.errors import ApiError, Conflict
 from nvke.viewsets import TenantScopedMixin
 from tenants import audit
 
-from .serializers import ClusterCreateSerializer, ClusterSerializer, OperationSerializer
+from .serializers import (
+    ClusterCreateSerializer,
+    ClusterSerializer,
+    ClusterUpdateSerializer,
+    OperationSerializer,
+)
 
 
 class ClusterViewSet(
@@ -66,6 +71,23 @@ class ClusterViewSet(
             headers={"Content-Disposition": f'attachment; filename="{cluster.name}.kubeconfig"'},
         )
 
+    @extend_schema(request=ClusterUpdateSerializer, responses={202: OperationSerializer})
+    def partial_update(self, request, pk=None):
+        """Upgrade the control plane (``kubernetes_version``) and/or set the maintenance policy."""
+        cluster = self.get_object()
+        form = ClusterUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        op = services.update_cluster(principal=request.user, cluster=cluster, **form.validated_data)
+        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={202: OperationSerializer})
+    @action(detail=True, methods=["post"], url_path="rotate-credentials")
+    def rotate_credentials(self, request, pk=None):
+        """Issue a new admin kubeconfig (ROTATE_CREDENTIALS)."""
+        cluster = self.get_object()
+        op = services.rotate_credentials(principal=request.user, cluster=cluster)
+        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+
     @extend_schema(request=None, responses={202: OperationSerializer})
     def destroy(self, request, pk=None):
         cluster = self.get_object()
@@ -79,3 +101,14 @@ class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Operation.objects.all()
     serializer_class = OperationSerializer
     filterset_fields = ["target_id", "target_type", "cluster", "status", "type"]
+
+    @extend_schema(request=None, responses={200: OperationSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a PENDING/RUNNING operation (roles that can write)."""
+        if not request.user.can_write:
+            raise ApiError(
+                "your role cannot cancel operations", code="permission_denied", status_code=403
+            )
+        op = services.cancel_operation(principal=request.user, operation=self.get_object())
+        return Response(OperationSerializer(op).data)

@@ -29,6 +29,8 @@ class ClusterSpec:
 class ControlPlaneStatus:
     ready: bool
     endpoint: str = ""
+    #: the Kubernetes version the control plane runs ("" when unknown)
+    version: str = ""
     message: str = ""
     #: seconds until it is worth asking again (when not ready)
     retry_after_s: float = 1.0

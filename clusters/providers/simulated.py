@@ -16,6 +16,7 @@ exercise rollbacks: a list of GPU UUIDs (every config fails), or ``{uuid: [mig.c
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -50,7 +51,10 @@ class SimulatedProvider(Provider):
                 message="control plane starting (simulated)",
                 retry_after_s=max((ready_at - now).total_seconds(), 0.1),
             )
-        return ControlPlaneStatus(ready=True, endpoint=self._endpoint(cluster))
+        # an upgrade of a running control plane completes at once in the simulation
+        return ControlPlaneStatus(
+            ready=True, endpoint=self._endpoint(cluster), version=cluster.kubernetes_version
+        )
 
     def delete_control_plane(self, cluster: ClusterSpec) -> bool:
         return True
@@ -145,7 +149,8 @@ class SimulatedProvider(Provider):
             f"    server: {self._endpoint(cluster)}\n"
             f"contexts:\n- name: {cluster.name}\n  context:\n    cluster: {cluster.name}\n"
             f"    user: {cluster.name}-admin\ncurrent-context: {cluster.name}\n"
-            f"users:\n- name: {cluster.name}-admin\n  user: {{}}\n"
+            f"users:\n- name: {cluster.name}-admin\n  user:\n"
+            f"    token: {secrets.token_urlsafe(32)}\n"  # a new credential on every call
         )
 
     @staticmethod

@@ -10,7 +10,7 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +19,7 @@ from fleet import conf, fragmentation, health, ingest, rollups, services
 from fleet.authentication import HostCredentialAuthentication, IsAgent
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 from nvke.errors import ApiError, InvalidInput
+from nvke.parsers import SafeJSONParser
 from tenants.permissions import IsOperator
 
 from .serializers import (
@@ -62,7 +63,7 @@ class HostViewSet(
     filterset_fields = ["state", "zone", "region", "gpu_model"]
     # JSON per the contract; multipart/form also accepted so that
     # `curl -F nvidia_smi_xml=<report.xml` works without escaping XML into JSON.
-    parser_classes = [JSONParser, MultiPartParser, FormParser]
+    parser_classes = [SafeJSONParser, MultiPartParser, FormParser]
 
     def _host_response(self, host: Host, code: int = status.HTTP_200_OK) -> Response:
         return Response(HostSerializer(self.get_queryset().get(pk=host.pk)).data, status=code)

@@ -1,5 +1,6 @@
-from django.urls import path
+from django.urls import path, register_converter
 
+from nvke.converters import UsernameConverter
 from nvke.routers import OptionalSlashRouter
 
 from .views import (
@@ -15,19 +16,21 @@ from .views import (
 
 app_name = "tenants"
 
+register_converter(UsernameConverter, "username")
+
 router = OptionalSlashRouter()
 router.register("tenants", TenantViewSet, basename="tenant")
 router.register("operator-keys", OperatorKeyViewSet, basename="operator-key")
 
 urlpatterns = [
     path(
-        "tenants/<uuid:tenant_pk>/api-keys/<str:prefix>",
+        "tenants/<uuid:tenant_pk>/api-keys/<slug:prefix>",
         ApiKeyRevokeView.as_view(),
         name="tenant-api-key-detail",
     ),
     path("tenants/<uuid:tenant_pk>/members", MemberListView.as_view(), name="member-list"),
     path(
-        "tenants/<uuid:tenant_pk>/members/<str:username>",
+        "tenants/<uuid:tenant_pk>/members/<username:username>",
         MemberDetailView.as_view(),
         name="member-detail",
     ),

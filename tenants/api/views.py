@@ -121,6 +121,7 @@ class OperatorKeyViewSet(viewsets.ViewSet):
 
     permission_classes = [IsOperator]
     lookup_field = "prefix"
+    lookup_value_regex = "[A-Za-z0-9]+"
 
     @extend_schema(responses={200: ApiKeySerializer(many=True)})
     def list(self, request):

@@ -35,11 +35,15 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 
 def _find_captures() -> Path:
-    for base in (REPO_ROOT.parent / "shared", REPO_ROOT / "shared"):
-        folder = base / "data" / "nvidia-smi-xml"
-        if folder.is_dir():
+    # fleet/captures/ holds byte-for-byte copies of shared/data/nvidia-smi-xml (see its README),
+    # so a clean clone tests without the shared folder beside it
+    for folder in (
+        REPO_ROOT / "fleet" / "captures",
+        REPO_ROOT.parent / "shared" / "data" / "nvidia-smi-xml",
+    ):
+        if (folder / "a100-sxm4-v12.xml").is_file():
             return folder
-    raise FileNotFoundError("shared/data/nvidia-smi-xml not found beside or inside the repo")
+    raise FileNotFoundError("fleet/captures/ (the nvidia-smi -q -x captures) is missing")
 
 
 CAPTURES = _find_captures()

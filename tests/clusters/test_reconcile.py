@@ -66,8 +66,20 @@ def test_cluster_waiting_for_its_control_plane(cluster_id, settings):
 def test_pool_waiting_for_the_control_plane(owner, cluster_id, settings):
     from nodepools.models import NodePool
 
+    from clusters.models import Cluster
+
     settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 600
-    pool_id = new_pool(owner, cluster_id)
+    # the API refuses pools while the cluster's CREATE runs; the reconciler still has to wait
+    # whenever the control plane is not RUNNING (e.g. a pool spec change during an upgrade)
+    pool_id = NodePool.objects.create(
+        tenant=Cluster.objects.get(pk=cluster_id).tenant,
+        cluster_id=cluster_id,
+        name="p1",
+        gpu_model_id="a10g",
+        gpus_per_node=1,
+        node_count=1,
+        isolation={"mode": "exclusive"},
+    ).pk
     assert reconcile_nodepool(pool_id) == 1.0
     pool = NodePool.objects.get(pk=pool_id)
     assert pool.conditions[0]["reason"] == "WaitingForControlPlane"

@@ -27,13 +27,17 @@ def pools(catalog, tenant_a, make_host):
     from tenants.principal import Principal
 
     make_host("a10g", gpus=1)
-    cluster = Cluster.objects.create(
-        tenant=tenant_a, name="c", kubernetes_version="1.36", region="us-east-1", phase="RUNNING"
-    )
+    # one pool per cluster: a cluster runs one mutating operation at a time
     rows = [
         NodePool.objects.create(
             tenant=tenant_a,
-            cluster=cluster,
+            cluster=Cluster.objects.create(
+                tenant=tenant_a,
+                name=f"c{i}",
+                kubernetes_version="1.36",
+                region="us-east-1",
+                phase="RUNNING",
+            ),
             name=f"p{i}",
             gpu_model_id="a10g",
             gpus_per_node=1,

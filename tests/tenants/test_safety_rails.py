@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_cluster
+from tests.helpers import drive_cluster, drive_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -171,6 +171,7 @@ def test_gpu_quota_counts_gpus_per_model_and_is_released_on_delete(owner, operat
     pool = {"name": "p", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1}
     url = f"/api/v1/clusters/{cluster}/nodepools"
     op = owner.post(url, pool, format="json").json()
+    drive_pool(op["target_id"])  # one operation per cluster at a time
     refused = owner.post(url, {**pool, "name": "q"}, format="json").json()
     assert (refused["code"], refused["resource"], refused["available"]) == (
         "quota_exceeded",
@@ -178,6 +179,7 @@ def test_gpu_quota_counts_gpus_per_model_and_is_released_on_delete(owner, operat
         0,
     )
     owner.delete(f"{url}/{op['target_id']}")
+    drive_pool(op["target_id"])
     assert owner.post(url, {**pool, "name": "q"}, format="json").status_code == 202
 
 
