@@ -64,9 +64,8 @@ def test_cluster_waiting_for_its_control_plane(cluster_id, settings):
 
 
 def test_pool_waiting_for_the_control_plane(owner, cluster_id, settings):
-    from nodepools.models import NodePool
-
     from clusters.models import Cluster
+    from nodepools.models import NodePool
 
     settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 600
     # the API refuses pools while the cluster's CREATE runs; the reconciler still has to wait
