@@ -2,9 +2,12 @@ from django.urls import path
 
 from .views import (
     ClusterUsageView,
+    InvoiceCsvViewSet,
     InvoiceFinalizeView,
     InvoiceViewSet,
+    LedgerCsvViewSet,
     LedgerViewSet,
+    UsageCsvView,
     UsageView,
     UtilizationView,
 )
@@ -14,17 +17,15 @@ app_name = "billing"
 urlpatterns = [
     path("clusters/<uuid:cluster_pk>/usage", ClusterUsageView.as_view(), name="cluster-usage"),
     path("usage", UsageView.as_view(), name="usage"),
-    path("usage.csv", UsageView.as_view(csv=True), name="usage-csv"),
+    path("usage.csv", UsageCsvView.as_view(), name="usage-csv"),
     path("ledger", LedgerViewSet.as_view({"get": "list"}), name="ledger-list"),
-    path("ledger.csv", LedgerViewSet.as_view({"get": "list"}, csv=True), name="ledger-csv"),
+    path("ledger.csv", LedgerCsvViewSet.as_view({"get": "list"}), name="ledger-csv"),
     path("invoices", InvoiceViewSet.as_view({"get": "list"}), name="invoice-list"),
-    path(
-        "invoices.csv", InvoiceViewSet.as_view({"get": "list"}, csv=True), name="invoice-list-csv"
-    ),
+    path("invoices.csv", InvoiceCsvViewSet.as_view({"get": "list"}), name="invoice-list-csv"),
     path("invoices/<uuid:pk>", InvoiceViewSet.as_view({"get": "retrieve"}), name="invoice-detail"),
     path(
         "invoices/<uuid:pk>.csv",
-        InvoiceViewSet.as_view({"get": "retrieve"}, csv=True),
+        InvoiceCsvViewSet.as_view({"get": "retrieve"}),
         name="invoice-detail-csv",
     ),
     path("invoices/<uuid:pk>/finalize", InvoiceFinalizeView.as_view(), name="invoice-finalize"),

@@ -332,3 +332,49 @@ def _money(row: dict) -> dict:
             cur: f"{round_money(Decimal(v), cur):f}" for cur, v in row["idle_cost"].items()
         }
     return row
+
+
+_CSV = {(200, "text/csv"): str}
+
+
+class UsageCsvView(UsageView):
+    """``usage.csv``: the same rows as ``usage`` (one line per group), as CSV."""
+
+    csv = True
+
+    @extend_schema(parameters=_USAGE_PARAMS, responses=_CSV)
+    def get(self, request):
+        return super().get(request)
+
+
+class LedgerCsvViewSet(LedgerViewSet):
+    """``ledger.csv``: every ledger row the filters select (not paginated), as CSV."""
+
+    csv = True
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("start", str),
+            OpenApiParameter("end", str),
+            OpenApiParameter("cluster", str),
+            OpenApiParameter("nodepool", str),
+            OpenApiParameter("gpu_uuid", str),
+        ],
+        responses=_CSV,
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+
+class InvoiceCsvViewSet(InvoiceViewSet):
+    """``invoices.csv`` (one line per invoice) and ``invoices/{id}.csv`` (its lines)."""
+
+    csv = True
+
+    @extend_schema(responses=_CSV)
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses=_CSV)
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)
