@@ -226,6 +226,8 @@ NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float(
 )
 NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
+# Simulated provider: seconds each machine-creation call takes (0; crash tests make it slow).
+NVKE_SIMULATED_CALL_DELAY_S = env.float("NVKE_SIMULATED_CALL_DELAY_S", default=0.0)
 # Cluster API provider ("clusterapi"): the management cluster's kubeconfig file (blank = not
 # configured: the provider then fails its calls with `clusterapi_not_configured`), the
 # namespace NVKE's Cluster API objects live in there, and the infrastructure provider its

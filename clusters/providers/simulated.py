@@ -17,6 +17,7 @@ exercise rollbacks: a list of GPU UUIDs (every config fails), or ``{uuid: [mig.c
 from __future__ import annotations
 
 import secrets
+import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -74,6 +75,8 @@ class SimulatedProvider(Provider):
             placed = placement.claim_gpus(requests)
         except placement.InsufficientCapacity as exc:
             raise InsufficientCapacity(str(exc), retryable=True) from exc
+        if settings.NVKE_SIMULATED_CALL_DELAY_S:  # a slow infrastructure API (crash tests)
+            time.sleep(settings.NVKE_SIMULATED_CALL_DELAY_S)
         return [
             MachinePlacement(p.holder_id, p.host_id, p.hostname, p.zone, p.gpu_uuids)
             for p in placed
