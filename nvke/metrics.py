@@ -48,20 +48,21 @@ class _ProcessRegistry:
         return REGISTRY.collect()
 
 
-def build_registry() -> CollectorRegistry:
+def build_registry(*, include_collectors: bool = True) -> CollectorRegistry:
     """A registry for one scrape: process (or multiprocess) metrics plus the app collectors."""
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)
     else:
         registry.register(_ProcessRegistry())  # type: ignore[arg-type]
-    for collector in _collectors:
-        registry.register(collector)
+    if include_collectors:
+        for collector in _collectors:
+            registry.register(collector)
     return registry
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """GET /metrics: the Prometheus text format (version 0.0.4)."""
+    """GET /metrics: the Prometheus text exposition format."""
     if request.method not in ("GET", "HEAD"):
         return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
     return HttpResponse(generate_latest(build_registry()), content_type=CONTENT_TYPE_LATEST)

@@ -138,3 +138,247 @@ def test_samples_land_in_daily_partitions(agent):
         cursor.execute("SELECT tableoid::regclass::text FROM fleet_gpusample")
         (partition,) = cursor.fetchone()
     assert partition == f"fleet_gpusample_p{now:%Y%m%d}"
+
+
+# --- what real fleets send ----------------------------------------------------------------------
+
+A100 = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+
+
+@pytest.fixture
+def a100_agent(operator, anonymous, catalog):
+    """The A100 capture (MIG on, GIs 3-6) imported and its agent registered."""
+    host = operator.post(
+        "/api/v1/fleet/hosts",
+        {
+            "hostname": "h-a100",
+            "zone": "us-east-1a",
+            "nvidia_smi_xml": capture("a100-sxm4-v12.xml"),
+        },
+        format="json",
+    ).json()
+    reg = anonymous.post(
+        "/api/v1/agent/register", {"bootstrap_token": host["bootstrap_token"]}, format="json"
+    ).json()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {reg['credential']}")
+    return client, reg["host_id"]
+
+
+def rows(
+    sql="SELECT gpu_uuid, mig_gpu_instance_id, ts, utilization_gpu_pct, memory_used_bytes "
+    "FROM fleet_gpusample ORDER BY gpu_uuid, mig_gpu_instance_id NULLS FIRST, ts",
+):
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return cursor.fetchall()
+
+
+def test_a_gpu_listed_once_per_mig_instance_is_stored_once(a100_agent):
+    client, host_id = a100_agent
+    now = datetime.now(UTC).replace(microsecond=0)
+    gpu = {
+        "ts": now.isoformat(),
+        "gpu_uuid": A100,
+        "utilization_gpu_pct": None,
+        "memory_used_bytes": 50 * 2**20,
+    }
+    migs = [
+        {
+            "ts": now.isoformat(),
+            "gpu_uuid": A100,
+            "mig_gpu_instance_id": gi,
+            "memory_used_bytes": 12 * 2**20,
+        }
+        for gi in (3, 4, 5, 6)
+    ]
+    # the physical GPU comes once per MIG instance (4 times), as some exporters print it
+    body = report(client, host_id, 1, [gpu, migs[0], gpu, migs[1], gpu, migs[2], gpu, migs[3]])
+    assert body.json()["samples_stored"] == 5
+    assert body.json()["samples_deduplicated"] == 3
+    assert rows() == [
+        (A100, None, now, None, 50 * 2**20),
+        *[(A100, gi, now, None, 12 * 2**20) for gi in (3, 4, 5, 6)],
+    ]
+
+
+def test_a_sample_keyed_by_a_mig_device_uuid_is_stored_under_its_gpu(a100_agent, operator):
+    client, host_id = a100_agent
+    mig_uuid = "MIG-11111111-2222-3333-4444-555555555555"
+    inventory = {
+        "gpus": [
+            {
+                "uuid": A100,
+                "index": 0,
+                "mig_mode": "enabled",
+                "mig_devices": [{"uuid": mig_uuid, "gpu_instance_id": 5, "compute_instance_id": 0}],
+            }
+        ]
+    }
+    report(client, host_id, 1, [], inventory=inventory)
+    now = datetime.now(UTC).replace(microsecond=0)
+    resp = report(
+        client, host_id, 2, [{"ts": now.isoformat(), "gpu_uuid": mig_uuid, "memory_used_bytes": 7}]
+    )
+    assert resp.json()["samples_stored"] == 1
+    assert rows() == [(A100, 5, now, None, 7)]
+
+
+def test_rejected_samples_are_counted_by_reason(agent):
+    client, host_id = agent
+    now = datetime.now(UTC)
+    resp = report(
+        client,
+        host_id,
+        1,
+        [
+            sample(now),
+            sample(now, uuid="GPU-00000000-0000-0000-0000-000000000000"),
+            sample(now + timedelta(minutes=6)),  # > NVKE_SAMPLE_MAX_FUTURE_S (300 s) ahead
+            sample(now + timedelta(minutes=4)),  # within it: kept
+            sample(now - timedelta(days=15)),  # older than the 14-day retention
+        ],
+    )
+    assert resp.json()["rejections"] == {
+        "unknown_gpu": 1,
+        "ts_in_future": 1,
+        "ts_older_than_retention": 1,
+    }
+    assert (resp.json()["samples_stored"], resp.json()["samples_rejected"]) == (2, 3)
+    from fleet.models import AgentReport
+
+    assert AgentReport.objects.get().rejections == resp.json()["rejections"]
+
+
+def test_a_gpu_missing_from_the_inventory_is_flagged_until_it_comes_back(
+    agent, operator, tenant_a, django_capture_on_commit_callbacks
+):
+    from fleet.models import Gpu, GpuHealthInterval
+
+    client, host_id = agent
+    with django_capture_on_commit_callbacks(execute=True):
+        report(client, host_id, 1, [], inventory={"gpus": []})
+    gpu = Gpu.objects.get(uuid=A10G)
+    assert gpu.missing_since is not None and gpu.health == "UNHEALTHY"
+    host = operator.get(f"/api/v1/fleet/hosts/{host_id}").json()
+    assert (host["gpu_count"], len(host["gpus"])) == (1, 1)  # never shrunk
+    # not placeable while missing
+    import uuid as uuidlib
+
+    from django.db import transaction
+
+    from fleet import placement
+
+    with pytest.raises(placement.InsufficientCapacity), transaction.atomic():
+        placement.claim_gpus(
+            [placement.GpuRequest(uuidlib.uuid4(), tenant_a.id, "a10g", 1, "us-east-1")]
+        )
+    report(client, host_id, 2, [], inventory={"gpus": [{"uuid": A10G, "index": 0}]})
+    gpu.refresh_from_db()
+    assert (gpu.missing_since, gpu.health) == (None, "HEALTHY")
+    interval = GpuHealthInterval.objects.get()
+    assert (interval.reason, interval.needs_operator, interval.ended_by) == (
+        "gpu_missing",
+        False,
+        "listed by the agent again",
+    )
+    assert operator.get(f"/api/v1/fleet/hosts/{host_id}").json()["warnings"] == []
+
+
+def test_an_agent_clock_far_off_is_a_host_warning(agent, operator):
+    client, host_id = agent
+    sent_at = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+    report(client, host_id, 1, [], sent_at=sent_at)
+    (warning,) = operator.get(f"/api/v1/fleet/hosts/{host_id}").json()["warnings"]
+    assert warning.startswith("agent clock: +6") and warning.endswith(
+        "s off the server's (report seq 1)"
+    )
+    report(client, host_id, 2, [], sent_at=datetime.now(UTC).isoformat())
+    assert operator.get(f"/api/v1/fleet/hosts/{host_id}").json()["warnings"] == []
+
+
+def xid(ts, code, uuid=A10G):
+    return {
+        "ts": ts.isoformat(),
+        "gpu_uuid": uuid,
+        "type": "xid",
+        "xid": code,
+        "message": f"Xid {code}",
+    }
+
+
+def test_xids_map_to_the_catalogs_action(agent, operator, django_capture_on_commit_callbacks):
+    from fleet import signals
+    from fleet.models import GpuHealthInterval, HostEvent
+
+    seen = []
+
+    def receiver(sender, **kwargs):
+        seen.append({k: kwargs[k] for k in ("gpu_uuid", "healthy", "reason", "xid", "action")})
+
+    signals.gpu_health_changed.connect(receiver)
+    try:
+        client, host_id = agent
+        now = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=10)
+        with django_capture_on_commit_callbacks(execute=True):
+            report(client, host_id, 1, [], events=[xid(now, 13)])  # RESTART_APP: log only
+        assert seen == []
+        assert HostEvent.objects.filter(kind="xid").get().message.startswith("Xid 13")
+        with django_capture_on_commit_callbacks(execute=True):
+            report(client, host_id, 2, [], events=[xid(now + timedelta(seconds=1), 79)])
+    finally:
+        signals.gpu_health_changed.disconnect(receiver)
+    # 79: fallen off the bus, NVIDIA immediate action RESTART_BM: unhealthy and host cordoned
+    assert seen == [
+        {"gpu_uuid": A10G, "healthy": False, "reason": "xid", "xid": 79, "action": "RESTART_BM"}
+    ]
+    interval = GpuHealthInterval.objects.get()
+    assert (interval.started_at, interval.needs_operator) == (now + timedelta(seconds=1), True)
+    host = operator.get(f"/api/v1/fleet/hosts/{host_id}").json()
+    assert host["state"] == "CORDONED"
+    assert host["state_reason"].endswith(f"on {A10G}: RESTART_BM")
+
+
+def test_an_xid_the_catalog_does_not_know_marks_the_gpu_unhealthy(agent):
+    from fleet.models import GpuHealthInterval
+
+    client, host_id = agent
+    report(client, host_id, 1, [], events=[xid(datetime.now(UTC), 999)])
+    interval = GpuHealthInterval.objects.get()
+    assert (interval.xid, interval.action, interval.needs_operator) == (999, "UNKNOWN_XID", True)
+
+
+@pytest.mark.parametrize(
+    "inventory",
+    [
+        {"gpus": [{"uuid": ["not", "a", "string"]}]},
+        {"gpus": [{"uuid": A10G, "health": "HEALTHY", "attributes": [1], "mig_devices": "x"}]},
+        {"gpus": "all of them"},
+        {"gpus": [{"uuid": A10G}], "topology": {"links": "NV18"}},
+        ["not", "an", "object"],
+    ],
+)
+def test_odd_inventories_never_break_ingestion(agent, inventory):
+    client, host_id = agent
+    assert report(client, host_id, 1, [], inventory=inventory).status_code == 200
+
+
+def test_the_agents_topology_sets_the_nvlink_islands(make_host, anonymous, operator):
+    from fleet.models import Gpu
+    from fleet.services import reissue_bootstrap_token
+
+    host = make_host("h100-nvl-94gb", gpus=2, hostname="nvl")
+    token = reissue_bootstrap_token(host)
+    reg = anonymous.post("/api/v1/agent/register", {"bootstrap_token": token}, format="json")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {reg.json()['credential']}")
+    uuids = list(host.gpus.order_by("index").values_list("uuid", flat=True))
+    inventory = {
+        "gpus": [{"uuid": u, "index": i} for i, u in enumerate(uuids)],
+        "topology": {"links": [["X", "NV12"], ["NV12", "X"]]},
+    }
+    report(client, str(host.id), 1, [], inventory=inventory)
+    body = operator.get(f"/api/v1/fleet/hosts/{host.id}").json()
+    assert body["topology"]["source"] == "nvml"
+    assert body["topology"]["islands"] == [[0, 1]]
+    assert list(Gpu.objects.filter(host=host).values_list("nvlink_island", flat=True)) == [0, 0]
