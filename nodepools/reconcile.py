@@ -104,8 +104,11 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             continue
         node.phase = NodePhase.READY
         node.ready_at = now
-        report = provider.node_config_status(spec, node_spec(node), now)
-        node.gpu_layout = list(report.gpu_layout) if report.state == "success" else []
+        try:
+            report = provider.node_config_status(spec, node_spec(node), now)
+        except ProviderError:  # a provider that cannot report it: the layout stays unknown
+            report = None
+        node.gpu_layout = list(report.gpu_layout) if report and report.state == "success" else []
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         node_ready.send(sender=Node, node=node)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
@@ -208,7 +211,61 @@ def _step_rollout(
     if pool.phase != Phase.RECONCILING:
         pool.phase = Phase.RECONCILING
         pool.save(update_fields=["phase", "updated_at"])
+    try:
+        return _rollout_node(pool, node, provider, spec, desired, total, stage_prefix, now)
+    except ProviderError as exc:
+        if exc.retryable:
+            log.warning("pool %s: provider error on node %s: %s", pool.id, node.name, exc)
+            return PROVIDER_RETRY_S
+        message = f"the infrastructure provider failed: {exc}"
+        if not node.config_state and not _done(pool) and pool.rollout.get("state") == "rolling":
+            return _abort_rollout(pool, exc.code, message, now)  # no node was touched yet
+        return _node_config_failed(pool, node, message, now)
+
+
+def _abort_rollout(pool: NodePool, code: str, message: str, now: datetime) -> float:
+    """Nothing changed on any node: restore the previous spec, FAIL the operation."""
+    error = {"code": code, "message": message, "retryable": False}
+    pool.isolation = pool.rollout["from_isolation"]
+    pool.gpu_config = pool.rollout["from_gpu_config"]
+    pool.rollout = {}
+    pool.phase = Phase.RUNNING
+    pool.observed_generation = pool.generation
+    pool.conditions = set_condition(
+        pool.conditions, "IsolationUpdated", False, _reason(code), message, now
+    )
+    pool.save(
+        update_fields=[
+            "isolation",
+            "gpu_config",
+            "rollout",
+            "phase",
+            "observed_generation",
+            "conditions",
+            "updated_at",
+        ]
+    )
+    finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
+    return STOP
+
+
+#: back-off after a retryable provider error during a rollout (s)
+PROVIDER_RETRY_S = 5.0
+
+
+def _rollout_node(
+    pool: NodePool,
+    node: Node,
+    provider: Provider,
+    spec: NodePoolSpec,
+    desired: str,
+    total: int,
+    stage_prefix: str,
+    now: datetime,
+) -> float:
+    """Drain -> reconfigure -> validate, one transition per call (see the module docstring)."""
     if not node.config_state:  # 1. cordon and drain
+        provider.drain_node(spec, node_spec(node))  # starts it; done when it returns True
         node.phase = NodePhase.DRAINING
         node.config_state = "draining"
         node.save(update_fields=["phase", "config_state"])

@@ -349,3 +349,20 @@ def test_update_is_audited(owner, pool):
     assert event.after == {
         "isolation": {"mode": "mig", "mig_layout": {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}}
     }
+
+
+def test_a_provider_that_cannot_reconfigure_nodes_fails_the_update_cleanly(
+    owner, pool, monkeypatch
+):
+    from clusters.providers.base import Provider
+    from clusters.providers.simulated import SimulatedProvider
+
+    # the interface's own default: a provider without node reconfiguration
+    monkeypatch.setattr(SimulatedProvider, "drain_node", Provider.drain_node)
+    op = owner.patch(pool["url"], {"isolation": BALANCED}, format="json").json()
+    history = step_until_done(pool["id"])
+    assert history == [["READY", "READY"]]
+    op = owner.get(f"/api/v1/operations/{op['id']}").json()
+    assert (op["status"], op["error"]["code"]) == ("FAILED", "not_supported")
+    body = owner.get(pool["url"]).json()
+    assert (body["phase"], body["isolation"], body["rollout"]) == ("RUNNING", SINGLE, {})
