@@ -88,13 +88,10 @@ def create_cluster(
             region=region,
             provider=settings.NVKE_DEFAULT_PROVIDER,
         )
-        op = Operation.objects.create(
-            tenant=principal.tenant,
-            cluster=cluster,
-            type=OperationType.CREATE_CLUSTER,
-            target_type=TargetType.CLUSTER,
-            target_id=cluster.id,
-            requested_by=principal.label,
+        op = _op(
+            principal,
+            cluster,
+            OperationType.CREATE_CLUSTER,
             progress={"done": 0, "total": 1, "stage": "pending"},
         )
         audit.record(
@@ -142,13 +139,10 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
                 "updated_at",
             ]
         )
-        op = Operation.objects.create(
-            tenant=cluster.tenant,
-            cluster=cluster,
-            type=OperationType.DELETE_CLUSTER,
-            target_type=TargetType.CLUSTER,
-            target_id=cluster.id,
-            requested_by=principal.label,
+        op = _op(
+            principal,
+            cluster,
+            OperationType.DELETE_CLUSTER,
             progress={"done": 0, "total": 2, "stage": "pending"},
         )
         audit.record(
