@@ -1,0 +1,20 @@
+"""Operator console URLs, mounted at ``/console/``."""
+
+from django.urls import path
+
+from .views import console
+
+app_name = "console"
+
+urlpatterns = [
+    path("", console.overview, name="overview"),
+    path("hosts", console.host_list, name="hosts"),
+    path("hosts/<uuid:host_id>", console.host_detail, name="host"),
+    path("hosts/<uuid:host_id>/<str:action>", console.host_action, name="host-action"),
+    path("tenants", console.tenant_list, name="tenants"),
+    path("tenants/<uuid:tenant_id>", console.tenant_detail, name="tenant"),
+    path("prices", console.price_list, name="prices"),
+    path("invoices", console.invoice_list, name="invoices"),
+    path("invoices/build", console.invoices_build, name="invoices-build"),
+    path("invoices/<uuid:invoice_id>/finalize", console.invoice_finalize, name="invoice-finalize"),
+]

@@ -1,0 +1,507 @@
+"""Portal forms: labels, widgets and choices for people; validation stays in the API layer.
+
+A form here only turns what a browser posts into the request body the API takes
+(:meth:`NodePoolForm.payload` builds ``{"name", "gpu_model", ..., "isolation": {...}}``) and
+back. The body is checked by the API's own serializer (:func:`validate_with`) and then by the
+same service the API calls; whatever they refuse comes back as an
+:class:`~nvke.errors.ApiError` (problem+json ``code`` and ``field``) or DRF validation errors,
+which :func:`show_api_error` / :func:`show_validation_errors` put next to the form field the
+``field`` names (``isolation.mig_layout.3g.40gb`` -> the "MIG layout" input).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from catalog.models import GpuModel, MigProfile, VgpuProfile
+from fleet.choices import HostState
+from nodepools.choices import IsolationMode
+from nvke.errors import ApiError, flatten_validation_errors
+from tenants.choices import Role
+
+
+class ApiForm(forms.Form):
+    """A form whose errors may come from the API layer (``field`` + stable ``code``).
+
+    ``api_fields`` maps API field paths (prefixes) to form fields; the longest matching
+    prefix wins, anything unmatched becomes a form-wide error. ``api_codes`` keeps the code
+    shown beside each error (``{form field or "__all__": code}``).
+    """
+
+    api_fields: dict[str, str] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_codes: dict[str, str] = {}
+
+    def form_field_for(self, api_field: str | None) -> str | None:
+        if not api_field:
+            return None
+        best, best_len = None, -1
+        for prefix, name in {**{f: f for f in self.fields}, **self.api_fields}.items():
+            if (api_field == prefix or api_field.startswith(prefix + ".")) and len(
+                prefix
+            ) > best_len:
+                best, best_len = name, len(prefix)
+        return best
+
+    def add_api_error(self, api_field: str | None, message: str, code: str) -> None:
+        name = self.form_field_for(api_field)
+        if name is not None and name not in self.fields:
+            name = None
+        if not hasattr(self, "cleaned_data"):
+            self.cleaned_data = {}
+        if self._errors is None:
+            self._errors = forms.utils.ErrorDict()
+        self.add_error(name, forms.ValidationError(message, code=code))
+        self.api_codes.setdefault(name or "__all__", code)
+
+
+def show_api_error(form: ApiForm, exc: ApiError) -> None:
+    """Put a service refusal next to the field it names (form-wide when it names none)."""
+    field = exc.field
+    if field is None and exc.code == "quota_exceeded":
+        resource = str(exc.extra.get("resource", ""))
+        field = {"clusters": "name", "nodes": "node_count"}.get(
+            resource, "node_count" if resource.startswith("gpus.") else None
+        )
+    message = str(exc.detail)
+    valid = exc.extra.get("valid_gpu_models") or exc.extra.get("supported_versions")
+    if valid and "valid" not in message and "supported" not in message:
+        message += f" (valid: {', '.join(map(str, valid))})"
+    form.add_api_error(field, message, exc.code)
+
+
+def show_validation_errors(form: ApiForm, exc: serializers.ValidationError) -> None:
+    """Put the API serializer's field errors next to their fields."""
+    for error in flatten_validation_errors(exc.detail):
+        code = {"invalid": "invalid_field", "required": "required_field"}.get(
+            error["code"], error["code"]
+        )
+        form.add_api_error(error["field"] or None, error["message"], code)
+
+
+def validate_with(serializer_class: type[serializers.Serializer], data: dict[str, Any]) -> dict:
+    """Validate ``data`` with one of the API's serializers; raises its ValidationError."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+# ----------------------------------------------------------------------------- tenant portal
+
+
+class TenantChoiceForm(forms.Form):
+    tenant = forms.ChoiceField(label="Tenant")
+
+    def __init__(self, *args: Any, memberships: list, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].choices = [
+            (str(m.tenant_id), f"{m.tenant.name} ({m.role})") for m in memberships
+        ]
+
+
+class ClusterForm(ApiForm):
+    """``POST /api/v1/clusters``: name, Kubernetes version, region (choices from the catalog
+    and the fleet, so only supported versions and regions with GPU hosts are offered)."""
+
+    name = forms.CharField(
+        label="Name",
+        max_length=40,
+        required=False,
+        help_text="lower-case letters, digits and '-', starting with a letter (DNS-1123 label)",
+    )
+    kubernetes_version = forms.ChoiceField(label="Kubernetes version", required=False)
+    region = forms.ChoiceField(label="Region", required=False)
+
+    def __init__(self, *args: Any, versions: list[str], regions: list[str], **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.fields["kubernetes_version"].choices = [(v, v) for v in versions]
+        self.fields["region"].choices = [(r, r) for r in regions]
+        # a value the API refuses must come back to the API, not be dropped by the choices
+        self.fields["kubernetes_version"].validators = []
+        self.fields["region"].validators = []
+
+    def clean_kubernetes_version(self) -> str:
+        return self.data.get("kubernetes_version", "")
+
+    def clean_region(self) -> str:
+        return self.data.get("region", "")
+
+    def payload(self) -> dict[str, Any]:
+        return {k: self.data.get(k, "") for k in ("name", "kubernetes_version", "region")}
+
+
+LAYOUT_ITEM = re.compile(r"^\s*([0-9a-z.+]+)\s*(?:[=:x*]\s*(\d+))?\s*$", re.I)
+
+
+def parse_layout(text: str) -> dict[str, int] | None:
+    """``"3g.40gb=1, 1g.10gb=2"`` (or ``:``/``x``, or a bare name for 1) -> ``{profile: n}``.
+
+    None when the text is not in that shape; repeated names add up.
+    """
+    out: dict[str, int] = {}
+    for item in filter(None, (p.strip() for p in re.split(r"[,;\n]", text))):
+        match = LAYOUT_ITEM.match(item)
+        if match is None:
+            return None
+        count = int(match.group(2) or 1)
+        out[match.group(1)] = out.get(match.group(1), 0) + count
+    return out or None
+
+
+ISOLATION_LABELS = {
+    IsolationMode.EXCLUSIVE: "exclusive — whole GPUs",
+    IsolationMode.MIG: "MIG — hardware partitions (Multi-Instance GPU)",
+    IsolationMode.VGPU: "vGPU — NVIDIA virtual GPUs",
+    IsolationMode.TIME_SLICING: "time-slicing — processes share each GPU in turn",
+    IsolationMode.MPS: "MPS — processes share each GPU at once (Multi-Process Service)",
+}
+
+
+def isolation_modes_for(model: GpuModel | None) -> list[tuple[str, str]]:
+    """The isolation modes a GPU model can run: MIG only on MIG-capable models, vGPU only
+    where the catalog lists vGPU types (the API refuses the others with
+    ``mig_not_supported`` / ``vgpu_not_supported``)."""
+    modes = []
+    for mode in IsolationMode:
+        if mode == IsolationMode.MIG and model is not None and not model.mig_capable:
+            continue
+        if (
+            mode == IsolationMode.VGPU
+            and model is not None
+            and not VgpuProfile.objects.filter(gpu_model=model).exists()
+        ):
+            continue
+        modes.append((mode.value, ISOLATION_LABELS[mode]))
+    return modes
+
+
+def mig_profile_label(p: MigProfile) -> str:
+    memory = f", {p.memory_mib / 1024:.1f} GiB" if p.memory_mib else ""
+    return f"{p.name} — {p.compute_slices}/{p.gpu_model.mig_compute_slices or 7} compute{memory}, up to {p.max_instances} per GPU"  # noqa: E501
+
+
+class NodePoolForm(ApiForm):
+    """``POST /api/v1/clusters/{id}/nodepools`` as a form.
+
+    ``gpu_model`` offers the catalog models with hosts in the cluster's region; the isolation
+    inputs (``isolation_mode``, ``mig_profile``, ``mig_layout``, ``vgpu_profile``,
+    ``replicas``) offer only what the chosen model has (``model`` given to the constructor).
+    """
+
+    api_fields = {
+        "isolation": "isolation_mode",
+        "isolation.mode": "isolation_mode",
+        "isolation.tenancy": "isolation_mode",
+        "isolation.mig_profile": "mig_profile",
+        "isolation.mig_layout": "mig_layout",
+        "isolation.vgpu_profile": "vgpu_profile",
+        "isolation.vgpu_layout": "vgpu_profile",
+        "isolation.replicas": "replicas",
+    }
+
+    name = forms.CharField(label="Name", max_length=40, required=False)
+    gpu_model = forms.ChoiceField(label="GPU model", required=False)
+    gpus_per_node = forms.IntegerField(label="GPUs per node", required=False, min_value=None)
+    node_count = forms.IntegerField(label="Nodes", required=False, initial=1)
+    isolation_mode = forms.ChoiceField(label="Isolation", required=False)
+    mig_profile = forms.ChoiceField(
+        label="MIG profile (the same on every GPU)",
+        required=False,
+        help_text="as many instances of it as fit on each GPU (GPU Operator 'single' strategy)",
+    )
+    mig_layout = forms.CharField(
+        label="or a mixed MIG layout per GPU",
+        required=False,
+        help_text="profile=count, comma-separated, e.g. 3g.40gb=1, 2g.20gb=1, 1g.10gb=1",
+    )
+    vgpu_profile = forms.ChoiceField(label="vGPU type", required=False)
+    replicas = forms.IntegerField(
+        label="Replicas per GPU", required=False, help_text="processes sharing each GPU"
+    )
+    driver_version = forms.CharField(
+        label="Driver (optional)",
+        required=False,
+        max_length=32,
+        help_text="a branch (R580) or release (580.95.05); blank: the GPU Operator default",
+    )
+    cuda_version = forms.CharField(
+        label="CUDA version the workloads need (optional)", required=False, max_length=16
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        models: list[tuple[GpuModel, str]],
+        model: GpuModel | None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.model = model
+        self.fields["gpu_model"].choices = [(m.slug, label) for m, label in models]
+        self.fields["isolation_mode"].choices = isolation_modes_for(model)
+        profiles = (
+            list(MigProfile.objects.filter(gpu_model=model).select_related("gpu_model"))
+            if model is not None and model.mig_capable
+            else []
+        )
+        self.fields["mig_profile"].choices = [("", "—")] + [
+            (p.name, mig_profile_label(p)) for p in profiles
+        ]
+        self.mig_profiles = profiles
+        vgpus = list(VgpuProfile.objects.filter(gpu_model=model)) if model is not None else []
+        self.fields["vgpu_profile"].choices = [("", "—")] + [(v.name, v.name) for v in vgpus]
+        for name in ("gpu_model", "isolation_mode", "mig_profile", "vgpu_profile"):
+            self.fields[name].validators = []
+
+    # choices are offered, not enforced: the API's answer is the one that counts
+    def clean_gpu_model(self) -> str:
+        return self.data.get("gpu_model", "")
+
+    def clean_isolation_mode(self) -> str:
+        return self.data.get("isolation_mode", "") or IsolationMode.EXCLUSIVE
+
+    def clean_mig_profile(self) -> str:
+        return self.data.get("mig_profile", "")
+
+    def clean_vgpu_profile(self) -> str:
+        return self.data.get("vgpu_profile", "")
+
+    def isolation(self) -> dict[str, Any] | None:
+        """The API's ``isolation`` object, or None after adding a syntax error to the form."""
+        data = self.cleaned_data
+        mode = data.get("isolation_mode") or IsolationMode.EXCLUSIVE
+        iso: dict[str, Any] = {"mode": mode}
+        if mode == IsolationMode.MIG:
+            if data.get("mig_layout"):
+                layout = parse_layout(data["mig_layout"])
+                if layout is None:
+                    self.add_api_error(
+                        "mig_layout",
+                        "write the layout as profile=count, comma-separated "
+                        "(e.g. 3g.40gb=1, 1g.10gb=2)",
+                        "invalid_isolation",
+                    )
+                    return None
+                iso["mig_layout"] = layout
+            if data.get("mig_profile"):
+                iso["mig_profile"] = data["mig_profile"]
+        elif mode == IsolationMode.VGPU:
+            if data.get("vgpu_profile"):
+                iso["vgpu_profile"] = data["vgpu_profile"]
+        elif mode in (IsolationMode.TIME_SLICING, IsolationMode.MPS):
+            if data.get("replicas") is not None:
+                iso["replicas"] = data["replicas"]
+            if mode == IsolationMode.TIME_SLICING and data.get("mig_profile"):
+                iso["mig_profile"] = data["mig_profile"]
+        return iso
+
+    def payload(self) -> dict[str, Any] | None:
+        """The API request body, or None when the form itself found a syntax error."""
+        isolation = self.isolation()
+        if isolation is None:
+            return None
+        data = self.cleaned_data
+        body: dict[str, Any] = {
+            "name": data.get("name", ""),
+            "gpu_model": data.get("gpu_model", ""),
+            "isolation": isolation,
+            "driver_version": data.get("driver_version", ""),
+            "cuda_version": data.get("cuda_version", ""),
+        }
+        for key in ("gpus_per_node", "node_count"):
+            body[key] = data.get(key)
+        return {k: v for k, v in body.items() if v is not None}
+
+
+class IsolationForm(NodePoolForm):
+    """``PATCH .../nodepools/{id}`` ``{"isolation": {...}}``: the isolation inputs only."""
+
+    def __init__(self, *args: Any, model: GpuModel, **kwargs: Any) -> None:
+        super().__init__(*args, models=[(model, model.name)], model=model, **kwargs)
+        for name in (
+            "name",
+            "gpu_model",
+            "gpus_per_node",
+            "node_count",
+            "driver_version",
+            "cuda_version",
+        ):
+            del self.fields[name]
+
+
+class ScaleForm(ApiForm):
+    """``POST .../set-size`` ``{"node_count": n}``."""
+
+    node_count = forms.IntegerField(label="Nodes", required=False)
+
+
+class ApiKeyForm(ApiForm):
+    """``POST /api/v1/tenants/{id}/api-keys``: name, role, optional expiry."""
+
+    name = forms.CharField(label="Name", max_length=50, required=False)
+    role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
+    expiry_date = forms.DateTimeField(
+        label="Expires (optional, UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+class MemberForm(ApiForm):
+    """``POST /api/v1/tenants/{id}/members`` plus an initial password for a new user."""
+
+    username = forms.CharField(label="Username", max_length=150, required=False)
+    email = forms.EmailField(label="Email", required=False)
+    role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
+    password = forms.CharField(
+        label="Initial password (new users only)",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="give it to the person; an existing user keeps their own password",
+    )
+
+
+class RoleForm(forms.Form):
+    role = forms.ChoiceField(label="Role", choices=Role.choices)
+
+
+class AuditFilterForm(forms.Form):
+    actor = forms.CharField(label="Actor", required=False)
+    action = forms.CharField(
+        label="Action",
+        required=False,
+        widget=forms.TextInput(attrs={"list": "audit-actions"}),
+        help_text="e.g. cluster.create, nodepool.set_size, apikey.create",
+    )
+    target_type = forms.CharField(label="Target type", required=False)
+    since = forms.DateField(
+        label="Since (UTC)", required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        label="Until (UTC, exclusive)",
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+
+
+class WindowForm(forms.Form):
+    """A reporting window in whole UTC days: ``start`` inclusive, ``end`` inclusive."""
+
+    start = forms.DateField(
+        label="From (UTC)", required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+    end = forms.DateField(
+        label="To (UTC, inclusive)", required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+
+# ----------------------------------------------------------------------------- console
+
+
+class CordonForm(ApiForm):
+    reason = forms.CharField(label="Reason (optional)", required=False, max_length=200)
+
+
+class DrainForm(ApiForm):
+    target = forms.ChoiceField(
+        label="Then enter",
+        choices=[(s, s) for s in (HostState.CORDONED, HostState.MAINTENANCE, HostState.RETIRED)],
+    )
+
+
+class HostFilterForm(forms.Form):
+    state = forms.ChoiceField(
+        label="State", required=False, choices=[("", "any"), *HostState.choices]
+    )
+    zone = forms.CharField(label="Zone", required=False)
+    gpu_model = forms.CharField(label="GPU model (slug)", required=False)
+
+
+class TenantCreateForm(ApiForm):
+    """A tenant and its first owner (a login for the portal)."""
+
+    name = forms.CharField(label="Tenant name", max_length=100, required=False)
+    owner_username = forms.CharField(label="Owner username", max_length=150, required=False)
+    owner_email = forms.EmailField(label="Owner email", required=False)
+    owner_password = forms.CharField(
+        label="Owner's initial password",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        min_length=8,
+    )
+    api_fields = {"username": "owner_username", "email": "owner_email"}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        for field in ("name", "owner_username", "owner_password"):
+            if not data.get(field):
+                self.add_error(field, "required")
+        username = data.get("owner_username")
+        if username and get_user_model().objects.filter(username=username).exists():
+            self.add_error(
+                "owner_username", "this user exists already: add them as a member instead"
+            )
+        return data
+
+
+class QuotaForm(ApiForm):
+    """``PUT /api/v1/quotas/{tenant}``: limits; GPUs per model as ``slug=count`` lines."""
+
+    max_clusters = forms.IntegerField(label="Max clusters", min_value=0)
+    max_nodes = forms.IntegerField(label="Max nodes", min_value=0)
+    max_gpus = forms.CharField(
+        label="Max GPUs per model",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="one slug=count per line, e.g. h100-sxm5-80gb=64; models not listed get the default",  # noqa: E501
+    )
+
+    def clean_max_gpus(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in self.cleaned_data.get("max_gpus", "").splitlines():
+            if not line.strip():
+                continue
+            slug, sep, count = line.partition("=")
+            if not sep or not count.strip().isdigit():
+                raise forms.ValidationError(f"{line.strip()!r} is not slug=count")
+            out[slug.strip()] = int(count)
+        return out
+
+
+class PriceForm(ApiForm):
+    """A price version (:func:`billing.prices.set_price`)."""
+
+    gpu_model = forms.ModelChoiceField(
+        label="GPU model", queryset=GpuModel.objects.order_by("slug"), to_field_name="slug"
+    )
+    mig_profile = forms.CharField(
+        label="MIG profile (blank: whole GPU)", required=False, max_length=32
+    )
+    hourly_rate = forms.DecimalField(
+        label="Hourly rate per GPU-hour", required=False, max_digits=14, decimal_places=6
+    )
+    discount_pct = forms.DecimalField(
+        label="or discount % off list (tenant override only)",
+        required=False,
+        max_digits=5,
+        decimal_places=2,
+    )
+    currency = forms.CharField(label="Currency (ISO 4217)", max_length=3, initial="USD")
+    effective_from = forms.DateTimeField(
+        label="Effective from (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    tenant = forms.ChoiceField(label="Tenant (blank: list price)", required=False)
+    label = forms.CharField(label="Label", required=False, max_length=100)
+
+    def __init__(self, *args: Any, tenants: list, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].choices = [("", "— list price —")] + [
+            (str(t.pk), t.name) for t in tenants
+        ]

@@ -1,0 +1,299 @@
+"""Read-side helpers that shape data for portal pages; nothing here writes.
+
+Every tenant-owned queryset passed in is already scoped (:func:`nvke.scoping.scope_queryset`);
+fleet rows (hosts, GPUs) are read only by the operator console, or through a tenant's own,
+scoped node.
+
+Cost (:func:`usage_report`) rates each stored usage record (``billing.UsageRecord``, one
+bucket inside one hour, one local day and one price version) with the unit price in force at
+its start, from :func:`billing.prices.rate_segments` — the prices the monthly invoice uses —
+as ``billable GPU-seconds x price / 3600``, and rounds once per shown sum (the invoice rounds
+per line, so an invoice total may differ from these sums by rounding only).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet, Sum
+from django.utils import timezone
+
+from billing.models import BillingAccount, UsageRecord
+from billing.money import SECONDS_PER_HOUR, gpu_hours, round_money
+from billing.periods import local_date
+from billing.prices import rate_segments
+from catalog.models import GpuModel, XidCode
+from clusters.models import Cluster
+from fleet.choices import GpuHealth, HostState
+from fleet.models import Gpu, GpuRollup1h, Host, XidEvent
+from fleet.placement import max_host_gpus
+from nodepools.models import NodePool
+
+ZERO = Decimal(0)
+
+
+# ------------------------------------------------------------------------- node pool form
+
+
+def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
+    """GPU models with hosts in ``region`` (retired hosts aside), labelled with free GPUs.
+
+    Label: ``"H100-SXM5-80GB (h100-sxm5-80gb): 6 of 8 GPUs free, up to 8 per node"``; free =
+    healthy, unheld GPUs on AVAILABLE/ALLOCATED hosts.
+    """
+    hosts = Host.objects.filter(Host.in_region_q(region)).exclude(state=HostState.RETIRED)
+    totals = dict(
+        hosts.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
+    )
+    free = dict(
+        Gpu.objects.filter(
+            host__in=hosts.filter(state__in=(HostState.AVAILABLE, HostState.ALLOCATED)),
+            holder_id__isnull=True,
+            health=GpuHealth.HEALTHY,
+        )
+        .values_list("gpu_model_id")
+        .annotate(n=Count("id"))
+        .order_by("gpu_model_id")
+    )
+    out = []
+    for model in GpuModel.objects.filter(slug__in=totals).order_by("slug"):
+        label = (
+            f"{model.name} ({model.slug}): {free.get(model.slug, 0)} of {totals[model.slug]} "
+            f"GPUs free, up to {max_host_gpus(model.slug)} per node"
+        )
+        out.append((model, label))
+    return out
+
+
+# ------------------------------------------------------------------------- usage and cost
+
+
+@dataclass
+class Sums:
+    """GPU-seconds, SLA credit and cost of one group (cost per currency, rounded on read)."""
+
+    gpu_seconds: Decimal = ZERO
+    credit_seconds: Decimal = ZERO
+    cost: dict[str, Decimal] = field(default_factory=dict)
+    unpriced_seconds: Decimal = ZERO
+
+    def add(self, seconds: Decimal, credit: Decimal, currency: str, price: Decimal | None):
+        self.gpu_seconds += seconds
+        self.credit_seconds += credit
+        if price is None:
+            self.unpriced_seconds += seconds - credit
+        else:
+            amount = (seconds - credit) * price / SECONDS_PER_HOUR
+            self.cost[currency] = self.cost.get(currency, ZERO) + amount
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return gpu_hours(self.gpu_seconds)
+
+    @property
+    def billable_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.gpu_seconds - self.credit_seconds)
+
+    @property
+    def sla_credit_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.credit_seconds)
+
+    @property
+    def rounded_cost(self) -> dict[str, Decimal]:
+        return {cur: round_money(v, cur) for cur, v in sorted(self.cost.items())}
+
+
+@dataclass
+class UsageReport:
+    """Usage of ``[start, end)`` by local day, cluster, node pool and (model, MIG profile)."""
+
+    start: datetime
+    end: datetime
+    days: dict[date, Sums]
+    clusters: dict[Any, Sums]
+    pools: dict[Any, Sums]
+    models: dict[tuple[str, str], Sums]
+    total: Sums
+    names: dict[Any, str]
+    aggregated_at: datetime | None
+
+    @property
+    def currencies(self) -> list[str]:
+        return sorted(self.total.cost)
+
+    def chart(self) -> dict[str, Any]:
+        """Chart.js-ready series: labels (days), GPU-hours and cost in the first currency."""
+        currency = (self.currencies or ["USD"])[0]
+        labels = [d.isoformat() for d in sorted(self.days)]
+        return {
+            "labels": labels,
+            "gpu_hours": [float(self.days[d].gpu_hours) for d in sorted(self.days)],
+            "cost": [
+                float(self.days[d].rounded_cost.get(currency, ZERO)) for d in sorted(self.days)
+            ],
+            "currency": currency,
+        }
+
+
+def _day_range(start: datetime, end: datetime) -> list[date]:
+    days, d = [], start.date()
+    while datetime.combine(d, datetime.min.time(), tzinfo=start.tzinfo) < end:
+        days.append(d)
+        d += timedelta(days=1)
+    return days
+
+
+def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime) -> UsageReport:
+    """Rate the (scoped) usage records whose bucket starts in ``[start, end)``.
+
+    Days are the tenant's billing-time-zone days (a day with no usage shows as zero when the
+    zone is UTC). Cost per currency of the tenant's billing account (USD when it has none).
+    """
+    rows = list(
+        records.filter(start__gte=start, start__lt=end).values_list(
+            "tenant_id",
+            "cluster_id",
+            "nodepool_id",
+            "gpu_model",
+            "mig_profile",
+            "start",
+            "gpu_seconds",
+            "sla_credit_gpu_seconds",
+            "computed_at",
+        )
+    )
+    tenants = {r[0] for r in rows}
+    accounts = {
+        a.tenant_id: (a.time_zone, a.currency)
+        for a in BillingAccount.objects.filter(tenant_id__in=tenants)
+    }
+    prices: dict[Any, dict[tuple[str, str], tuple[list[datetime], list]]] = {}
+    for tenant in tenants:
+        _tz, currency = accounts.get(tenant, ("UTC", "USD"))
+        pairs = {(r[3], r[4]) for r in rows if r[0] == tenant}
+        by_pair: dict[tuple[str, str], tuple[list[datetime], list]] = defaultdict(lambda: ([], []))
+        for seg in rate_segments(
+            tenant_id=tenant, currency=currency, pairs=pairs, start=start, end=end
+        ):
+            starts, segs = by_pair[(seg.gpu_model, seg.mig_profile)]
+            starts.append(seg.start)
+            segs.append(seg)
+        prices[tenant] = by_pair
+    utc = all(accounts.get(t, ("UTC",))[0] == "UTC" for t in tenants)
+    days: dict[date, Sums] = {d: Sums() for d in _day_range(start, end)} if utc else {}
+    clusters: dict[Any, Sums] = defaultdict(Sums)
+    pools: dict[Any, Sums] = defaultdict(Sums)
+    models: dict[tuple[str, str], Sums] = defaultdict(Sums)
+    total = Sums()
+    aggregated_at = None
+    for tenant, cluster, pool, model, profile, t, seconds, credit, computed in rows:
+        tz, currency = accounts.get(tenant, ("UTC", "USD"))
+        starts, segs = prices[tenant][(model, profile)]
+        i = bisect.bisect_right(starts, t) - 1
+        price = segs[i].unit_price if i >= 0 and t < segs[i].end else None
+        for sums in (
+            days.setdefault(local_date(tz, t), Sums()),
+            clusters[cluster],
+            pools[pool],
+            models[(model, profile)],
+            total,
+        ):
+            sums.add(seconds, credit, currency, price)
+        aggregated_at = computed if aggregated_at is None else max(aggregated_at, computed)
+    names = dict(Cluster.objects.filter(id__in=list(clusters)).values_list("id", "name"))
+    names.update(NodePool.objects.filter(id__in=list(pools)).values_list("id", "name"))
+    return UsageReport(
+        start,
+        end,
+        dict(sorted(days.items())),
+        dict(clusters),
+        dict(pools),
+        dict(sorted(models.items())),
+        total,
+        names,
+        aggregated_at,
+    )
+
+
+# ------------------------------------------------------------------------- fleet overview
+
+
+def hosts_by_state_and_zone() -> dict[str, Any]:
+    """``{"states": [...], "rows": [(zone, [(state, count)], total)], "totals": [...]}``."""
+    counts = defaultdict(int)
+    for zone, state, n in (
+        Host.objects.values_list("zone", "state").annotate(n=Count("id")).order_by()
+    ):
+        counts[(zone, state)] += n
+    states = list(HostState.values)
+    zones = sorted({z for z, _ in counts})
+    rows = [
+        (z, [(s, counts[(z, s)]) for s in states], sum(counts[(z, s)] for s in states))
+        for z in zones
+    ]
+    totals = [sum(counts[(z, s)] for z in zones) for s in states]
+    return {"states": states, "rows": rows, "totals": totals, "total": sum(totals)}
+
+
+def gpus_by_model_and_health() -> list[dict[str, Any]]:
+    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free."""
+    rows = (
+        Gpu.objects.values("gpu_model_id")
+        .annotate(
+            total=Count("id"),
+            healthy=Count("id", filter=Q(health=GpuHealth.HEALTHY)),
+            unhealthy=Count("id", filter=Q(health=GpuHealth.UNHEALTHY)),
+            held=Count("id", filter=Q(holder_id__isnull=False)),
+        )
+        .order_by("gpu_model_id")
+    )
+    return [dict(r, free=r["total"] - r["held"]) for r in rows]
+
+
+def utilization_heatmap(hours: int = 24, max_hosts: int = 40, now: datetime | None = None):
+    """Mean GPU utilization % per host and UTC hour over the last ``hours`` (1 h rollups).
+
+    ``{"hours": [datetime], "rows": [(host, [pct or None])]}``; the mean over the hour's samples
+    that had a utilization (MIG devices report none). Hosts with the most samples first.
+    """
+    now = now or timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = end - timedelta(hours=hours)
+    buckets = [start + timedelta(hours=i) for i in range(hours)]
+    sums = (
+        GpuRollup1h.objects.filter(bucket__gte=start, bucket__lt=end)
+        .values("host_id", "bucket")
+        .annotate(s=Sum("utilization_gpu_pct_sum"), n=Sum("utilization_samples"))
+        .order_by()
+    )
+    cells: dict[Any, dict[datetime, float | None]] = defaultdict(dict)
+    weight: dict[Any, int] = defaultdict(int)
+    for row in sums:
+        cells[row["host_id"]][row["bucket"]] = row["s"] / row["n"] if row["n"] else None
+        weight[row["host_id"]] += row["n"] or 0
+    order = sorted(cells, key=lambda h: -weight[h])[:max_hosts]
+    hosts = Host.objects.in_bulk(order)
+    rows = [(hosts[h], [cells[h].get(b) for b in buckets]) for h in order if h in hosts]
+    return {"hours": buckets, "rows": rows}
+
+
+def recent_xids(limit: int = 20) -> list[dict[str, Any]]:
+    """The latest Xid events with the catalog's mnemonic, severity and operator action."""
+    events = list(XidEvent.objects.select_related("host").order_by("-ts")[:limit])
+    codes = XidCode.objects.in_bulk({e.xid for e in events})
+    return [{"event": e, "code": codes.get(e.xid)} for e in events]
+
+
+def driver_versions() -> list[dict[str, Any]]:
+    """Driver versions in use: hosts and GPUs per version (retired hosts aside)."""
+    return list(
+        Host.objects.exclude(state=HostState.RETIRED)
+        .values("driver_version")
+        .annotate(hosts=Count("id"), gpus=Sum("gpu_count"))
+        .order_by("-gpus", "driver_version")
+    )

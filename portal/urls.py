@@ -1,0 +1,38 @@
+"""Tenant portal URLs, mounted at ``/``."""
+
+from django.urls import path
+
+from .views import account, auth, clusters, usage
+
+app_name = "portal"
+
+CLUSTER = "clusters/<uuid:cluster_id>"
+POOL = CLUSTER + "/nodepools/<uuid:pool_id>"
+
+urlpatterns = [
+    path("", auth.home, name="home"),
+    path("login", auth.LoginView.as_view(), name="login"),
+    path("logout", auth.LogoutView.as_view(), name="logout"),
+    path("tenant/choose", account.tenant_choose, name="tenant-choose"),
+    path("clusters", clusters.cluster_list, name="cluster-list"),
+    path("clusters/new", clusters.cluster_create, name="cluster-create"),
+    path(CLUSTER, clusters.cluster_detail, name="cluster-detail"),
+    path(CLUSTER + "/delete", clusters.cluster_delete, name="cluster-delete"),
+    path(CLUSTER + "/nodepools/new", clusters.nodepool_create, name="nodepool-create"),
+    path(POOL, clusters.nodepool_detail, name="nodepool-detail"),
+    path(POOL + "/scale", clusters.nodepool_scale, name="nodepool-scale"),
+    path(POOL + "/isolation", clusters.nodepool_isolation, name="nodepool-isolation"),
+    path(POOL + "/delete", clusters.nodepool_delete, name="nodepool-delete"),
+    path(POOL + "/nodes/<uuid:node_id>", clusters.node_detail, name="node-detail"),
+    path("api-keys", account.api_keys, name="api-keys"),
+    path("api-keys/<str:prefix>/revoke", account.api_key_revoke, name="api-key-revoke"),
+    path("members", account.member_list, name="members"),
+    path("members/<str:username>/role", account.member_role, name="member-role"),
+    path("members/<str:username>/remove", account.member_remove, name="member-remove"),
+    path("quotas", account.quota_page, name="quotas"),
+    path("audit", account.audit_log, name="audit"),
+    path("usage", usage.usage_page, name="usage"),
+    path("usage/refresh", usage.usage_refresh, name="usage-refresh"),
+    path("invoices", usage.invoice_list, name="invoices"),
+    path("invoices/<uuid:invoice_id>", usage.invoice_detail, name="invoice-detail"),
+]

@@ -1,0 +1,434 @@
+"""Tenant portal: clusters, node pools, nodes (and their GPUs), operations.
+
+Every object is fetched through :func:`nvke.scoping.get_scoped_or_404` with the session's
+principal; every change goes through the service the API calls, after the API's own
+serializer checked the body (:func:`portal.forms.validate_with`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.usage import cluster_usage
+from catalog.models import GpuModel
+from catalog.services import supported_kubernetes_versions
+from clusters import services as cluster_services
+from clusters.api.serializers import ClusterCreateSerializer
+from clusters.choices import GONE_PHASES, TRANSITIONAL_PHASES, Phase
+from clusters.models import Cluster, Operation
+from fleet.choices import HostState
+from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
+from nodepools import services as pool_services
+from nodepools.api.scale import SetSizeSerializer
+from nodepools.api.serializers import NodePoolCreateSerializer, NodePoolUpdateSerializer
+from nodepools.choices import NodePhase
+from nodepools.models import Node, NodePool
+from nodepools.scaling import set_node_pool_size
+from nvke.scoping import get_scoped_or_404, scope_queryset
+from portal.access import require_write, tenant_page
+from portal.forms import ClusterForm, IsolationForm, NodePoolForm, ScaleForm, validate_with
+from portal.queries import region_gpu_models
+
+from .common import call_service, is_htmx
+
+#: seconds between htmx polls of a page's live part
+POLL_S = 2
+
+
+def _regions() -> list[str]:
+    """Regions with GPU hosts (a host's region, else the one its zone names)."""
+    rows = Host.objects.exclude(state=HostState.RETIRED).values_list("region", "zone").distinct()
+    return sorted({region or region_of_zone(zone) for region, zone in rows})
+
+
+def _pool_rows(pools) -> list[dict]:
+    """Node pools with their live nodes (DELETED nodes hidden) and GPU counts."""
+    out = []
+    for pool in pools:
+        nodes = [n for n in pool.nodes.all() if n.phase != NodePhase.DELETED]
+        out.append(
+            {
+                "pool": pool,
+                "nodes": nodes,
+                "ready": sum(1 for n in nodes if n.phase == NodePhase.READY),
+                "gpus": sum(len(n.gpu_uuids) for n in nodes),
+            }
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------ clusters
+
+
+@tenant_page
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    """Clusters of the tenant with their live phase (the table body polls every 2 s)."""
+    show_deleted = request.GET.get("deleted") == "1"
+    clusters = scope_queryset(Cluster.objects.all(), request.principal).select_related("tenant")
+    if not show_deleted:
+        clusters = clusters.exclude(phase=Phase.DELETED)
+    clusters = clusters.annotate(
+        pools=Count("nodepools", filter=~Q(nodepools__phase=Phase.DELETED), distinct=True)
+    )
+    context = {
+        "clusters": clusters,
+        "show_deleted": show_deleted,
+        "poll_s": POLL_S,
+        "transitional": TRANSITIONAL_PHASES,
+    }
+    if is_htmx(request) and request.GET.get("fragment") == "rows":
+        return render(request, "portal/partials/cluster_rows.html", context)
+    return render(request, "portal/cluster_list.html", context)
+
+
+@tenant_page
+def cluster_create(request: HttpRequest) -> HttpResponse:
+    """The create-cluster form: only supported Kubernetes versions and regions with hosts."""
+    if (deny := require_write(request)) is not None:
+        return deny
+    versions = [kv.version for kv in supported_kubernetes_versions()]
+    form = ClusterForm(request.POST or None, versions=versions, regions=_regions())
+    if request.method == "POST" and form.is_valid():
+        data = call_service(form, validate_with, ClusterCreateSerializer, form.payload())
+        op = (
+            call_service(form, cluster_services.create_cluster, principal=request.principal, **data)
+            if data is not None
+            else None
+        )
+        if op is not None:
+            messages.success(request, f"Cluster {data['name']} is being created.")
+            return redirect("portal:cluster-detail", op.target_id)
+    return render(request, "portal/cluster_form.html", {"form": form})
+
+
+def _cluster_context(request: HttpRequest, cluster: Cluster) -> dict:
+    pools = (
+        scope_queryset(NodePool.objects.filter(cluster=cluster), request.principal)
+        .select_related("gpu_model")
+        .prefetch_related("nodes__host")
+    )
+    if request.GET.get("deleted") != "1":
+        pools = pools.exclude(phase=Phase.DELETED)
+    operations = scope_queryset(Operation.objects.filter(cluster=cluster), request.principal)[:15]
+    names = {p.id: p.name for p in NodePool.objects.filter(cluster=cluster)}
+    names[cluster.id] = cluster.name
+    return {
+        "cluster": cluster,
+        "pools": _pool_rows(pools),
+        "operations": [(op, names.get(op.target_id, "")) for op in operations],
+        "gone": cluster.phase in GONE_PHASES,
+        "poll_s": POLL_S,
+    }
+
+
+@tenant_page
+def cluster_detail(request: HttpRequest, cluster_id) -> HttpResponse:
+    """Spec, phase, conditions, operations with progress, node pools and nodes, usage."""
+    cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
+    context = _cluster_context(request, cluster)
+    if is_htmx(request) and request.GET.get("fragment") == "live":
+        return render(request, "portal/partials/cluster_live.html", context)
+    now = timezone.now()
+    context["usage"] = cluster_usage(cluster.id, cluster.created_at, now, now).as_dict()
+    context["kubeconfig_url"] = (
+        reverse("clusters:cluster-kubeconfig", args=[cluster.id])
+        if cluster.kubeconfig_encrypted and cluster.phase not in GONE_PHASES
+        else None
+    )
+    return render(request, "portal/cluster_detail.html", context)
+
+
+@tenant_page
+def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
+    """Confirm, then ``delete_cluster`` (202 + a DELETE_CLUSTER operation in the API)."""
+    cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    form = ScaleForm()  # a carrier for a refusal (already deleted)
+    if request.method == "POST":
+        form.is_valid()
+        op = call_service(
+            form, cluster_services.delete_cluster, principal=request.principal, cluster=cluster
+        )
+        if op is not None:
+            messages.success(request, f"Cluster {cluster.name} is being deleted.")
+            return redirect("portal:cluster-detail", cluster.id)
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "form": form,
+            "title": f"Delete cluster {cluster.name}?",
+            "message": (
+                "Its node pools are drained and deleted, their GPUs released and billing "
+                "stops; the cluster's record and usage stay readable. This cannot be undone."
+            ),
+            "button": "Delete cluster",
+            "cancel": reverse("portal:cluster-detail", args=[cluster.id]),
+        },
+    )
+
+
+# ------------------------------------------------------------------------------ node pools
+
+
+def _pool_form_models(cluster: Cluster, request: HttpRequest):
+    models = region_gpu_models(cluster.region)
+    slug = request.POST.get("gpu_model") or request.GET.get("gpu_model")
+    if not slug and models:
+        slug = models[0][0].slug
+    return models, GpuModel.objects.filter(slug=slug).first() if slug else None
+
+
+@tenant_page
+def nodepool_create(request: HttpRequest, cluster_id) -> HttpResponse:
+    """Add a node pool. "Check" validates and renders without creating (the API's dry run);
+    the isolation inputs follow the chosen GPU model (htmx swaps them on change)."""
+    cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    models, model = _pool_form_models(cluster, request)
+    data = request.POST if request.method == "POST" else None
+    form = NodePoolForm(
+        data,
+        models=models,
+        model=model,
+        initial={"gpu_model": model.slug if model else "", "node_count": 1, "gpus_per_node": 1},
+    )
+    if request.GET.get("partial") == "isolation":
+        form = NodePoolForm(None, models=models, model=model, initial=request.GET.dict())
+        return render(request, "portal/partials/isolation_fields.html", {"form": form})
+    # with JavaScript, choosing a GPU model swaps in that model's isolation choices
+    form.fields["gpu_model"].widget.attrs.update(
+        {
+            "hx-get": reverse("portal:nodepool-create", args=[cluster.id]) + "?partial=isolation",
+            "hx-trigger": "change",
+            "hx-target": "#isolation-fields",
+            "hx-swap": "outerHTML",
+            "hx-include": "closest form",
+        }
+    )
+    context = {"form": form, "cluster": cluster, "model": model, "dry_run": None}
+    if request.method == "POST" and form.is_valid():
+        check = request.POST.get("action") == "check"
+        body = form.payload()
+        valid = call_service(form, validate_with, NodePoolCreateSerializer, body) if body else None
+        if valid is not None:
+            result = call_service(
+                form,
+                pool_services.create_nodepool,
+                principal=request.principal,
+                cluster=cluster,
+                dry_run=check,
+                **valid,
+            )
+            if isinstance(result, pool_services.DryRun):
+                context["dry_run"] = result
+            elif result is not None:
+                messages.success(request, f"Node pool {valid['name']} is being created.")
+                return redirect("portal:nodepool-detail", cluster.id, result.target_id)
+    return render(request, "portal/nodepool_form.html", context)
+
+
+def _get_pool(request: HttpRequest, cluster_id, pool_id) -> NodePool:
+    return get_scoped_or_404(
+        NodePool.objects.filter(cluster_id=cluster_id).select_related("cluster", "gpu_model"),
+        request.principal,
+        pk=pool_id,
+    )
+
+
+def _pool_context(request: HttpRequest, pool: NodePool) -> dict:
+    nodes = (
+        scope_queryset(Node.objects.filter(nodepool=pool), request.principal)
+        .select_related("host")
+        .order_by("created_at", "name")
+    )
+    if request.GET.get("deleted") != "1":
+        nodes = nodes.exclude(phase=NodePhase.DELETED)
+    operations = scope_queryset(Operation.objects.filter(target_id=pool.id), request.principal)
+    return {
+        "pool": pool,
+        "cluster": pool.cluster,
+        "nodes": list(nodes),
+        "operations": [(op, pool.name) for op in operations[:15]],
+        "gone": pool.phase in GONE_PHASES,
+        "poll_s": POLL_S,
+    }
+
+
+@tenant_page
+def nodepool_detail(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """Spec and isolation, rendered GPU config, nodes with their GPUs; scale and change the
+    isolation (each answers with an operation), delete."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    context = _pool_context(request, pool)
+    if is_htmx(request) and request.GET.get("fragment") == "live":
+        return render(request, "portal/partials/nodepool_live.html", context)
+    scale = ScaleForm(initial={"node_count": pool.node_count})
+    isolation = IsolationForm(model=pool.gpu_model, initial=_isolation_initial(pool.isolation))
+    context.update(scale_form=scale, isolation_form=isolation, dry_run=None)
+    return render(request, "portal/nodepool_detail.html", context)
+
+
+def _isolation_initial(isolation: dict) -> dict:
+    initial = {"isolation_mode": isolation.get("mode", "exclusive")}
+    if "mig_profile" in isolation:
+        initial["mig_profile"] = isolation["mig_profile"]
+    if "mig_layout" in isolation:
+        initial["mig_layout"] = ", ".join(f"{k}={v}" for k, v in isolation["mig_layout"].items())
+    for key in ("vgpu_profile", "replicas"):
+        if key in isolation:
+            initial[key] = isolation[key]
+    return initial
+
+
+@tenant_page
+def nodepool_scale(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """``set_node_pool_size`` (the API's ``set-size``)."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    form = ScaleForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = call_service(
+            form, validate_with, SetSizeSerializer, {"node_count": form.cleaned_data["node_count"]}
+        )
+        op = (
+            call_service(
+                form,
+                set_node_pool_size,
+                principal=request.principal,
+                pool=pool,
+                node_count=data["node_count"],
+            )
+            if data is not None
+            else None
+        )
+        if op is not None:
+            messages.success(request, f"Node pool {pool.name}: resizing to {data['node_count']}.")
+            return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    context = _pool_context(request, pool)
+    context.update(
+        scale_form=form,
+        isolation_form=IsolationForm(
+            model=pool.gpu_model, initial=_isolation_initial(pool.isolation)
+        ),
+        dry_run=None,
+    )
+    return render(request, "portal/nodepool_detail.html", context, status=400)
+
+
+@tenant_page
+def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """``update_isolation``: check (dry run: which nodes are drained / repartitioned) or apply
+    (an UPDATE_ISOLATION operation that rolls node by node)."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    form = IsolationForm(request.POST or None, model=pool.gpu_model)
+    dry_run = None
+    if request.method == "POST" and form.is_valid():
+        check = request.POST.get("action") == "check"
+        isolation = form.isolation()
+        data = (
+            call_service(form, validate_with, NodePoolUpdateSerializer, {"isolation": isolation})
+            if isolation is not None
+            else None
+        )
+        result = (
+            call_service(
+                form,
+                pool_services.update_isolation,
+                principal=request.principal,
+                pool=pool,
+                isolation=data["isolation"],
+                dry_run=check,
+            )
+            if data is not None
+            else None
+        )
+        if isinstance(result, pool_services.DryRun):
+            dry_run = result
+        elif result is not None:
+            messages.success(request, f"Node pool {pool.name}: isolation change started.")
+            return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    context = _pool_context(request, pool)
+    context.update(
+        scale_form=ScaleForm(initial={"node_count": pool.node_count}),
+        isolation_form=form,
+        dry_run=dry_run,
+    )
+    return render(request, "portal/nodepool_detail.html", context)
+
+
+@tenant_page
+def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """Confirm, then ``delete_nodepool``."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    form = ScaleForm()
+    if request.method == "POST":
+        form.is_valid()
+        op = call_service(
+            form, pool_services.delete_nodepool, principal=request.principal, pool=pool
+        )
+        if op is not None:
+            messages.success(request, f"Node pool {pool.name} is being deleted.")
+            return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "form": form,
+            "title": f"Delete node pool {pool.name}?",
+            "message": (
+                f"Its {pool.node_count} node(s) are drained and their GPUs released; "
+                "billing for them stops. This cannot be undone."
+            ),
+            "button": "Delete node pool",
+            "cancel": reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
+        },
+    )
+
+
+@tenant_page
+def node_detail(request: HttpRequest, cluster_id, pool_id, node_id) -> HttpResponse:
+    """A node of the tenant: its host, its GPUs (health, memory, MIG devices) and their mean
+    utilization over the last hour (1-minute rollups of the agent's samples)."""
+    node = get_scoped_or_404(
+        Node.objects.filter(cluster_id=cluster_id, nodepool_id=pool_id).select_related(
+            "host", "nodepool", "cluster"
+        ),
+        request.principal,
+        pk=node_id,
+    )
+    gpus = list(Gpu.objects.filter(uuid__in=node.gpu_uuids).order_by("index"))
+    since = timezone.now() - timedelta(hours=1)
+    util: dict[str, float | None] = {}
+    for uuid in node.gpu_uuids:
+        rows = GpuRollup1m.objects.filter(
+            gpu_uuid=uuid, mig_gpu_instance_id__isnull=True, bucket__gte=since
+        ).values_list("utilization_gpu_pct_sum", "utilization_samples")
+        total = sum((s or 0.0) for s, n in rows if n)
+        count = sum(n for _s, n in rows)
+        util[uuid] = total / count if count else None
+    layout = {g.get("gpu_uuid"): g for g in node.gpu_layout or []}
+    return render(
+        request,
+        "portal/node_detail.html",
+        {
+            "node": node,
+            "gpus": [(g, util.get(g.uuid), layout.get(g.uuid)) for g in gpus],
+            "cluster": node.cluster,
+            "pool": node.nodepool,
+        },
+    )

@@ -1,0 +1,35 @@
+"""Small pieces shared by the portal's views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.http import HttpRequest
+from rest_framework import serializers
+
+from nvke.errors import ApiError, NotFound
+from portal.forms import ApiForm, show_api_error, show_validation_errors
+
+T = TypeVar("T")
+
+
+def call_service(form: ApiForm, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """Run an API serializer check or a service; put its refusal on ``form`` (None then).
+
+    ``NotFound`` is not a form error: it propagates to the page guard (the 404 page).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NotFound:
+        raise
+    except serializers.ValidationError as exc:
+        show_validation_errors(form, exc)
+    except ApiError as exc:
+        show_api_error(form, exc)
+    return None
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    """True for a request htmx sent (it adds ``HX-Request: true``)."""
+    return request.headers.get("HX-Request") == "true"

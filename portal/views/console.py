@@ -1,0 +1,396 @@
+"""Operator console: fleet overview, hosts (GPUs, MIG layout, health history, actions),
+tenants with quotas and usage, price sheets, invoices. Staff users only.
+
+Host actions call the fleet services the API's host actions call
+(:func:`fleet.services.cordon_host` …) and are audited like the API's (``host.cordon`` …).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db import transaction
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from billing.aggregation import tenants_with_usage
+from billing.invoices import finalize_invoice
+from billing.models import Invoice, InvoiceStatus, Price
+from billing.prices import set_price
+from billing.tasks import build_tenant_invoices
+from catalog.models import GpuModel
+from clusters.choices import Phase
+from clusters.models import Cluster
+from fleet import health as fleet_health
+from fleet import services as fleet_services
+from fleet.fragmentation import fragmentation_report
+from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent
+from nvke.errors import ApiError, InvalidInput, NotFound
+from nvke.queueing import enqueue_once
+from portal.access import console_page
+from portal.forms import (
+    CordonForm,
+    DrainForm,
+    HostFilterForm,
+    PriceForm,
+    QuotaForm,
+    TenantCreateForm,
+    validate_with,
+)
+from portal.queries import (
+    driver_versions,
+    gpus_by_model_and_health,
+    hosts_by_state_and_zone,
+    recent_xids,
+    utilization_heatmap,
+)
+from tenants import audit, members, quotas
+from tenants import services as tenant_services
+from tenants.api.serializers import MemberCreateSerializer, QuotaLimitsSerializer, TenantSerializer
+from tenants.api.views import quota_body
+from tenants.choices import Role
+from tenants.models import Membership, Tenant
+
+from .common import call_service
+
+
+@console_page
+def overview(request: HttpRequest) -> HttpResponse:
+    """Hosts by state and zone, GPUs by model and health, utilization heatmap, recent Xids
+    with their actions, NOT_READY hosts, driver versions, fragmentation."""
+    report = fragmentation_report()
+    return render(
+        request,
+        "portal/console/overview.html",
+        {
+            "hosts": hosts_by_state_and_zone(),
+            "gpus": gpus_by_model_and_health(),
+            "heatmap": utilization_heatmap(),
+            "xids": recent_xids(),
+            "not_ready": Host.objects.filter(state="NOT_READY").order_by("last_seen_at"),
+            "drivers": driver_versions(),
+            "fragmentation": report["groups"],
+            "moves": report.get("moves", []),
+        },
+    )
+
+
+@console_page
+def host_list(request: HttpRequest) -> HttpResponse:
+    """Hosts, filtered by state, zone and GPU model."""
+    form = HostFilterForm(request.GET or None)
+    hosts = Host.objects.select_related("gpu_model").annotate(
+        held=Count("gpus", filter=Q(gpus__holder_id__isnull=False)),
+        unhealthy=Count("gpus", filter=Q(gpus__health="UNHEALTHY")),
+    )
+    if form.is_valid():
+        data = form.cleaned_data
+        if data.get("state"):
+            hosts = hosts.filter(state=data["state"])
+        if data.get("zone"):
+            hosts = hosts.filter(zone=data["zone"])
+        if data.get("gpu_model"):
+            hosts = hosts.filter(gpu_model_id=data["gpu_model"])
+    return render(
+        request, "portal/console/hosts.html", {"form": form, "hosts": hosts.order_by("hostname")}
+    )
+
+
+def _host_context(host: Host) -> dict:
+    gpus = list(Gpu.objects.filter(host=host).select_related("holder_tenant").order_by("index"))
+    from nodepools.models import Node
+
+    holders = {
+        n.id: n
+        for n in Node.objects.filter(id__in=[g.holder_id for g in gpus if g.holder_id])
+        .select_related("cluster", "nodepool")
+        .only("id", "name", "gpu_layout", "cluster__name", "nodepool__name", "nodepool__isolation")
+    }
+    rows = []
+    for gpu in gpus:
+        node = holders.get(gpu.holder_id)
+        planned = next(
+            (g for g in (node.gpu_layout if node else []) or [] if g.get("gpu_uuid") == gpu.uuid),
+            None,
+        )
+        rows.append({"gpu": gpu, "node": node, "planned": planned})
+    return {
+        "host": host,
+        "gpus": rows,
+        "intervals": GpuHealthInterval.objects.filter(host=host).order_by("-started_at")[:50],
+        "events": HostEvent.objects.filter(host=host).order_by("-ts", "-id")[:50],
+        "cordon_form": CordonForm(),
+        "drain_form": DrainForm(),
+    }
+
+
+@console_page
+def host_detail(request: HttpRequest, host_id) -> HttpResponse:
+    """A host: GPUs (health, holder, MIG mode and devices as reported, the layout its node
+    runs), health history (unhealthy intervals, host events) and actions."""
+    try:
+        host = Host.objects.select_related("gpu_model").get(pk=host_id)
+    except (Host.DoesNotExist, ValueError) as exc:
+        raise NotFound() from exc
+    return render(request, "portal/console/host_detail.html", _host_context(host))
+
+
+HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "mark-healthy")
+
+
+@require_POST
+@console_page
+def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
+    """Cordon, uncordon, drain (to CORDONED / MAINTENANCE / RETIRED), maintenance, mark the
+    host's unhealthy GPUs healthy. A refusal (``invalid_host_state``) is shown on the page."""
+    host = get_object_or_404(Host, pk=host_id)
+    if action not in HOST_ACTIONS:
+        raise NotFound()
+    actor = request.principal.label
+    before = host.state
+    cordon, drain = CordonForm(request.POST), DrainForm(request.POST)
+    try:
+        if action == "cordon":
+            cordon.is_valid()
+            host = fleet_services.cordon_host(
+                host, actor=actor, reason=cordon.cleaned_data.get("reason", "")
+            )
+        elif action == "uncordon":
+            host = fleet_services.uncordon_host(host, actor=actor)
+        elif action == "drain":
+            if not drain.is_valid():
+                raise InvalidInput("choose the state to enter", code="invalid_drain_target")
+            host = fleet_services.drain_host(host, actor=actor, target=drain.cleaned_data["target"])
+        elif action == "maintenance":
+            host = fleet_services.set_maintenance(host, actor=actor)
+        else:
+            closed = fleet_health.mark_healthy(host, None, actor=actor)
+            messages.success(request, f"Marked healthy: {', '.join(closed) or 'no GPU'}.")
+    except ApiError as exc:
+        messages.error(request, f"{exc.detail} ({exc.code})")
+        return redirect("console:host", host.pk)
+    audit.record(
+        actor=actor,
+        action=f"host.{action.replace('-', '_')}",
+        target_type="host",
+        target_id=host.pk,
+        before={"state": before},
+        after={"state": host.state},
+    )
+    if action != "mark-healthy":
+        messages.success(request, f"{host.hostname}: {action} done, now {host.state}.")
+    return redirect("console:host", host.pk)
+
+
+# ------------------------------------------------------------------------------ tenants
+
+
+@console_page
+def tenant_list(request: HttpRequest) -> HttpResponse:
+    """Tenants with quota use; create a tenant with its first owner (a portal login)."""
+    form = TenantCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        tenant = call_service(form, _create_tenant, request.principal, form.cleaned_data)
+        if tenant is not None:
+            messages.success(
+                request,
+                f"Tenant {tenant.name} created; {form.cleaned_data['owner_username']} can log "
+                "in with the initial password.",
+            )
+            return redirect("console:tenant", tenant.pk)
+    tenants = Tenant.objects.order_by("name").annotate(people=Count("memberships", distinct=True))
+    rows = [(t, quota_body(quotas.quota_for(t.pk, lock=False))) for t in tenants]
+    return render(request, "portal/console/tenants.html", {"form": form, "rows": rows})
+
+
+def _create_tenant(principal, data: dict) -> Tenant:
+    """A tenant and its owner in one transaction (the API's checks of both bodies first)."""
+    validate_with(TenantSerializer, {"name": data["name"]})
+    member = validate_with(
+        MemberCreateSerializer,
+        {"username": data["owner_username"], "email": data.get("owner_email") or ""},
+    )
+    with transaction.atomic():
+        tenant = tenant_services.create_tenant(name=data["name"], principal=principal)
+        row = members.add_member(
+            principal=principal,
+            tenant=tenant,
+            username=member["username"],
+            email=member["email"],
+            role=Role.OWNER,
+        )
+        row.user.set_password(data["owner_password"])
+        row.user.save(update_fields=["password"])
+    return tenant
+
+
+@console_page
+def tenant_detail(request: HttpRequest, tenant_id) -> HttpResponse:
+    """A tenant: quota limits (editable), members, clusters."""
+    try:
+        tenant = Tenant.objects.get(pk=tenant_id)
+    except (Tenant.DoesNotExist, ValueError) as exc:
+        raise NotFound() from exc
+    quota = quotas.quota_for(tenant.pk, lock=False)
+    initial = {
+        "max_clusters": quota.max_clusters,
+        "max_nodes": quota.max_nodes,
+        "max_gpus": "\n".join(f"{k}={v}" for k, v in sorted(quota.max_gpus.items())),
+    }
+    form = QuotaForm(request.POST or None, initial=initial)
+    if (
+        request.method == "POST"
+        and form.is_valid()
+        and call_service(form, _set_quota, request.principal, tenant, form.cleaned_data)
+    ):
+        messages.success(request, f"Quota of {tenant.name} updated.")
+        return redirect("console:tenant", tenant.pk)
+    return render(
+        request,
+        "portal/console/tenant_detail.html",
+        {
+            "tenant": tenant,
+            "form": form,
+            "quota": quota_body(quotas.quota_for(tenant.pk, lock=False)),
+            "members": Membership.objects.filter(tenant=tenant).select_related("user"),
+            "clusters": Cluster.objects.filter(tenant=tenant).exclude(phase=Phase.DELETED),
+        },
+    )
+
+
+def _set_quota(principal, tenant: Tenant, data: dict) -> bool:
+    """``PUT /api/v1/quotas/{tenant}`` as the API does it: check, set, audit."""
+    limits = validate_with(QuotaLimitsSerializer, data)
+    unknown = sorted(
+        set(limits.get("max_gpus", {})) - set(GpuModel.objects.values_list("slug", flat=True))
+    )
+    if unknown:
+        raise InvalidInput(
+            f"unknown GPU model(s): {', '.join(unknown)}",
+            code="unknown_gpu_model",
+            field="max_gpus",
+        )
+    with transaction.atomic():
+        before = quotas.quota_for(tenant.pk, lock=True)
+        was = {
+            "clusters": before.max_clusters,
+            "nodes": before.max_nodes,
+            "max_gpus": before.max_gpus,
+        }
+        quota = quotas.set_limits(tenant, **limits)
+        audit.record(
+            actor=principal.label,
+            action="quota.set",
+            target_type="quota",
+            target_id=tenant.pk,
+            tenant=tenant,
+            before=was,
+            after={
+                "clusters": quota.max_clusters,
+                "nodes": quota.max_nodes,
+                "max_gpus": quota.max_gpus,
+            },
+        )
+    return True
+
+
+# ------------------------------------------------------------------------------ billing
+
+
+@console_page
+def price_list(request: HttpRequest) -> HttpResponse:
+    """Price sheets (list prices and tenant overrides, every version); publish a version."""
+    tenants = list(Tenant.objects.order_by("name"))
+    form = PriceForm(
+        request.POST or None,
+        tenants=tenants,
+        initial={"effective_from": timezone.now().replace(second=0, microsecond=0)},
+    )
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        price = call_service(
+            form,
+            set_price,
+            gpu_model=data["gpu_model"].slug,
+            mig_profile=data["mig_profile"],
+            hourly_rate=data["hourly_rate"],
+            discount_pct=data["discount_pct"],
+            currency=data["currency"].upper(),
+            effective_from=data["effective_from"],
+            tenant=Tenant.objects.filter(pk=data["tenant"]).first() if data["tenant"] else None,
+            label=data["label"],
+        )
+        if price is not None:
+            audit.record(
+                actor=request.principal.label,
+                action="price.set",
+                target_type="price",
+                target_id=price.pk,
+                tenant_id=price.tenant_id,
+                after={
+                    "gpu_model": price.gpu_model_id,
+                    "mig_profile": price.mig_profile,
+                    "hourly_rate": str(price.hourly_rate),
+                    "discount_pct": str(price.discount_pct),
+                    "currency": price.currency,
+                    "effective_from": data["effective_from"].isoformat(),
+                },
+            )
+            messages.success(request, f"Price version published for {price.gpu_model_id}.")
+            return redirect("console:prices")
+    prices = Price.objects.select_related("tenant").order_by(
+        "tenant__name", "gpu_model", "mig_profile", "currency", "-effective"
+    )
+    return render(request, "portal/console/prices.html", {"form": form, "prices": prices})
+
+
+@console_page
+def invoice_list(request: HttpRequest) -> HttpResponse:
+    """Every tenant's invoices; build drafts now; finalize a draft."""
+    invoices = Invoice.objects.select_related("tenant").order_by("-period_start", "tenant__name")
+    status = request.GET.get("status")
+    if status in InvoiceStatus.values:
+        invoices = invoices.filter(status=status)
+    return render(
+        request,
+        "portal/console/invoices.html",
+        {"invoices": invoices[:200], "status": status, "statuses": InvoiceStatus.values},
+    )
+
+
+@require_POST
+@console_page
+def invoices_build(request: HttpRequest) -> HttpResponse:
+    """Enqueue the billing worker's draft build for every tenant with recent allocations."""
+    now = timezone.now()
+    ids = tenants_with_usage(now - timedelta(days=62), now)
+    sent = sum(enqueue_once(build_tenant_invoices, tid) for tid in ids)
+    messages.success(request, f"Draft invoices of {sent} tenant(s) are being built.")
+    return redirect("console:invoices")
+
+
+@require_POST
+@console_page
+def invoice_finalize(request: HttpRequest, invoice_id) -> HttpResponse:
+    """Rebuild the DRAFT, then freeze it (``billing.invoices.finalize_invoice``)."""
+    invoice = get_object_or_404(Invoice, pk=invoice_id)
+    try:
+        invoice = finalize_invoice(invoice.id)
+    except ApiError as exc:
+        messages.error(request, f"{exc.detail} ({exc.code})")
+    else:
+        audit.record(
+            actor=request.principal.label,
+            action="invoice.finalize",
+            target_type="invoice",
+            target_id=invoice.pk,
+            tenant_id=invoice.tenant_id,
+            after={"status": invoice.status, "total": str(invoice.total)},
+        )
+        messages.success(request, f"Invoice {invoice.number} finalized.")
+    return redirect(reverse("console:invoices"))
