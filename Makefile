@@ -20,7 +20,7 @@ run: install
 	$(PY) -m nvke.embedded run
 
 test: install
-	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} $(PY) -m pytest $(PYTEST_ARGS)
+	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

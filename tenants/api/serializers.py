@@ -92,3 +92,21 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "before",
             "after",
         ]
+
+
+class QuotaResourceSerializer(serializers.Serializer):
+    """One resource of a quota: the limit, what live specs reserve, what is held now."""
+
+    limit = serializers.IntegerField()
+    reserved = serializers.IntegerField()
+    in_use = serializers.IntegerField()
+
+
+class QuotaSerializer(serializers.Serializer):
+    """Shape of ``GET /quotas`` entries (documentation only: views build the dict)."""
+
+    tenant = serializers.UUIDField()
+    clusters = QuotaResourceSerializer()
+    nodes = QuotaResourceSerializer()
+    gpus = serializers.DictField(child=QuotaResourceSerializer())
+    default_gpu_limit_per_model = serializers.IntegerField()

@@ -31,6 +31,7 @@ from .serializers import (
     MemberRoleSerializer,
     MemberSerializer,
     QuotaLimitsSerializer,
+    QuotaSerializer,
     TenantSerializer,
 )
 
@@ -242,7 +243,7 @@ def quota_body(quota: Quota) -> dict:
 class QuotaListView(APIView):
     """``GET /quotas``: the caller's tenant quota (operators: every tenant's)."""
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: QuotaSerializer(many=True)})
     def get(self, request):
         if request.user.is_operator:
             tenants = Tenant.objects.order_by("name")
@@ -256,12 +257,12 @@ class QuotaListView(APIView):
 class QuotaDetailView(APIView):
     """``GET /quotas/{tenant}``; ``PUT`` sets limits (operators only)."""
 
-    @extend_schema(responses={200: dict})
+    @extend_schema(responses={200: QuotaSerializer})
     def get(self, request, tenant_pk):
         tenant = _tenant_or_404(request, tenant_pk)
         return Response(quota_body(quotas.quota_for(tenant.pk, lock=False)))
 
-    @extend_schema(request=QuotaLimitsSerializer, responses={200: dict})
+    @extend_schema(request=QuotaLimitsSerializer, responses={200: QuotaSerializer})
     def put(self, request, tenant_pk):
         tenant = _tenant_or_404(request, tenant_pk)
         _require(request.user.is_operator, "only operators set quotas")
