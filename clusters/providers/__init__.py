@@ -11,6 +11,10 @@ def get_provider(name: str) -> Provider:
         from .simulated import SimulatedProvider
 
         return SimulatedProvider()
+    if name == "clusterapi":
+        from .clusterapi import ClusterApiProvider
+
+        return ClusterApiProvider()
     raise ProviderError(f"unknown provider {name!r}", retryable=False, code="unknown_provider")
 
 

@@ -20,6 +20,7 @@ read is ``None``; 409, 429, 5xx and connection failures are retryable
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -80,10 +81,8 @@ def _error(exc: Exception, what: str) -> ApiError:
     if isinstance(exc, ApiException):
         status = exc.status or 0
         reason = exc.reason or ""
-        try:
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
             reason = json.loads(exc.body or "{}").get("message") or reason
-        except (TypeError, ValueError):
-            pass
         message = f"{what}: HTTP {status} {reason}".strip()
         if status in (401, 403):
             return ApiError(message, status=status, retryable=False, code="clusterapi_unauthorized")
@@ -261,7 +260,9 @@ class KubeApi:
                     fn, args = self._core(kind, 2), (namespace,)
                 else:
                     fn, args = self._core(kind, 3), ()
-                result = self._decode(self._call(what, fn, *args, _preload_content=False, **options))
+                result = self._decode(
+                    self._call(what, fn, *args, _preload_content=False, **options)
+                )
             elif kind.namespaced and namespace:
                 result = self._call(
                     what,
@@ -380,9 +381,7 @@ def management_api(kubeconfig_path: str) -> KubeApi:
         ) from exc
 
     def make() -> k8s.ApiClient:
-        return k8s_config.new_client_from_config(
-            config_file=kubeconfig_path, persist_config=False
-        )
+        return k8s_config.new_client_from_config(config_file=kubeconfig_path, persist_config=False)
 
     return KubeApi(_cached(f"file:{kubeconfig_path}:{stamp}", make))
 

@@ -334,16 +334,34 @@ def node_taints(pool: NodePoolSpec) -> list[dict[str, str]]:
     ]
 
 
+#: ``kubeletExtraArgs[].value`` maxLength in the KubeadmConfigTemplate v1beta2 CRD
+KUBELET_ARG_MAX = 1024
+#: GFD writes these itself once the node runs; they are the first to go when the kubelet
+#: argument would be too long (``nvidia.com/mig-<profile>.product`` included)
+_GFD_LABELS = re.compile(
+    r"nvidia\.com/(gpu\.product|gpu\.replicas|gpu\.sharing-strategy|mig\.strategy"
+    r"|mig-.*\.product)$"
+)
+
+
+def node_labels_arg(labels: Mapping[str, str]) -> str:
+    """kubelet ``--node-labels``: ``k=v,k=v`` (sorted). Over :data:`KUBELET_ARG_MAX`
+    characters, the labels GFD writes anyway are left out; ValueError if still too long."""
+    text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    if len(text) > KUBELET_ARG_MAX:
+        text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if not _GFD_LABELS.match(k))
+    if len(text) > KUBELET_ARG_MAX:
+        raise ValueError(f"node labels need {len(text)} characters, more than {KUBELET_ARG_MAX}")
+    return text
+
+
 def render_kubeadm_config_template(pool: NodePoolSpec, *, namespace: str) -> dict[str, Any]:
     """The bootstrap template: kubelet ``--node-labels`` and the registration taints.
 
     Its name ends with a digest of its spec: templates are treated as immutable (a changed
     GPU config is a new template, the MachineDeployment points to it)."""
-    labels = node_labels(pool)
     registration: dict[str, Any] = {
-        "kubeletExtraArgs": [
-            {"name": "node-labels", "value": ",".join(f"{k}={v}" for k, v in labels.items())}
-        ],
+        "kubeletExtraArgs": [{"name": "node-labels", "value": node_labels_arg(node_labels(pool))}],
     }
     taints = node_taints(pool)
     if taints:

@@ -21,6 +21,7 @@ old conditions reads the same. Condition types and phases: kubernetes-sigs/clust
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -46,6 +47,14 @@ GPU_CONFIG_POLL_S = 5.0
 #: how long GFD labels may disagree with a config MIG Manager reported applied before NVKE
 #: calls it failed (when GFD writes no ``nvidia.com/gfd.timestamp`` to compare with)
 GFD_GRACE = timedelta(minutes=10)
+
+_CP_FIELDS = {f.name for f in dataclasses.fields(ControlPlaneStatus)}
+
+
+def _cp(**fields: Any) -> ControlPlaneStatus:
+    """A ControlPlaneStatus; ``version`` is dropped where the dataclass has no such field."""
+    return ControlPlaneStatus(**{k: v for k, v in fields.items() if k in _CP_FIELDS})
+
 
 #: v1beta2 condition -> v1beta1 name it replaced
 _V1BETA1_NAMES = {
@@ -130,9 +139,7 @@ def control_plane_status(
 ) -> ControlPlaneStatus:
     """Whether the cluster's control plane serves (see the module docstring)."""
     if cluster is None:
-        return ControlPlaneStatus(
-            ready=False, message="the Cluster API objects are being created"
-        )
+        return _cp(ready=False, message="the Cluster API objects are being created")
     if (cluster.get("status") or {}).get("phase") == "Failed":
         raise ProviderError(
             f"Cluster API reports the cluster failed: {describe(cluster, 'Available')}",
@@ -140,26 +147,25 @@ def control_plane_status(
             code="clusterapi_cluster_failed",
         )
     if _deleting(cluster):
-        return ControlPlaneStatus(ready=False, message="the Cluster API cluster is being deleted")
+        return _cp(ready=False, message="the Cluster API cluster is being deleted")
     version = control_plane_version(control_plane)
     if not is_true(cluster, "InfrastructureReady"):
-        return ControlPlaneStatus(
+        return _cp(
             ready=False,
             message=f"waiting for the infrastructure: {describe(cluster, 'InfrastructureReady')}",
             version=version,
             retry_after_s=CONTROL_PLANE_POLL_S,
         )
     if not is_true(cluster, "ControlPlaneAvailable") or not endpoint(cluster):
-        return ControlPlaneStatus(
+        return _cp(
             ready=False,
             message=(
-                "waiting for the control plane: "
-                f"{describe(cluster, 'ControlPlaneAvailable')}"
+                f"waiting for the control plane: {describe(cluster, 'ControlPlaneAvailable')}"
             ),
             version=version,
             retry_after_s=CONTROL_PLANE_POLL_S,
         )
-    return ControlPlaneStatus(ready=True, endpoint=endpoint(cluster), version=version)
+    return _cp(ready=True, endpoint=endpoint(cluster), version=version)
 
 
 def node_id_of(machine: Mapping[str, Any]) -> str:
@@ -204,7 +210,9 @@ def machine_status(
             message=f"Machine {name} is {phase}: {describe(machine, 'NodeReady')}",
             retry_after_s=MACHINE_POLL_S,
         )
-    return MachineStatus(node_id, ready=True, message=f"Machine {name} runs node {node_name(machine)}")
+    return MachineStatus(
+        node_id, ready=True, message=f"Machine {name} runs node {node_name(machine)}"
+    )
 
 
 def machine_placement(node_id: uuid.UUID, machine: Mapping[str, Any]) -> MachinePlacement:
@@ -337,7 +345,11 @@ def node_config_status(
     def failed(message: str) -> NodeConfigStatus:
         return NodeConfigStatus(node.id, "failed", message=f"{name}: {message}")
 
-    for key in ("nvidia.com/mig.config", "nvidia.com/device-plugin.config", "nvidia.com/vgpu.config"):
+    for key in (
+        "nvidia.com/mig.config",
+        "nvidia.com/device-plugin.config",
+        "nvidia.com/vgpu.config",
+    ):
         if key in want and have.get(key) != want[key]:
             return pending(f"label {key} is {have.get(key)!r}, not {want[key]!r} yet")
     for key, manager in (
