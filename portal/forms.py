@@ -86,6 +86,14 @@ def show_validation_errors(form: ApiForm, exc: serializers.ValidationError) -> N
         form.add_api_error(error["field"] or None, error["message"], code)
 
 
+class OfferedChoiceField(forms.ChoiceField):
+    """A select whose choices are offered, not enforced: whatever is posted goes to the API,
+    whose answer (e.g. ``unknown_mig_profile`` with the valid ones) is the one shown."""
+
+    def validate(self, value: Any) -> None:
+        forms.Field.validate(self, value)
+
+
 def validate_with(serializer_class: type[serializers.Serializer], data: dict[str, Any]) -> dict:
     """Validate ``data`` with one of the API's serializers; raises its ValidationError."""
     serializer = serializer_class(data=data)
@@ -116,22 +124,13 @@ class ClusterForm(ApiForm):
         required=False,
         help_text="lower-case letters, digits and '-', starting with a letter (DNS-1123 label)",
     )
-    kubernetes_version = forms.ChoiceField(label="Kubernetes version", required=False)
-    region = forms.ChoiceField(label="Region", required=False)
+    kubernetes_version = OfferedChoiceField(label="Kubernetes version", required=False)
+    region = OfferedChoiceField(label="Region", required=False)
 
     def __init__(self, *args: Any, versions: list[str], regions: list[str], **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.fields["kubernetes_version"].choices = [(v, v) for v in versions]
         self.fields["region"].choices = [(r, r) for r in regions]
-        # a value the API refuses must come back to the API, not be dropped by the choices
-        self.fields["kubernetes_version"].validators = []
-        self.fields["region"].validators = []
-
-    def clean_kubernetes_version(self) -> str:
-        return self.data.get("kubernetes_version", "")
-
-    def clean_region(self) -> str:
-        return self.data.get("region", "")
 
     def payload(self) -> dict[str, Any]:
         return {k: self.data.get(k, "") for k in ("name", "kubernetes_version", "region")}
@@ -207,11 +206,11 @@ class NodePoolForm(ApiForm):
     }
 
     name = forms.CharField(label="Name", max_length=40, required=False)
-    gpu_model = forms.ChoiceField(label="GPU model", required=False)
+    gpu_model = OfferedChoiceField(label="GPU model", required=False)
     gpus_per_node = forms.IntegerField(label="GPUs per node", required=False, min_value=None)
     node_count = forms.IntegerField(label="Nodes", required=False, initial=1)
-    isolation_mode = forms.ChoiceField(label="Isolation", required=False)
-    mig_profile = forms.ChoiceField(
+    isolation_mode = OfferedChoiceField(label="Isolation", required=False)
+    mig_profile = OfferedChoiceField(
         label="MIG profile (the same on every GPU)",
         required=False,
         help_text="as many instances of it as fit on each GPU (GPU Operator 'single' strategy)",
@@ -221,7 +220,7 @@ class NodePoolForm(ApiForm):
         required=False,
         help_text="profile=count, comma-separated, e.g. 3g.40gb=1, 2g.20gb=1, 1g.10gb=1",
     )
-    vgpu_profile = forms.ChoiceField(label="vGPU type", required=False)
+    vgpu_profile = OfferedChoiceField(label="vGPU type", required=False)
     replicas = forms.IntegerField(
         label="Replicas per GPU", required=False, help_text="processes sharing each GPU"
     )
@@ -257,21 +256,9 @@ class NodePoolForm(ApiForm):
         self.mig_profiles = profiles
         vgpus = list(VgpuProfile.objects.filter(gpu_model=model)) if model is not None else []
         self.fields["vgpu_profile"].choices = [("", "—")] + [(v.name, v.name) for v in vgpus]
-        for name in ("gpu_model", "isolation_mode", "mig_profile", "vgpu_profile"):
-            self.fields[name].validators = []
-
-    # choices are offered, not enforced: the API's answer is the one that counts
-    def clean_gpu_model(self) -> str:
-        return self.data.get("gpu_model", "")
 
     def clean_isolation_mode(self) -> str:
-        return self.data.get("isolation_mode", "") or IsolationMode.EXCLUSIVE
-
-    def clean_mig_profile(self) -> str:
-        return self.data.get("mig_profile", "")
-
-    def clean_vgpu_profile(self) -> str:
-        return self.data.get("vgpu_profile", "")
+        return self.cleaned_data.get("isolation_mode") or IsolationMode.EXCLUSIVE
 
     def isolation(self) -> dict[str, Any] | None:
         """The API's ``isolation`` object, or None after adding a syntax error to the form."""

@@ -296,8 +296,10 @@ def nodepool_scale(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     pool = _get_pool(request, cluster_id, pool_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = ScaleForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    if request.method != "POST":
+        return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    form = ScaleForm(request.POST)
+    if form.is_valid():
         data = call_service(
             form, validate_with, SetSizeSerializer, {"node_count": form.cleaned_data["node_count"]}
         )
@@ -333,9 +335,11 @@ def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpRespons
     pool = _get_pool(request, cluster_id, pool_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = IsolationForm(request.POST or None, model=pool.gpu_model)
+    if request.method != "POST":
+        return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    form = IsolationForm(request.POST, model=pool.gpu_model)
     dry_run = None
-    if request.method == "POST" and form.is_valid():
+    if form.is_valid():
         check = request.POST.get("action") == "check"
         isolation = form.isolation()
         data = (
