@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
 from django.db import models
 from django.db.models import Q
 
@@ -69,13 +70,35 @@ class Host(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     last_report_seq = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Summary of the host's GPUs for placement's candidate query, kept by a PostgreSQL trigger
+    # on fleet_gpu (migration 0003), whatever code changed the GPUs: usable free GPUs, GPUs
+    # held, the tenants holding any, and those holding without hardware-isolated sharing.
+    free_gpus = models.PositiveSmallIntegerField(default=0, editable=False)
+    held_gpus = models.PositiveSmallIntegerField(default=0, editable=False)
+    held_tenants = ArrayField(models.UUIDField(), default=list, blank=True, editable=False)
+    exclusive_tenants = ArrayField(models.UUIDField(), default=list, blank=True, editable=False)
 
     class Meta:
         ordering = ["hostname"]
-        indexes = [models.Index(fields=["gpu_model", "state"])]
+        indexes = [
+            models.Index(fields=["gpu_model", "state"]),
+            models.Index(fields=["gpu_model", "state", "free_gpus"], name="fleet_host_free_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.hostname
+
+    SUMMARY_FIELDS = ("free_gpus", "held_gpus", "held_tenants", "exclusive_tenants")
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Never write the trigger-kept GPU summary back from a (possibly stale) instance."""
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [
+                f.name
+                for f in self._meta.concrete_fields
+                if not f.primary_key and f.name not in self.SUMMARY_FIELDS
+            ]
+        super().save(*args, **kwargs)
 
     @staticmethod
     def in_region_q(region: str, prefix: str = "") -> Q:

@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HostState, ScrubState
+from .choices import SCHEDULABLE_HOST_STATES, HostState, ScrubState
 from .models import Gpu, Host, region_of_zone
-from .topology import island_of
 
 #: tenancy key of hosts nobody holds a GPU of
 FREE = "free"
@@ -205,12 +204,18 @@ def _signature(host: HostView) -> tuple[int, ...]:
 
 
 def _leftover(signature: tuple[int, ...], k: int, allow_split: bool) -> int | None:
-    """GPUs left free in the chosen island for a ``k``-GPU node (0 for a split), or None."""
+    """How well a ``k``-GPU node fits: GPUs left free in the chosen island, or for a split the
+    number of islands it spans (fewer is better; 0 and 1 never occur for splits); None when it
+    does not fit."""
     fits = [size - k for size in signature if size >= k]
     if fits:
         return min(fits)
     if allow_split and sum(signature) >= k:
-        return 0
+        taken = 0
+        for islands, size in enumerate(signature, start=1):  # largest first, as choose() does
+            taken += size
+            if taken >= k:
+                return islands
     return None
 
 
@@ -325,8 +330,10 @@ class Planner:
         tenancies: tuple[str | uuid.UUID, ...],
     ) -> tuple[HostView, tuple[int, ...], bool] | None:
         k = request.gpus
+        best: tuple[int, str, HostView] | None = None
         for free in range(k, self._max_free.get(request.gpu_model, 0) + 1):
-            best: tuple[int, str, HostView] | None = None
+            if not allow_split:
+                best = None  # without splits, the first free level that fits is the best fit
             for zone in zones:
                 for tenancy in tenancies:
                     head = (request.gpu_model, zone, tenancy, free)
@@ -344,12 +351,14 @@ class Planner:
                                 continue
                             best = (leftover, hostname, host)
                             break
-            if best is not None:
-                choice = best[2].choose(k, allow_split)
-                if choice is None:  # cannot happen: the signature said it fits
-                    raise AssertionError(f"index out of date for {best[1]}")
-                return best[2], choice[0], choice[1]
-        return None
+            if best is not None and not allow_split:
+                break
+        if best is None:
+            return None
+        choice = best[2].choose(k, allow_split)
+        if choice is None:  # cannot happen: the signature said it fits
+            raise AssertionError(f"index out of date for {best[1]}")
+        return best[2], choice[0], choice[1]
 
     def place(self, request: GpuRequest) -> Placement | None:
         """Place one request and update the views; None when it cannot be placed."""
@@ -555,35 +564,29 @@ def _write(
 
 
 _CANDIDATES_SQL = """
-WITH per_host AS (
-    SELECT h.id, h.hostname, h.zone,
-           COUNT(*) FILTER (WHERE g.holder_id IS NULL AND g.health = 'HEALTHY'
-                              AND g.scrub_state = 'CLEAN' AND g.missing_since IS NULL) AS free,
-           BOOL_OR(g.holder_tenant_id IS NOT NULL AND g.holder_tenant_id <> %(tenant)s
-                   AND NOT (%(shares)s AND g.holder_shares_host)) AS foreign_held
-      FROM fleet_host h
-      JOIN fleet_gpu g ON g.host_id = h.id
-     WHERE h.gpu_model_id = %(model)s AND h.state IN ('AVAILABLE', 'ALLOCATED')
-       AND (h.region = %(where)s OR h.zone = %(where)s OR h.zone LIKE %(prefix)s)
-     GROUP BY h.id, h.hostname, h.zone
-),
-ranked AS (
-    SELECT id, ROW_NUMBER() OVER (PARTITION BY zone, free ORDER BY hostname) AS rank
-      FROM per_host
-     WHERE free >= %(smallest)s AND NOT foreign_held
+WITH eligible AS (
+    SELECT id, zone, free_gpus,
+           ROW_NUMBER() OVER (PARTITION BY zone, free_gpus ORDER BY hostname) AS rank
+      FROM fleet_host
+     WHERE gpu_model_id = %(model)s AND state IN ('AVAILABLE', 'ALLOCATED')
+       AND free_gpus >= %(smallest)s
+       AND (region = %(where)s OR zone = %(where)s OR zone LIKE %(prefix)s)
+       AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
+            OR (%(shares)s AND exclusive_tenants <@ ARRAY[%(tenant)s]::uuid[]))
 )
-SELECT id FROM ranked WHERE rank <= %(per_bucket)s
+SELECT id FROM eligible WHERE rank <= %(per_bucket)s
 """
 
 
 def load_host_views(requests: Sequence[GpuRequest]) -> list[HostView]:
     """Snapshots of the hosts that could take ``requests`` (a bounded set, see below).
 
-    Per (model, region or zone, tenant, sharing) of the batch, one query ranks the eligible
-    hosts the tenant may use by zone and free GPU count and keeps, for every such bucket, the
-    first ``2 * requests + 16`` by hostname: enough for every request of the batch to find
-    its best-fit host even when some hosts' NVLink islands do not fit, without reading the
-    whole fleet for each claim.
+    Per (model, region or zone, tenant, sharing) of the batch, one query over ``fleet_host``
+    (its GPU summary columns, kept by a trigger) ranks the eligible hosts the tenant may use
+    by zone and free GPU count and keeps, for every such bucket, the first
+    ``2 * requests + 16`` by hostname: enough for every request of the batch to find its
+    best-fit host even when some hosts' NVLink islands do not fit, without reading every GPU
+    of the fleet for each claim.
     """
     groups: dict[tuple, list[GpuRequest]] = defaultdict(list)
     for r in requests:
@@ -607,62 +610,54 @@ def load_host_views(requests: Sequence[GpuRequest]) -> list[HostView]:
     return _views_for_hosts(ids)
 
 
+_VIEWS_SQL = """
+SELECT h.id, h.hostname, h.zone, h.region, h.gpu_model_id, h.state,
+       g.index, g.uuid, g.health = 'HEALTHY' AND g.scrub_state = 'CLEAN'
+                        AND g.missing_since IS NULL,
+       g.holder_id, g.holder_tenant_id, g.holder_shares_host, g.holder_group_id,
+       COALESCE(g.nvlink_island, 0)
+  FROM fleet_host h JOIN fleet_gpu g ON g.host_id = h.id
+ WHERE h.id = ANY(%s)
+ ORDER BY h.id, g.index
+"""
+
+
 def _views_for_hosts(host_ids: Iterable[uuid.UUID]) -> list[HostView]:
+    """Snapshots of the given hosts (one query; a GPU without a known island is island 0)."""
     ids = list(host_ids)
     if not ids:
         return []
-    hosts = {
-        h["id"]: h
-        for h in Host.objects.filter(pk__in=ids).values(
-            "id", "hostname", "zone", "region", "gpu_model_id", "state", "topology"
-        )
-    }
-    gpus: dict[uuid.UUID, list[GpuSlot]] = defaultdict(list)
-    islands = {hid: island_of(h["topology"] or {}) for hid, h in hosts.items()}
-    for g in Gpu.objects.filter(host_id__in=ids).values(
-        "host_id",
-        "index",
-        "uuid",
-        "health",
-        "scrub_state",
-        "missing_since",
-        "holder_id",
-        "holder_tenant_id",
-        "holder_shares_host",
-        "holder_group_id",
-        "nvlink_island",
-    ):
-        island = g["nvlink_island"]
-        if island is None:
-            island = islands[g["host_id"]].get(g["index"], 0)
-        gpus[g["host_id"]].append(
-            GpuSlot(
-                index=g["index"],
-                uuid=g["uuid"],
-                island=island,
-                usable=(
-                    g["health"] == GpuHealth.HEALTHY
-                    and g["scrub_state"] == ScrubState.CLEAN
-                    and g["missing_since"] is None
-                ),
-                holder=g["holder_id"],
-                tenant=g["holder_tenant_id"],
-                shares=g["holder_shares_host"],
-                group=g["holder_group_id"],
-            )
-        )
-    return [
-        HostView(
-            id=hid,
-            hostname=h["hostname"],
-            zone=h["zone"],
-            region=h["region"] or region_of_zone(h["zone"]),
-            gpu_model=h["gpu_model_id"],
-            gpus=gpus[hid],
-            schedulable=h["state"] in SCHEDULABLE_HOST_STATES,
-        )
-        for hid, h in hosts.items()
-    ]
+    views: list[HostView] = []
+    current: uuid.UUID | None = None
+    gpus: list[GpuSlot] = []
+    head: tuple = ()
+    with connection.cursor() as cursor:
+        cursor.execute(_VIEWS_SQL, [ids])
+        rows = cursor.fetchall()
+    for hid, hostname, zone, region, model, state, *gpu in rows:
+        if hid != current:
+            if current is not None:
+                views.append(_view(head, gpus))
+            current, gpus = hid, []
+            head = (hid, hostname, zone, region, model, state)
+        index, gpu_uuid, usable, holder, tenant, shares, group, island = gpu
+        gpus.append(GpuSlot(index, gpu_uuid, island, usable, holder, tenant, shares, group))
+    if current is not None:
+        views.append(_view(head, gpus))
+    return views
+
+
+def _view(head: tuple, gpus: list[GpuSlot]) -> HostView:
+    hid, hostname, zone, region, model, state = head
+    return HostView(
+        id=hid,
+        hostname=hostname,
+        zone=zone,
+        region=region or region_of_zone(zone),
+        gpu_model=model,
+        gpus=gpus,
+        schedulable=state in SCHEDULABLE_HOST_STATES,
+    )
 
 
 def _existing_placements(holder_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Placement]:
