@@ -20,7 +20,8 @@ Controllers are simulated too, synchronously and crudely (:class:`SimulatedContr
 * Cluster API: a ``Cluster`` is reported ready (InfrastructureReady, ControlPlaneAvailable,
   Available True; ``spec.controlPlaneEndpoint`` set; the ``<name>-kubeconfig`` Secret
   written) once it has been applied a second time, i.e. one reconcile after its creation;
-  a ``KubeadmControlPlane`` reports its ``spec.version`` as ``status.version``; a
+  a ``KubeadmControlPlane`` reports its ``spec.version`` as ``status.version`` (a new
+  version: rolling, 0 replicas up to date, at the first read; rolled at the second); a
   ``MachineDeployment`` gets Machines for its ``replicas`` (``Provisioning`` until they are
   first listed, then ``Running`` with a Node in the workload cluster registered with the
   ``node-labels`` and taints of the ``KubeadmConfigTemplate``); scaling down deletes Machines
@@ -465,6 +466,7 @@ class SimulatedControllers:
         self.server = server
         self.applies: dict[str, int] = {}
         self.seen_machines: set[str] = set()
+        self.rolling: set[tuple] = set()
 
     def _r(self, cluster: str, group: str, plural: str, ns: str = "") -> Route:
         return Route(cluster, group, "", ns, plural, "")
@@ -489,13 +491,17 @@ class SimulatedControllers:
                 self._reconcile_deployment(route, obj)
         if route.cluster == MANAGEMENT and route.plural == "kubeadmcontrolplanes":
             replicas = obj["spec"].get("replicas", 1)
+            old = (obj.get("status") or {}).get("version")
             obj["status"] = {
-                "version": obj["spec"]["version"],
+                "version": old or obj["spec"]["version"],
                 "replicas": replicas,
                 "readyReplicas": replicas,
                 "upToDateReplicas": replicas,
+                "observedGeneration": obj["metadata"]["generation"],
                 "initialization": {"controlPlaneInitialized": True},
             }
+            if old and old != obj["spec"]["version"]:  # an upgrade: rolled at the next read
+                obj["status"]["upToDateReplicas"] = 0
         if route.cluster != MANAGEMENT and route.plural in ("nodes", "configmaps"):
             self._gpu_operator(route.cluster)
 
@@ -516,6 +522,15 @@ class SimulatedControllers:
             for key, pod in list(server.objects.items()):
                 if key[2] == "pods" and pod["metadata"].get("deletionTimestamp"):
                     del server.objects[key]  # an evicted pod has terminated by the next look
+        if route.cluster == MANAGEMENT and route.plural == "kubeadmcontrolplanes" and route.name:
+            obj = server.objects.get(route.key())
+            if obj is not None and obj["status"]["version"] != obj["spec"]["version"]:
+                if obj["status"]["upToDateReplicas"] == 0 and route.key() in self.rolling:
+                    obj["status"]["version"] = obj["spec"]["version"]
+                    obj["status"]["upToDateReplicas"] = obj["spec"].get("replicas", 1)
+                    self.rolling.discard(route.key())
+                else:
+                    self.rolling.add(route.key())  # the first look sees it rolling
         if route.cluster == MANAGEMENT and route.plural == "clusters" and route.name:
             obj = server.objects.get(route.key())
             if obj is not None and obj["metadata"].get("deletionTimestamp"):

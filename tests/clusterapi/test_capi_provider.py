@@ -116,7 +116,28 @@ def test_the_cluster_runs_once_cluster_api_reports_it_ready(capi_cluster, fake_a
         for p in patches
     )
     conditions = {c["type"]: c["status"] for c in capi_cluster.conditions}
-    assert conditions["ControlPlaneReady"] is True or conditions["ControlPlaneReady"] == "True"
+    assert (conditions["ControlPlaneReady"], conditions["Ready"]) == ("True", "True")
+
+
+def test_while_cluster_api_provisions_the_tenant_sees_why(owner, capi_settings, make_host):
+    from clusters.models import Cluster
+    from clusters.reconcile import reconcile_cluster
+
+    make_host("h100-sxm5-80gb", gpus=2)
+    cluster_id = owner.post(
+        "/api/v1/clusters",
+        {"name": "slow", "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    ).json()["target_id"]
+    Cluster.objects.filter(pk=cluster_id).update(provider="clusterapi")
+    assert reconcile_cluster(cluster_id) == 5.0
+    cluster = Cluster.objects.get(pk=cluster_id)
+    assert cluster.phase == "PROVISIONING"
+    ready = next(c for c in cluster.conditions if c["type"] == "ControlPlaneReady")
+    assert (ready["status"], ready["message"]) == (
+        "False",
+        "waiting for the infrastructure: InfrastructureReady is False (NotReady): provisioning",
+    )
 
 
 def test_a_pool_becomes_a_machine_deployment_and_its_nodes_run_on_machines(
@@ -406,3 +427,48 @@ def test_a_lost_apply_is_redone_by_the_next_status_check(capi_cluster, fake_api)
         str(node_spec(0).id): placed.hostname
     }
     assert deployment["spec"]["replicas"] == 1
+
+
+def test_a_control_plane_upgrade_is_done_only_once_every_replica_runs_the_new_version(
+    owner, capi_cluster, fake_api
+):
+    from clusters.models import Cluster, Operation
+    from clusters.reconcile import reconcile_cluster
+
+    resp = owner.patch(
+        f"/api/v1/clusters/{capi_cluster.id}", {"kubernetes_version": "1.37"}, format="json"
+    )
+    assert resp.status_code == 202, resp.content
+    assert resp.json()["type"] == "UPGRADE_CONTROL_PLANE"
+    assert reconcile_cluster(capi_cluster.id) == 5.0  # KubeadmControlPlane still rolling
+    cluster = Cluster.objects.get(pk=capi_cluster.id)
+    assert (cluster.phase, cluster.control_plane_version) == ("RECONCILING", "1.36")
+    ready = next(c for c in cluster.conditions if c["type"] == "ControlPlaneReady")
+    assert ready["message"] == "rolling the control plane to v1.37.0: 0 of 3 machines up to date"
+    kcp = fake_api.one("kubeadmcontrolplanes", f"{capi_name(cluster)}-control-plane")
+    assert kcp["spec"]["version"] == "v1.37.0"
+    assert reconcile_cluster(capi_cluster.id) is None  # rolled
+    cluster = Cluster.objects.get(pk=capi_cluster.id)
+    assert (cluster.phase, cluster.control_plane_version) == ("RUNNING", "1.37")
+    op = Operation.objects.get(pk=resp.json()["id"])
+    assert op.status == "DONE"
+
+
+def test_without_a_management_cluster_the_cluster_fails_saying_so(owner, settings, make_host):
+    from clusters.models import Cluster, Operation
+    from clusters.reconcile import reconcile_cluster
+
+    settings.NVKE_CLUSTERAPI_KUBECONFIG = ""
+    make_host("h100-sxm5-80gb", gpus=2)
+    op = owner.post(
+        "/api/v1/clusters",
+        {"name": "nowhere", "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    ).json()
+    Cluster.objects.filter(pk=op["target_id"]).update(provider="clusterapi")
+    assert reconcile_cluster(op["target_id"]) is None
+    cluster = Cluster.objects.get(pk=op["target_id"])
+    assert cluster.phase == "ERROR"
+    error = Operation.objects.get(pk=op["id"]).error
+    assert (error["code"], error["retryable"]) == ("clusterapi_not_configured", False)
+    assert "NVKE_CLUSTERAPI_KUBECONFIG is empty" in error["message"]

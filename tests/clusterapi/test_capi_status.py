@@ -316,3 +316,19 @@ def test_a_node_gfd_has_not_labelled_yet_is_pending(catalog):
     assert found.message.startswith("n-1: GPU Feature Discovery has not labelled the node yet")
     missing = status.node_config_status(pool_spec(), node_spec(), None, NOW)
     assert (missing.state, missing.message) == ("pending", "the node has not joined")
+
+
+def test_an_upgrading_control_plane_is_not_ready_until_every_replica_rolled():
+    ready = capi_cluster(cond("InfrastructureReady", "True"), cond("ControlPlaneAvailable", "True"))
+    rolling = status.control_plane_status(ready, kcp("v1.36.0", 3, 1), "v1.37.0")
+    assert (rolling.ready, rolling.message) == (
+        False,
+        "rolling the control plane to v1.37.0: 1 of 3 machines up to date",
+    )
+    unseen = kcp("v1.36.0", 3, 3)
+    unseen["metadata"] = {"generation": 4}
+    unseen["status"]["observedGeneration"] = 3
+    assert status.control_plane_status(ready, unseen, "v1.37.0").message == (
+        "Cluster API has not acted on the control plane's new spec yet"
+    )
+    assert status.control_plane_status(ready, kcp("v1.37.0", 3, 3), "v1.37.0").ready

@@ -153,6 +153,7 @@ class ClusterApiProvider(Provider):
         return status.control_plane_status(
             self.api.get(CLUSTER, render.cluster_name(cluster), self.namespace),
             self.api.get(KUBEADM_CONTROL_PLANE, render.control_plane_name(cluster), self.namespace),
+            desired_version=objects[1]["spec"]["version"],
         )
 
     def delete_control_plane(self, cluster: ClusterSpec) -> bool:

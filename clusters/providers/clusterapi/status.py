@@ -8,8 +8,10 @@ old conditions reads the same. Condition types and phases: kubernetes-sigs/clust
 ``api/core/v1beta2`` (cluster_types.go, machine_types.go, machine_phase_types.go).
 
 * control plane ready = Cluster ``InfrastructureReady`` and ``ControlPlaneAvailable``
-  (v1beta1 ``ControlPlaneReady``) True and ``spec.controlPlaneEndpoint`` set; the version is
-  the ``KubeadmControlPlane``'s ``status.version`` once every replica is up to date;
+  (v1beta1 ``ControlPlaneReady``) True, ``spec.controlPlaneEndpoint`` set, and the
+  ``KubeadmControlPlane`` running the wanted version on every replica (an upgrade is done
+  when ``status.version`` is it and ``upToDateReplicas`` = ``spec.replicas``); the version
+  reported is the KubeadmControlPlane's ``status.version`` once every replica is up to date;
 * machine ready = Machine phase ``Running`` with a ``nodeRef`` and ``NodeReady`` (v1beta1:
   ``Ready``) True; a Cluster in phase ``Failed`` is a non-retryable error;
 * GPU config of a node: MIG Manager's ``nvidia.com/mig.config.state`` (and the vGPU Device
@@ -134,10 +136,36 @@ def running_version(control_plane: Mapping[str, Any] | None, fallback: str) -> s
     return fallback
 
 
+def rollout_problem(control_plane: Mapping[str, Any] | None, desired: str) -> str:
+    """Why the KubeadmControlPlane does not run ``desired`` (``v1.37.0``) on every replica
+    yet ("" once it does, or when there is no such object to judge by)."""
+    if not control_plane or not desired:
+        return ""
+    meta = control_plane.get("metadata") or {}
+    spec, state = control_plane.get("spec") or {}, control_plane.get("status") or {}
+    generation, observed = meta.get("generation"), state.get("observedGeneration")
+    if generation is not None and observed is not None and observed < generation:
+        return "Cluster API has not acted on the control plane's new spec yet"
+    wanted = spec.get("replicas")
+    up_to_date = state.get("upToDateReplicas")
+    if (state.get("version") and version_key(state["version"]) != version_key(desired)) or (
+        wanted is not None and up_to_date is not None and up_to_date < wanted
+    ):
+        return (
+            f"rolling the control plane to {desired}: "
+            f"{up_to_date if up_to_date is not None else '?'} of {wanted} machines up to date"
+        )
+    return ""
+
+
 def control_plane_status(
-    cluster: Mapping[str, Any] | None, control_plane: Mapping[str, Any] | None
+    cluster: Mapping[str, Any] | None,
+    control_plane: Mapping[str, Any] | None,
+    desired_version: str = "",
 ) -> ControlPlaneStatus:
-    """Whether the cluster's control plane serves (see the module docstring)."""
+    """Whether the cluster's control plane serves ``desired_version`` (``v1.37.0``; "" = any)
+    on every replica: an upgrade is not ready until the KubeadmControlPlane has rolled (see
+    the module docstring)."""
     if cluster is None:
         return _cp(ready=False, message="the Cluster API objects are being created")
     if (cluster.get("status") or {}).get("phase") == "Failed":
@@ -162,6 +190,15 @@ def control_plane_status(
             message=(
                 f"waiting for the control plane: {describe(cluster, 'ControlPlaneAvailable')}"
             ),
+            version=version,
+            retry_after_s=CONTROL_PLANE_POLL_S,
+        )
+    rolling = rollout_problem(control_plane, desired_version)
+    if rolling:
+        return _cp(
+            ready=False,
+            endpoint=endpoint(cluster),
+            message=rolling,
             version=version,
             retry_after_s=CONTROL_PLANE_POLL_S,
         )
