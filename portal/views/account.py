@@ -16,6 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from nvke.errors import ApiError
 from nvke.scoping import scope_queryset
 from portal.access import (
     TENANT_SESSION_KEY,
@@ -139,8 +140,12 @@ def api_key_revoke(request: HttpRequest, prefix: str) -> HttpResponse:
     if key is None:
         return _not_found(request)
     if request.method == "POST":
-        services.revoke_api_key(principal=request.principal, tenant=tenant, prefix=prefix)
-        messages.success(request, f"API key {key.name} ({prefix}) revoked.")
+        try:
+            services.revoke_api_key(principal=request.principal, tenant=tenant, prefix=prefix)
+        except ApiError as exc:  # e.g. role_too_high: an admin revoking an owner's key
+            messages.error(request, f"{exc.detail} ({exc.code})")
+        else:
+            messages.success(request, f"API key {key.name} ({prefix}) revoked.")
         return redirect("portal:api-keys")
     return render(
         request,

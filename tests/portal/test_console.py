@@ -1,0 +1,205 @@
+"""Operator console: fleet overview figures, host actions, tenants and quotas, prices."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+
+from tests.portal.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+
+def section(html: str, element_id: str) -> str:
+    return html.split(f'id="{element_id}"')[1].split("</table>")[0]
+
+
+def test_the_overview_counts_hosts_gpus_drivers_and_shows_xids_and_the_heatmap(
+    ops_client, make_host, import_capture, tenant_a
+):
+    from django.utils import timezone
+
+    from catalog.models import XidCode
+    from fleet.models import Gpu, GpuRollup1h, Host, XidEvent
+
+    h1 = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a", hostname="sim-h100-01")
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1b", hostname="sim-h100-02")
+    a10g = import_capture("a10g.xml", "gpu-a10g-01", "us-east-1a").host
+    Host.objects.filter(pk=a10g.pk).update(state="NOT_READY", state_reason="no report for 120 s")
+    gpus = list(Gpu.objects.filter(host=h1).order_by("index"))
+    Gpu.objects.filter(pk=gpus[0].pk).update(health="UNHEALTHY", health_reason="Xid 79")
+    Gpu.objects.filter(pk__in=[g.pk for g in gpus[1:3]]).update(
+        holder_id="11111111-1111-1111-1111-111111111111", holder_tenant=tenant_a
+    )
+    now = timezone.now()
+    XidEvent.objects.create(host=h1, gpu_uuid=gpus[0].uuid, ts=now, xid=79, report_seq=1)
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    # two GPUs of sim-h100-01 in this hour: (30 + 60 + 90) + (0 + 20) over 5 samples = 40 %
+    for gpu, total, n in ((gpus[0], 180.0, 3), (gpus[1], 20.0, 2)):
+        GpuRollup1h.objects.create(
+            bucket=hour,
+            host=h1,
+            gpu_uuid=gpu.uuid,
+            samples=n,
+            utilization_samples=n,
+            utilization_gpu_pct_sum=total,
+        )
+
+    html = ops_client.get("/console/").content.decode()
+    hosts = section(html, "hosts-by-state")
+    # us-east-1a: sim-h100-01 AVAILABLE, gpu-a10g-01 NOT_READY; us-east-1b: one AVAILABLE
+    assert re.sub(r"\s+", " ", hosts).count("<strong>2</strong>") == 1
+    assert '<td class="bad">1</td>' in hosts and '<td class="ok">1</td>' in hosts
+    gpus_table = section(html, "gpus-by-model")
+    assert (
+        'h100-sxm5-80gb</a></td><td>16</td><td>15</td><td class="bad">1</td>'
+        "<td>2</td><td>14</td>" in gpus_table
+    )
+    drivers = section(html, "drivers")
+    assert '<td class="mono">515.105.01</td><td>1</td><td>1</td>' in drivers
+    assert '<td class="mono">unknown</td><td>2</td><td>16</td>' in drivers
+    heat = section(html, "heatmap")
+    assert 'title="40.0 %">40</td>' in heat and "sim-h100-01" in heat
+    xids = section(html, "xids")
+    code = XidCode.objects.get(code=79)
+    assert "<strong>79</strong> ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS" in xids
+    assert f">{code.severity}</span>" in xids
+    assert "gpu-a10g-01" in section(html, "not-ready")
+    frag = section(html, "fragmentation")
+    # sim-h100-02 is wholly free; sim-h100-01 has 5 usable GPUs (1 unhealthy, 2 held)
+    assert "<td>h100-sxm5-80gb</td><td>us-east-1b</td><td>1</td><td>1</td><td>8</td>" in frag
+
+
+def test_an_operator_cordons_drains_and_uncordons_a_host(ops_client, h100_host):
+    from fleet.models import HostEvent
+    from tenants.models import AuditEvent
+
+    url = f"/console/hosts/{h100_host.id}"
+    page = ops_client.post(url + "/cordon", {"reason": "fan noise"}, follow=True).content.decode()
+    h100_host.refresh_from_db()
+    assert h100_host.state == "CORDONED"
+    assert '<span id="host-state"><span class="badge busy">CORDONED</span></span>' in page
+    assert "sim-h100-01: cordon done, now CORDONED." in page
+    assert HostEvent.objects.filter(host=h100_host, actor="user:ops", message="cordon: fan noise")
+    event = AuditEvent.objects.get(action="host.cordon")
+    assert (event.actor, event.before, event.after) == (
+        "user:ops",
+        {"state": "AVAILABLE"},
+        {"state": "CORDONED"},
+    )
+    ops_client.post(url + "/drain", {"target": "MAINTENANCE"})
+    h100_host.refresh_from_db()
+    assert h100_host.state == "MAINTENANCE"  # nothing held: the drain ends at once
+    ops_client.post(url + "/uncordon")
+    h100_host.refresh_from_db()
+    assert h100_host.state == "AVAILABLE"
+    ops_client.post(url + "/drain", {"target": "RETIRED"})
+    refused = ops_client.post(url + "/cordon", follow=True).content.decode()
+    assert "(invalid_host_state)" in refused and "in state RETIRED" in refused
+    assert ops_client.post(url + "/explode").status_code == 404
+
+
+def test_an_operator_creates_a_tenant_whose_owner_can_log_in(ops_client):
+    from tenants.models import Membership, Tenant
+
+    response = ops_client.post(
+        "/console/tenants",
+        {
+            "name": "initech",
+            "owner_username": "peter",
+            "owner_email": "peter@initech.example",
+            "owner_password": "tps-report-2026",
+        },
+    )
+    tenant = Tenant.objects.get(name="initech")
+    assert response["Location"] == f"/console/tenants/{tenant.id}"
+    assert Membership.objects.get(tenant=tenant).role == "owner"
+    peter = Client()
+    assert peter.login(username="peter", password="tps-report-2026")
+    assert peter.get("/clusters").status_code == 200
+    again = ops_client.post(
+        "/console/tenants",
+        {"name": "initech-2", "owner_username": "peter", "owner_password": "x" * 8},
+    ).content.decode()
+    assert "this user exists already" in again
+    bad_name = ops_client.post(
+        "/console/tenants",
+        {"name": "Initech Two", "owner_username": "milton", "owner_password": "x" * 8},
+    ).content.decode()
+    assert "name must be lower-case letters, digits and &#x27;-&#x27;" in bad_name
+    assert 'id="id_name-error"' in bad_name
+    assert Tenant.objects.count() == 1
+    assert not Client().login(username="milton", password="x" * 8)
+
+
+def test_an_operator_sets_a_quota_and_the_change_is_audited(ops_client, tenant_a, catalog):
+    from tenants.models import AuditEvent, Quota
+
+    url = f"/console/tenants/{tenant_a.id}"
+    response = ops_client.post(
+        url, {"max_clusters": "3", "max_nodes": "10", "max_gpus": "h100-sxm5-80gb=16\n"}
+    )
+    assert response.status_code == 302
+    quota = Quota.objects.get(tenant=tenant_a)
+    assert (quota.max_clusters, quota.max_nodes, quota.max_gpus) == (
+        3,
+        10,
+        {"h100-sxm5-80gb": 16},
+    )
+    assert AuditEvent.objects.get(action="quota.set").after == {
+        "clusters": 3,
+        "nodes": 10,
+        "max_gpus": {"h100-sxm5-80gb": 16},
+    }
+    refused = ops_client.post(
+        url, {"max_clusters": "3", "max_nodes": "10", "max_gpus": "h200=8"}
+    ).content.decode()
+    assert "unknown GPU model(s): h200" in refused
+    assert '<code class="code">unknown_gpu_model</code>' in refused
+    assert Quota.objects.get(tenant=tenant_a).max_gpus == {"h100-sxm5-80gb": 16}
+
+
+def test_an_operator_publishes_price_versions(ops_client, catalog):
+    from billing.models import Price
+
+    form = {
+        "gpu_model": "h100-sxm5-80gb",
+        "hourly_rate": "2.50",
+        "currency": "USD",
+        "effective_from": "2026-11-01T00:00",
+        "label": "list",
+    }
+    assert ops_client.post("/console/prices", form).status_code == 302
+    later = dict(form, hourly_rate="3.00", effective_from="2026-11-02T11:30")
+    assert ops_client.post("/console/prices", later).status_code == 302
+    versions = list(Price.objects.order_by("effective").values_list("hourly_rate", "effective"))
+    cut = datetime(2026, 11, 2, 11, 30, tzinfo=UTC)
+    assert [(rate, r.lower, r.upper) for rate, r in versions] == [
+        (Decimal("2.500000"), cut - timedelta(days=1, hours=11, minutes=30), cut),
+        (Decimal("3.000000"), cut, None),
+    ]
+    earlier = dict(form, effective_from="2026-11-01T12:00")
+    refused = ops_client.post("/console/prices", earlier).content.decode()
+    assert "a later price version exists; end or remove it first" in refused
+    assert 'id="id_effective_from-error"' in refused
+    listing = ops_client.get("/console/prices").content.decode()
+    assert "2.5 USD" in listing and "3 USD" in listing
+
+
+def test_the_operator_also_sees_every_tenants_clusters_in_the_portal(
+    ops_client, tenant_a, tenant_b, portal_user
+):
+    from clusters.models import Cluster
+
+    for tenant, name in ((tenant_a, "alpha"), (tenant_b, "beta")):
+        Cluster.objects.create(
+            tenant=tenant, name=name, kubernetes_version="1.36", region="us-east-1"
+        )
+    html = ops_client.get("/clusters").content.decode()
+    assert 'data-cluster="alpha"' in html and 'data-cluster="beta"' in html
+    assert "<td>tenant-a</td>" in html and "<td>tenant-b</td>" in html
+    assert Client().login(username="ops", password=PASSWORD)
