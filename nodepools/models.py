@@ -41,6 +41,12 @@ class NodePool(models.Model):
     #: the CUDA version the pool's workloads need (``12.8``); blank = not checked
     cuda_version = models.CharField(max_length=16, blank=True)
     gpu_config = models.JSONField(default=dict, blank=True)
+    #: Kubernetes version of the pool's nodes (spec; "" = the control plane's at creation)
+    kubernetes_version = models.CharField(max_length=16, blank=True)
+    #: a node upgrade in progress (UPGRADE_NODES): ``{"operation", "max_surge",
+    #: "max_unavailable", "drain_timeout_s", "force", "urgent", "state": "rolling" | "paused",
+    #: "blocked": {"node", "pods"}, "done"}``; empty when none (see nodepools/upgrades.py)
+    upgrade = models.JSONField(default=dict, blank=True)
     #: an isolation change in progress: ``{"operation": id, "from_isolation": {...},
     #: "from_gpu_config": {...}, "state": "rolling" | "rolling-back", "error": {...}}``;
     #: empty when none. Kept until every node runs the pool's ``gpu_config``.
@@ -100,6 +106,13 @@ class Node(models.Model):
     #: what the node's GPUs run, as validated: ``[{"gpu_uuid", "mig_devices": [{"profile",
     #: "start", "size"}], "sharing": ...}]``
     gpu_layout = models.JSONField(default=list, blank=True)
+    #: versions the node runs (status): Kubernetes (kubelet) and the NVIDIA driver
+    kubernetes_version = models.CharField(max_length=16, blank=True)
+    driver_version = models.CharField(max_length=32, blank=True)
+    #: where the node is in an upgrade: "" (steady), ``draining``, ``verifying``,
+    #: ``drain-blocked`` (paused: pods that cannot be evicted), plus when its drain started
+    upgrade_state = models.CharField(max_length=16, blank=True)
+    drain_started_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)

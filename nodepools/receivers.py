@@ -6,9 +6,10 @@ from django.db import transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
+from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.models import cancel_operations
-from clusters.signals import cluster_deleting
+from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
 from nvke.queueing import enqueue_once
 from tenants.signals import collect_usage
 
@@ -59,3 +60,46 @@ def held_nodes_and_gpus(sender, tenant_id, **kwargs) -> dict:
         model = node.nodepool.gpu_model_id
         gpus[model] = gpus.get(model, 0) + len(node.gpu_uuids)
     return {"nodes": nodes.count(), "gpus": gpus}
+
+
+@receiver(collect_node_versions)
+def pool_node_versions(sender, cluster, **kwargs) -> list[tuple[str, str]]:
+    """``(pool name, Kubernetes version)`` of the cluster's live pools, for the skew check."""
+    out = []
+    for pool in NodePool.objects.filter(cluster=cluster).exclude(phase__in=GONE):
+        out.append((pool.name, pool.kubernetes_version or cluster.control_plane_version))
+    return [(name, version) for name, version in out if version]
+
+
+@receiver(operation_cancelled)
+def cancel_pool_operation(sender, operation, **kwargs) -> bool:
+    """Resize: keep the nodes the pool has. Upgrade: pause it where it is (nodes already
+    upgraded stay upgraded; the spec goes back to the old versions only if none was)."""
+    from clusters.choices import OperationType
+
+    pool = NodePool.objects.select_for_update().filter(pk=operation.target_id).first()
+    if pool is None:
+        return False
+    if operation.type == OperationType.SET_NODE_POOL_SIZE:
+        live = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).count()
+        if live != pool.node_count:
+            from tenants import quotas
+
+            delta = pool.node_count - live
+            gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
+            if delta > 0:
+                quotas.release(pool.tenant_id, nodes=delta, gpus=gpus)
+            pool.node_count = live
+            pool.generation += 1
+            pool.save(update_fields=["node_count", "generation", "updated_at"])
+        return True
+    if operation.type == OperationType.UPGRADE_NODES:
+        # nodes not yet upgraded go back into service; a node being verified finishes
+        pool.nodes.filter(upgrade_state__in=["draining", "drain-blocked"]).update(
+            upgrade_state="", phase="READY", drain_started_at=None
+        )
+        pool.upgrade = {**pool.upgrade, "state": "cancelled"}
+        pool.generation += 1
+        pool.save(update_fields=["upgrade", "generation", "updated_at"])
+        return True
+    return False

@@ -26,6 +26,7 @@ save status, return the requeue delay (None when converged):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import uuid
@@ -46,6 +47,7 @@ from .gpu_config import config_hash
 from .models import Node, NodePool
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
+from .upgrade_steps import step_upgrade, upgrade_surge
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +88,14 @@ def _wait_for_cluster(pool: NodePool, now: datetime) -> float:
 
 def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    desired = pool.node_count + upgrade_surge(pool, live)
     if len(live) < pool.node_count:
         return _scale_up(pool, live, now)
-    if len(live) > pool.node_count:
-        surplus = sorted(live, key=lambda n: (n.created_at, n.name))[pool.node_count :]
+    if len(live) < desired:  # only surge nodes are missing: without capacity, do without
+        return _scale_up(pool, live, now, count=desired, surge=True)
+    if len(live) > desired:
+        # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
+        surplus = sorted(live, key=lambda n: (n.created_at, n.name))[desired:]
         _release_nodes(pool, surplus, now)
         return 0.0
     provider = get_provider(pool.cluster.provider)
@@ -129,6 +135,11 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return rolling
     if pool.rollout:
         _finish_rollout(pool, now)
+    upgrading = step_upgrade(pool, live, provider, spec, now)
+    if upgrading == STOP:
+        return None
+    if upgrading is not None:
+        return upgrading
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
     pool.phase = Phase.RUNNING
@@ -150,8 +161,15 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     return None
 
 
-def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
-    missing = pool.node_count - len(live)
+def _scale_up(
+    pool: NodePool, live: list[Node], now: datetime, count: int | None = None, surge: bool = False
+) -> float | None:
+    missing = (count if count is not None else pool.node_count) - len(live)
+    k8s = (
+        pool.kubernetes_version
+        or pool.cluster.control_plane_version
+        or pool.cluster.kubernetes_version
+    )
     provider = get_provider(pool.cluster.provider)
     try:
         with transaction.atomic():  # savepoint: on failure no Node row and no GPU stays held
@@ -162,6 +180,8 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
                     nodepool=pool,
                     name=f"{pool.cluster.name}-{pool.name}-{secrets.token_hex(3)}",
                     created_at=now,
+                    kubernetes_version=k8s,
+                    driver_version=pool.driver_version,
                 )
                 for _ in range(missing)
             ]
@@ -177,6 +197,10 @@ def _scale_up(pool: NodePool, live: list[Node], now: datetime) -> float | None:
                 node.applied_config = config_hash(pool.gpu_config)  # what it boots with
                 node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
     except InsufficientCapacity as exc:
+        if surge:  # no room for surge nodes: upgrade in place instead
+            pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
+            pool.save(update_fields=["upgrade", "updated_at"])
+            return 0.0
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
         return _fail(
@@ -464,10 +488,14 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
 
 
 def _release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
-    """Delete the nodes' machines (GPUs back to the fleet), close their allocation."""
-    get_provider(pool.cluster.provider).delete_machines(
-        nodepool_spec(pool), [node_spec(n) for n in nodes]
-    )
+    """Drain the nodes, delete their machines (GPUs back to the fleet), close their allocation."""
+    provider = get_provider(pool.cluster.provider)
+    for node in nodes:
+        if node.phase == NodePhase.READY:
+            # a provider that cannot drain: the machine deletion evicts the pods
+            with contextlib.suppress(ProviderError):
+                provider.drain_node(nodepool_spec(pool), node_spec(node))
+    provider.delete_machines(nodepool_spec(pool), [node_spec(n) for n in nodes])
     for node in nodes:
         was_ready = node.ready_at is not None
         node.phase = NodePhase.DELETED

@@ -168,6 +168,7 @@ def create_nodepool(
             driver_version=driver_version,
             cuda_version=cuda_version,
             gpu_config=gpu_config,
+            kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )
         op = Operation.objects.create(
             tenant=cluster.tenant,

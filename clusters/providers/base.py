@@ -94,6 +94,15 @@ class NodeConfigStatus:
     retry_after_s: float = 1.0
 
 
+@dataclass(frozen=True)
+class NodeVersions:
+    """A node's versions as reported after an upgrade (``""`` when unknown)."""
+
+    kubernetes_version: str
+    driver_version: str
+    nvml_ok: bool
+
+
 class ProviderError(Exception):
     """A provider call failed. ``code`` is stable; ``retryable`` says if trying again can help."""
 
@@ -147,6 +156,28 @@ class Provider(abc.ABC):
     # GPU reconfiguration of a running node (an isolation change, node by node). Not abstract
     # so that a provider without it still loads; the reconciler fails the operation with the
     # error's code.
+
+    def drain_blockers(self, pool: NodePoolSpec, node: NodeSpec) -> list[str]:
+        """Pods that keep the node from draining (a PodDisruptionBudget at its minimum, a pod
+        without a controller): ``["namespace/name (reason)"]``; empty when it can drain."""
+        return []
+
+    def upgrade_node(
+        self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
+    ) -> None:
+        """Upgrade a drained node's kubelet and/or NVIDIA driver in place."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot upgrade nodes", retryable=False, code="not_supported"
+        )
+
+    def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
+        """What the node reports after an upgrade: kubelet version, the driver the node's agent
+        sees, and whether NVML initialises."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot report node versions",
+            retryable=False,
+            code="not_supported",
+        )
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
         """Cordon the node and evict its GPU pods; True once drained. Idempotent."""

@@ -21,6 +21,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 
 from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
 from catalog.models import GpuModel
@@ -35,6 +36,7 @@ from .base import (
     NodeConfigStatus,
     NodePoolSpec,
     NodeSpec,
+    NodeVersions,
     Provider,
 )
 
@@ -98,7 +100,31 @@ class SimulatedProvider(Provider):
             placement.release_gpus(node.id)
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
-        return True
+        return not self.drain_blockers(pool, node)
+
+    def drain_blockers(self, pool: NodePoolSpec, node: NodeSpec) -> list[str]:
+        """SIMULATED workloads: pods registered with :func:`simulate_drain_blockers`."""
+        return list(cache.get(_blockers_key(node.id)) or [])
+
+    def upgrade_node(
+        self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
+    ) -> None:
+        # the simulated machine installs the versions at once; failures can be injected
+        failing = getattr(settings, "NVKE_SIMULATED_FAILING_UPGRADES", None) or []
+        nvml_ok = not any(uuid in failing for uuid in node.gpu_uuids)
+        cache.set(
+            _versions_key(node.id),
+            {"k8s": kubernetes_version, "driver": driver_version, "nvml_ok": nvml_ok},
+            timeout=None,
+        )
+
+    def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
+        state = cache.get(_versions_key(node.id)) or {}
+        return NodeVersions(
+            kubernetes_version=state.get("k8s", ""),
+            driver_version=state.get("driver", ""),
+            nvml_ok=bool(state.get("nvml_ok", True)),
+        )
 
     def apply_node_config(self, pool: NodePoolSpec, node: NodeSpec) -> None:
         return None  # the status below is computed from the pool's config when asked
@@ -189,3 +215,20 @@ def _vgpu_devices(config: dict) -> dict[str, int]:
     for entry in (vgpu.get("vgpu-configs") or {}).get(name) or []:
         devices.update(entry.get("vgpu-devices") or {})
     return devices
+
+
+def _blockers_key(node_id) -> str:
+    return f"simulated:drain-blockers:{node_id}"
+
+
+def _versions_key(node_id) -> str:
+    return f"simulated:node-versions:{node_id}"
+
+
+def simulate_drain_blockers(node_id, pods: list[str]) -> None:
+    """SIMULATION: pods on a node that cannot be evicted (``[]`` clears them). Kept in the
+    Django cache (Redis) so every worker sees them; used by tests and demos."""
+    if pods:
+        cache.set(_blockers_key(node_id), list(pods), timeout=None)
+    else:
+        cache.delete(_blockers_key(node_id))

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from .scale import NodePoolSetSizeView
+from .upgrade import NodePoolResumeUpgradeView, NodePoolUpgradeView
 from .views import NodePoolViewSet
 
 app_name = "nodepools"
@@ -23,5 +24,15 @@ urlpatterns = [
         "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/set-size",
         NodePoolSetSizeView.as_view(),
         name="nodepool-set-size",
+    ),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/upgrade",
+        NodePoolUpgradeView.as_view(),
+        name="nodepool-upgrade",
+    ),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/resume-upgrade",
+        NodePoolResumeUpgradeView.as_view(),
+        name="nodepool-resume-upgrade",
     ),
 ]

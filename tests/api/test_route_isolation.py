@@ -32,6 +32,8 @@ ROUTES = {
     "nodepool-detail": "tenant-detail",
     "cluster-usage": "tenant-detail",
     "nodepool-set-size": "tenant-write",
+    "nodepool-upgrade": "tenant-write",
+    "nodepool-resume-upgrade": "tenant-write",
     "nodepool-gpu-config": "tenant-detail",
     "cluster-kubeconfig": "tenant-detail",
     "cluster-rotate-credentials": "tenant-write",
@@ -169,6 +171,16 @@ def write_requests(world, missing=False):
             f"/api/v1/clusters/{c}/nodepools/{p}",
             {"isolation": {"mode": "time-slicing", "replicas": 2}},
         ),
+        "nodepool-upgrade": (
+            "post",
+            f"/api/v1/clusters/{c}/nodepools/{p}/upgrade",
+            {"driver_version": "580.95.05"},
+        ),
+        "nodepool-resume-upgrade": (
+            "post",
+            f"/api/v1/clusters/{c}/nodepools/{p}/resume-upgrade",
+            {"force": True},
+        ),
         "nodepool-set-size": (
             "post",
             f"/api/v1/clusters/{c}/nodepools/{p}/set-size",
@@ -211,6 +223,8 @@ def test_member_writes_clusters_but_not_keys_members_or_quotas(tenant_a, world):
 
     member = _client(_key(tenant_a, "member"))
     allowed = {
+        "nodepool-upgrade",
+        "nodepool-resume-upgrade",
         "nodepool-detail-patch",
         "nodepool-set-size",
         "nodepool-list",

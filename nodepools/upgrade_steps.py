@@ -1,0 +1,199 @@
+"""The reconcile step of a node upgrade (see :mod:`nodepools.upgrades` for the rules).
+
+:func:`step_upgrade` is called by the node pool reconciler once the pool's nodes exist and no
+isolation change runs. It returns None when no upgrade is pending (or it just finished), a
+delay in seconds to come back, or ``STOP`` when the rollout is paused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from clusters.choices import OperationType
+from clusters.maintenance import in_window, next_window_start
+from clusters.models import finish_operation, progress_operation
+from clusters.providers import ProviderError
+from clusters.providers.base import NodePoolSpec, Provider
+from nvke.conditions import set_condition
+
+from .choices import NodePhase
+from .models import Node, NodePool
+from .specs import node_spec
+
+STOP = -1.0
+DRAIN_POLL_S = 2.0
+#: how long a node may take to report its new versions before the rollout pauses on it
+VERIFY_TIMEOUT_S = 600
+
+
+def _target(pool: NodePool) -> tuple[str, str]:
+    return (pool.kubernetes_version, pool.driver_version)
+
+
+def _current(node: Node) -> tuple[str, str]:
+    return (node.kubernetes_version, node.driver_version)
+
+
+def upgrade_surge(pool: NodePool, live: list[Node]) -> int:
+    """Extra nodes to keep during a rolling upgrade (``max_surge`` while old nodes remain)."""
+    if pool.upgrade.get("state") != "rolling":
+        return 0  # paused or cancelled: no surge
+    if not any(_current(n) != _target(pool) for n in live):
+        return 0
+    return int(pool.upgrade.get("max_surge") or 0)
+
+
+def step_upgrade(
+    pool: NodePool, live: list[Node], provider: Provider, spec: NodePoolSpec, now: datetime
+) -> float | None:
+    if not pool.upgrade:
+        return None
+    target = _target(pool)
+    pending = [n for n in live if _current(n) != target and not n.upgrade_state]
+    busy = [n for n in live if n.upgrade_state]
+    total = len([n for n in live if _current(n) != target]) + int(pool.upgrade.get("done", 0))
+    if not pending and not busy:
+        return _finish(pool, now)
+    if pool.upgrade.get("state") == "cancelled":
+        if not busy:  # nodes already upgraded stay upgraded; the rest keep their versions
+            pool.upgrade = {}
+            pool.save(update_fields=["upgrade", "updated_at"])
+            return None
+        pending = []  # finish the nodes in flight, start none
+    elif pool.upgrade.get("state") == "paused":
+        return STOP
+    if (
+        not busy
+        and not pool.upgrade.get("urgent")
+        and not in_window(pool.cluster.maintenance_policy, now)
+    ):
+        opens = next_window_start(pool.cluster.maintenance_policy, now)
+        message = f"waiting for the maintenance window ({opens.isoformat() if opens else 'none'})"
+        _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
+        progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
+        return min((opens - now).total_seconds(), 300.0) if opens else 300.0
+    slots = max(int(pool.upgrade.get("max_unavailable") or 0), 1)
+    for node in pending[: max(slots - len(busy), 0)]:
+        node.upgrade_state = "draining"
+        node.drain_started_at = now
+        node.phase = NodePhase.DRAINING  # cordoned: no new pods
+        node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
+        busy.append(node)
+    waits: list[float] = []
+    for node in busy:
+        try:
+            result = _step_node(pool, node, provider, spec, target, now)
+        except ProviderError as exc:
+            return _pause(pool, node, f"the infrastructure provider failed: {exc}", [], now)
+        if result == STOP:
+            return STOP
+        if result is not None:
+            waits.append(result)
+    progress_operation(
+        pool.id,
+        stage=f"upgrading {', '.join(sorted(n.name for n in busy))}",
+        done=_done(pool),
+        total=total,
+        now=now,
+    )
+    _condition(pool, now, "Upgrading", True, "RollingUpgrade", f"{_done(pool)} of {total} nodes")
+    return min(waits) if waits else 0.0
+
+
+def _step_node(
+    pool: NodePool,
+    node: Node,
+    provider: Provider,
+    spec: NodePoolSpec,
+    target: tuple[str, str],
+    now: datetime,
+) -> float | None:
+    if node.upgrade_state == "drain-blocked":
+        return STOP
+    if node.upgrade_state == "draining":
+        blockers = (
+            [] if pool.upgrade.get("force") else provider.drain_blockers(spec, node_spec(node))
+        )
+        if blockers:
+            started = node.drain_started_at or now
+            if now - started >= timedelta(seconds=int(pool.upgrade.get("drain_timeout_s", 600))):
+                return _pause(pool, node, "drain blocked", blockers, now)
+            return DRAIN_POLL_S
+        if not pool.upgrade.get("force"):
+            provider.drain_node(spec, node_spec(node))
+        provider.upgrade_node(
+            spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]
+        )
+        node.upgrade_state = "verifying"
+        node.drain_started_at = now  # from now: the verification clock
+        node.save(update_fields=["upgrade_state", "drain_started_at"])
+        return 0.0
+    reported = provider.node_versions(spec, node_spec(node))
+    if (reported.kubernetes_version, reported.driver_version) == target and reported.nvml_ok:
+        node.kubernetes_version, node.driver_version = target
+        node.upgrade_state = ""
+        node.drain_started_at = None
+        node.phase = NodePhase.READY  # uncordoned
+        node.save(
+            update_fields=[
+                "kubernetes_version",
+                "driver_version",
+                "upgrade_state",
+                "drain_started_at",
+                "phase",
+            ]
+        )
+        pool.upgrade = {**pool.upgrade, "done": _done(pool) + 1}
+        pool.save(update_fields=["upgrade", "updated_at"])
+        return None
+    if now - (node.drain_started_at or now) >= timedelta(seconds=VERIFY_TIMEOUT_S):
+        problem = (
+            "NVML does not initialise"
+            if not reported.nvml_ok
+            else f"reports {reported.kubernetes_version}/{reported.driver_version or 'default'}"
+        )
+        return _pause(pool, node, f"verification failed: {problem}", [], now)
+    return DRAIN_POLL_S
+
+
+def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime) -> float:
+    """Stop the rollout on ``node`` and raise the alert condition ``UpgradeBlocked``."""
+    node.upgrade_state = "drain-blocked"
+    node.save(update_fields=["upgrade_state"])
+    detail = f": {', '.join(pods)}" if pods else ""
+    message = f"node {node.name}: {why}{detail}; resume with force or after fixing it"
+    pool.upgrade = {
+        **pool.upgrade,
+        "state": "paused",
+        "blocked": {"node": node.name, "pods": pods, "reason": why},
+    }
+    pool.save(update_fields=["upgrade", "updated_at"])
+    _condition(
+        pool, now, "UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message
+    )
+    progress_operation(
+        pool.id, stage=f"paused: {message}", done=_done(pool), total=pool.node_count, now=now
+    )
+    return STOP
+
+
+def _finish(pool: NodePool, now: datetime) -> None:
+    pool.upgrade = {}
+    pool.conditions = set_condition(pool.conditions, "Upgrading", False, "Upgraded", "", now)
+    pool.conditions = set_condition(pool.conditions, "UpgradeBlocked", False, "Upgraded", "", now)
+    pool.save(update_fields=["upgrade", "conditions", "updated_at"])
+    finish_operation(pool.id, types=(OperationType.UPGRADE_NODES,), now=now)
+    return None
+
+
+def _done(pool: NodePool) -> int:
+    return int(pool.upgrade.get("done", 0)) if pool.upgrade else 0
+
+
+def _condition(
+    pool: NodePool, now: datetime, type_: str, status: bool, reason: str, message: str
+) -> None:
+    conditions = set_condition(pool.conditions, type_, status, reason, message, now)
+    if conditions != pool.conditions:
+        pool.conditions = conditions
+        pool.save(update_fields=["conditions", "updated_at"])

@@ -1,0 +1,180 @@
+"""Node upgrades (UPGRADE_NODES): the Kubernetes version of a pool's nodes and/or their NVIDIA
+driver, rolled out node by node.
+
+Per node: cordon and drain (every pod holding a GPU is evicted; a pod that cannot be evicted —
+a PodDisruptionBudget at its minimum, a pod without a controller — blocks the drain), upgrade
+in place, verify that the node reports the target versions and that NVML initialises, then
+uncordon. ``max_unavailable`` nodes are upgraded at once (at least 1); ``max_surge`` extra nodes
+at the target versions are added first, so capacity does not drop, and removed (drained) at the
+end. A drain still blocked after ``drain_timeout_s`` pauses the rollout: the node is marked
+``drain-blocked`` with the blocking pods named, the pool gets the alert condition
+``UpgradeBlocked``, and nothing continues to the next node until a
+``resume`` (``force`` evicts the blockers, ignoring their budgets — never the default).
+Non-urgent upgrades start nodes only inside the cluster's maintenance window.
+
+Version rules: nodes never newer than the control plane and at most 3 minors older
+(:mod:`clusters.versions`); the driver is checked against the GPU, its CUDA version and its MIG
+profiles (:func:`nodepools.isolation.validate_driver`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.services import UnsupportedKubernetesVersion, check_kubernetes_version
+from clusters import versions
+from clusters.choices import OperationType, Phase, TargetType
+from clusters.models import Cluster, Operation
+from clusters.services import ensure_no_active_operation
+from nvke.errors import Conflict, InvalidInput
+from tenants import audit
+from tenants.principal import Principal
+
+from .isolation import validate_driver
+from .models import NodePool
+from .services import enqueue_reconcile
+
+
+def upgrade_nodepool(
+    *,
+    principal: Principal,
+    pool: NodePool,
+    kubernetes_version: str | None = None,
+    driver_version: str | None = None,
+    max_surge: int = 0,
+    max_unavailable: int = 1,
+    drain_timeout_s: int = 600,
+    force: bool = False,
+    urgent: bool = False,
+) -> Operation:
+    """Start a rolling upgrade; returns the UPGRADE_NODES operation.
+
+    Raises InvalidInput (``nothing_to_upgrade``, ``unsupported_kubernetes_version``,
+    ``version_skew``, driver codes) or Conflict (``nodepool_not_running``,
+    ``operation_in_progress``).
+    """
+    with transaction.atomic():
+        pool = (
+            NodePool.objects.select_for_update(of=("self",))
+            .select_related("gpu_model")
+            .get(pk=pool.pk)
+        )
+        cluster = Cluster.objects.select_for_update().get(pk=pool.cluster_id)
+        ensure_no_active_operation(cluster)
+        if pool.phase != Phase.RUNNING or pool.deletion_requested_at is not None:
+            raise Conflict(
+                f"the node pool is {pool.phase}; it can be upgraded when it is RUNNING",
+                code="nodepool_not_running",
+            )
+        current_k8s = pool.kubernetes_version or cluster.control_plane_version
+        target_k8s = kubernetes_version or current_k8s
+        target_driver = pool.driver_version if driver_version is None else driver_version
+        if target_k8s == current_k8s and target_driver == pool.driver_version:
+            raise InvalidInput(
+                "the pool already runs these versions",
+                code="nothing_to_upgrade",
+                field="kubernetes_version",
+            )
+        if kubernetes_version:
+            _check_kubernetes(cluster, kubernetes_version)
+        if driver_version is not None:
+            validate_driver(
+                pool.gpu_model,
+                driver_version=driver_version or None,
+                cuda_version=pool.cuda_version or None,
+                policy=pool.isolation,
+            )
+        before = {"kubernetes_version": current_k8s, "driver_version": pool.driver_version}
+        pool.kubernetes_version = target_k8s
+        pool.driver_version = target_driver
+        pool.generation += 1
+        pool.phase = Phase.RECONCILING
+        op = Operation.objects.create(
+            tenant_id=pool.tenant_id,
+            cluster=cluster,
+            type=OperationType.UPGRADE_NODES,
+            target_type=TargetType.NODE_POOL,
+            target_id=pool.id,
+            requested_by=principal.label,
+            progress={"done": 0, "total": pool.node_count, "stage": "pending"},
+        )
+        pool.upgrade = {
+            "operation": str(op.id),
+            "max_surge": max_surge,
+            "max_unavailable": max(max_unavailable, 0),
+            "drain_timeout_s": drain_timeout_s,
+            "force": force,
+            "urgent": urgent,
+            "state": "rolling",
+            "done": 0,
+        }
+        pool.save(
+            update_fields=[
+                "kubernetes_version",
+                "driver_version",
+                "generation",
+                "phase",
+                "upgrade",
+                "updated_at",
+            ]
+        )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.upgrade",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=pool.tenant_id,
+            before=before,
+            after={
+                "kubernetes_version": target_k8s,
+                "driver_version": target_driver,
+                **{k: pool.upgrade[k] for k in ("max_surge", "max_unavailable", "force", "urgent")},
+            },
+        )
+        enqueue_reconcile(pool.id)
+    return op
+
+
+def resume_upgrade(*, principal: Principal, pool: NodePool, force: bool = False) -> NodePool:
+    """Resume a paused rollout (after the blocking pods were dealt with, or ``force``)."""
+    with transaction.atomic():
+        pool = NodePool.objects.select_for_update().get(pk=pool.pk)
+        if pool.upgrade.get("state") != "paused":
+            raise Conflict("no paused upgrade on this node pool", code="upgrade_not_paused")
+        upgrade: dict[str, Any] = dict(pool.upgrade)
+        upgrade.update(state="rolling", force=bool(force or upgrade.get("force")), blocked={})
+        pool.upgrade = upgrade
+        pool.save(update_fields=["upgrade", "updated_at"])
+        pool.nodes.filter(upgrade_state="drain-blocked").update(
+            upgrade_state="draining", drain_started_at=timezone.now()
+        )
+        audit.record(
+            actor=principal.label,
+            action="nodepool.upgrade.resume",
+            target_type="nodepool",
+            target_id=pool.id,
+            tenant_id=pool.tenant_id,
+            after={"force": upgrade["force"]},
+        )
+        enqueue_reconcile(pool.id)
+    return pool
+
+
+def _check_kubernetes(cluster: Cluster, target: str) -> None:
+    try:
+        check_kubernetes_version(target)
+    except UnsupportedKubernetesVersion as exc:
+        raise InvalidInput(
+            str(exc),
+            code="unsupported_kubernetes_version",
+            field="kubernetes_version",
+            extra={"supported_versions": exc.supported},
+        ) from exc
+    problem = versions.node_version_problem(
+        cluster.control_plane_version or cluster.kubernetes_version, target
+    )
+    if problem:
+        raise InvalidInput(problem, code="version_skew", field="kubernetes_version")

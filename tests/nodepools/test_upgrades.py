@@ -1,0 +1,190 @@
+"""Rolling node upgrades (UPGRADE_NODES): Kubernetes and driver versions node by node, the
+version skew policy, blocked drains that pause the rollout, maintenance windows, surge."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.helpers import drive_cluster, drive_pool
+
+pytestmark = pytest.mark.django_db
+
+BLOCKER = "default/trainer-0 (PodDisruptionBudget trainer allows 0 disruptions)"
+
+
+@pytest.fixture
+def pool(owner, make_host):
+    for _ in range(4):
+        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = owner.post(
+        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
+    ).json()["target_id"]
+    drive_cluster(cluster)
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 3},
+    ).json()
+    drive_pool(op["target_id"])
+    return cluster, op["target_id"]
+
+
+def url(pool, suffix=""):
+    cluster, pool_id = pool
+    return f"/api/v1/clusters/{cluster}/nodepools/{pool_id}{suffix}"
+
+
+def step_until_done(pool_id, max_steps=60, now=None, watch=None):
+    from nodepools.reconcile import reconcile_nodepool
+
+    for _ in range(max_steps):
+        if watch:
+            watch()
+        if reconcile_nodepool(pool_id, now=now) is None:
+            return
+    raise AssertionError("did not converge")
+
+
+def test_nodes_cannot_overtake_the_control_plane(owner, pool):
+    resp = owner.post(url(pool, "/upgrade"), {"kubernetes_version": "1.37"})
+    assert (resp.status_code, resp.json()["code"]) == (400, "version_skew")
+    assert resp.json()["detail"] == "nodes cannot be newer than the control plane (1.37 > 1.36)"
+
+
+def test_kubernetes_upgrade_rolls_one_node_at_a_time(owner, pool):
+    from nodepools.models import Node
+
+    cluster, pool_id = pool
+    owner.patch(f"/api/v1/clusters/{cluster}", {"kubernetes_version": "1.37"})
+    drive_cluster(cluster)
+    op = owner.post(url(pool, "/upgrade"), {"kubernetes_version": "1.37"}).json()
+    assert op["type"] == "UPGRADE_NODES"
+    out_of_service = []
+
+    def watch():
+        out_of_service.append(
+            Node.objects.filter(nodepool_id=pool_id).exclude(phase="READY").count()
+        )
+
+    step_until_done(pool_id, watch=watch)
+    assert max(out_of_service) == 1  # max_unavailable = 1
+    assert set(
+        Node.objects.filter(nodepool_id=pool_id).values_list("kubernetes_version", "phase")
+    ) == {("1.37", "READY")}
+    assert owner.get(f"/api/v1/operations/{op['id']}").json()["status"] == "DONE"
+    assert owner.get(url(pool)).json()["phase"] == "RUNNING"
+
+
+def test_a_blocked_drain_pauses_the_rollout_names_the_pods_and_force_resumes(owner, pool):
+    from clusters.providers.simulated import simulate_drain_blockers
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    _, pool_id = pool
+    first = Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name").first()
+    simulate_drain_blockers(first.id, [BLOCKER])
+    try:
+        op = owner.post(
+            url(pool, "/upgrade"), {"driver_version": "580.95.05", "drain_timeout_s": 300}
+        ).json()
+        t0 = timezone.now()
+        assert reconcile_nodepool(pool_id, now=t0) == 2.0  # draining, blocked, within timeout
+        assert reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=299)) == 2.0
+        assert reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=301)) is None  # paused
+        body = owner.get(url(pool)).json()
+        blocked = next(c for c in body["conditions"] if c["type"] == "UpgradeBlocked")
+        assert blocked["status"] == "True" and BLOCKER in blocked["message"]
+        states = dict(Node.objects.filter(nodepool_id=pool_id).values_list("name", "upgrade_state"))
+        assert states[first.name] == "drain-blocked"
+        assert sorted(states.values()) == ["", "", "drain-blocked"]  # the next node did not start
+        op_now = owner.get(f"/api/v1/operations/{op['id']}").json()
+        assert op_now["status"] == "RUNNING" and op_now["progress"]["stage"].startswith("paused")
+        assert reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=400)) is None  # stays put
+        assert owner.post(url(pool, "/resume-upgrade"), {"force": True}).status_code == 200
+        step_until_done(pool_id)
+    finally:
+        simulate_drain_blockers(first.id, [])
+    assert set(
+        Node.objects.filter(nodepool_id=pool_id).values_list("driver_version", flat=True)
+    ) == {"580.95.05"}
+    assert owner.get(f"/api/v1/operations/{op['id']}").json()["status"] == "DONE"
+
+
+def test_upgrades_wait_for_the_maintenance_window_unless_urgent(owner, pool):
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    cluster, pool_id = pool
+    now = timezone.now()
+    closed_day = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][(now.weekday() + 3) % 7]
+    owner.patch(
+        f"/api/v1/clusters/{cluster}",
+        {
+            "maintenance_policy": {
+                "windows": [{"days": [closed_day], "start": "00:00", "end": "23:59"}]
+            }
+        },
+    )
+    owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05"})
+    delay = reconcile_nodepool(pool_id, now=now)
+    assert 0 < delay <= 300
+    assert not Node.objects.filter(nodepool_id=pool_id).exclude(upgrade_state="").exists()
+    condition = next(
+        c for c in owner.get(url(pool)).json()["conditions"] if c["type"] == "Upgrading"
+    )
+    assert condition["reason"] == "WaitingForMaintenanceWindow"
+
+
+def test_urgent_upgrades_ignore_the_window(owner, pool):
+    from nodepools.models import Node
+
+    cluster, pool_id = pool
+    now = timezone.now()
+    closed_day = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"][(now.weekday() + 3) % 7]
+    owner.patch(
+        f"/api/v1/clusters/{cluster}",
+        {
+            "maintenance_policy": {
+                "windows": [{"days": [closed_day], "start": "00:00", "end": "23:59"}]
+            }
+        },
+    )
+    owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05", "urgent": True})
+    step_until_done(pool_id)
+    assert set(
+        Node.objects.filter(nodepool_id=pool_id).values_list("driver_version", flat=True)
+    ) == {"580.95.05"}
+
+
+def test_surge_adds_capacity_first_and_removes_it_at_the_end(owner, pool):
+    from nodepools.models import Node
+
+    _, pool_id = pool
+    owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05", "max_surge": 1})
+    live_counts = []
+
+    def watch():
+        live_counts.append(
+            Node.objects.filter(nodepool_id=pool_id).exclude(phase__in=["DELETED"]).count()
+        )
+
+    step_until_done(pool_id, watch=watch)
+    assert max(live_counts) == 4  # 3 nodes + 1 surge (4 hosts in the fleet)
+    live = Node.objects.filter(nodepool_id=pool_id).exclude(phase="DELETED")
+    assert live.count() == 3
+    assert set(live.values_list("driver_version", flat=True)) == {"580.95.05"}
+
+
+def test_cancelling_an_upgrade_stops_it(owner, pool):
+    from nodepools.reconcile import reconcile_nodepool
+
+    _, pool_id = pool
+    op = owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05"}).json()
+    reconcile_nodepool(pool_id)  # the first node starts draining
+    assert owner.post(f"/api/v1/operations/{op['id']}/cancel").json()["status"] == "CANCELLED"
+    drive_pool(pool_id)
+    body = owner.get(url(pool)).json()
+    assert body["phase"] == "RUNNING"
+    assert {n["phase"] for n in body["nodes"]} == {"READY"}
