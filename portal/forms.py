@@ -323,6 +323,17 @@ class IsolationForm(NodePoolForm):
             del self.fields[name]
 
 
+class UpgradeForm(ApiForm):
+    """``PATCH /api/v1/clusters/{id}`` ``{"kubernetes_version"}``: a control plane upgrade,
+    offering the versions the skew policy allows next (one minor at a time)."""
+
+    kubernetes_version = OfferedChoiceField(label="Upgrade the control plane to", required=False)
+
+    def __init__(self, *args: Any, versions: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["kubernetes_version"].choices = [(v, v) for v in versions]
+
+
 class ScaleForm(ApiForm):
     """``POST .../set-size`` ``{"node_count": n}``."""
 

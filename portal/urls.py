@@ -17,6 +17,7 @@ urlpatterns = [
     path("clusters", clusters.cluster_list, name="cluster-list"),
     path("clusters/new", clusters.cluster_create, name="cluster-create"),
     path(CLUSTER, clusters.cluster_detail, name="cluster-detail"),
+    path(CLUSTER + "/upgrade", clusters.cluster_upgrade, name="cluster-upgrade"),
     path(CLUSTER + "/delete", clusters.cluster_delete, name="cluster-delete"),
     path(CLUSTER + "/nodepools/new", clusters.nodepool_create, name="nodepool-create"),
     path(POOL, clusters.nodepool_detail, name="nodepool-detail"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -98,6 +99,12 @@ def money(costs: Any) -> str:
     if not costs:
         return "—"
     return " + ".join(f"{amount:,f} {currency}" for currency, amount in sorted(costs.items()))
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """A JSON value as compact JSON text (audit before/after)."""
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
 
 
 @register.filter

@@ -20,9 +20,10 @@ from billing.usage import cluster_usage
 from catalog.models import GpuModel
 from catalog.services import supported_kubernetes_versions
 from clusters import services as cluster_services
-from clusters.api.serializers import ClusterCreateSerializer
+from clusters.api.serializers import ClusterCreateSerializer, ClusterUpdateSerializer
 from clusters.choices import GONE_PHASES, TRANSITIONAL_PHASES, Phase
 from clusters.models import Cluster, Operation
+from clusters.versions import available_upgrades
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
 from nodepools import services as pool_services
@@ -33,7 +34,14 @@ from nodepools.models import Node, NodePool
 from nodepools.scaling import set_node_pool_size
 from nvke.scoping import get_scoped_or_404, scope_queryset
 from portal.access import require_write, tenant_page
-from portal.forms import ClusterForm, IsolationForm, NodePoolForm, ScaleForm, validate_with
+from portal.forms import (
+    ClusterForm,
+    IsolationForm,
+    NodePoolForm,
+    ScaleForm,
+    UpgradeForm,
+    validate_with,
+)
 from portal.queries import region_gpu_models
 
 from .common import call_service, is_htmx
@@ -137,12 +145,47 @@ def cluster_detail(request: HttpRequest, cluster_id) -> HttpResponse:
         return render(request, "portal/partials/cluster_live.html", context)
     now = timezone.now()
     context["usage"] = cluster_usage(cluster.id, cluster.created_at, now, now).as_dict()
+    context["upgrades"] = [] if context["gone"] else _upgrades(cluster)
     context["kubeconfig_url"] = (
         reverse("clusters:cluster-kubeconfig", args=[cluster.id])
         if cluster.kubeconfig_encrypted and cluster.phase not in GONE_PHASES
         else None
     )
     return render(request, "portal/cluster_detail.html", context)
+
+
+def _upgrades(cluster: Cluster) -> list[str]:
+    return available_upgrades(cluster.control_plane_version or cluster.kubernetes_version)
+
+
+@tenant_page
+def cluster_upgrade(request: HttpRequest, cluster_id) -> HttpResponse:
+    """Confirm and start a control plane upgrade (``update_cluster``: UPGRADE_CONTROL_PLANE)."""
+    cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    form = UpgradeForm(request.POST or None, versions=_upgrades(cluster))
+    if request.method == "POST" and form.is_valid():
+        body = {"kubernetes_version": form.cleaned_data["kubernetes_version"]}
+        data = call_service(form, validate_with, ClusterUpdateSerializer, body)
+        op = (
+            call_service(
+                form,
+                cluster_services.update_cluster,
+                principal=request.principal,
+                cluster=cluster,
+                kubernetes_version=data.get("kubernetes_version"),
+            )
+            if data is not None
+            else None
+        )
+        if op is not None:
+            target = body["kubernetes_version"]
+            messages.success(
+                request, f"Cluster {cluster.name}: control plane upgrade to {target} started."
+            )
+            return redirect("portal:cluster-detail", cluster.id)
+    return render(request, "portal/cluster_upgrade.html", {"cluster": cluster, "form": form})
 
 
 @tenant_page

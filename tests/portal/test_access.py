@@ -28,6 +28,7 @@ PAGES = {
     "portal:cluster-list": "tenant-list",
     "portal:cluster-create": "tenant-list",
     "portal:cluster-detail": "tenant",
+    "portal:cluster-upgrade": "tenant",
     "portal:cluster-delete": "tenant",
     "portal:nodepool-create": "tenant",
     "portal:nodepool-detail": "tenant",
@@ -108,6 +109,7 @@ def tenant_urls(ids: dict) -> dict[str, str]:
     c, p, n = ids["cluster"], ids["pool"], ids["node"]
     return {
         "portal:cluster-detail": f"/clusters/{c}",
+        "portal:cluster-upgrade": f"/clusters/{c}/upgrade",
         "portal:cluster-delete": f"/clusters/{c}/delete",
         "portal:nodepool-create": f"/clusters/{c}/nodepools/new",
         "portal:nodepool-detail": f"/clusters/{c}/nodepools/{p}",
@@ -176,7 +178,12 @@ def test_a_viewer_reads_every_page_but_every_change_answers_403(viewer_client, w
     page = viewer_client.get(urls["portal:cluster-detail"]).content.decode()
     assert "Delete…" not in page and "Add node pool" not in page and "kubeconfig" not in page
     assert viewer_client.get("/clusters/new").status_code == 403
-    for name in ("portal:cluster-delete", "portal:nodepool-create", "portal:nodepool-delete"):
+    for name in (
+        "portal:cluster-upgrade",
+        "portal:cluster-delete",
+        "portal:nodepool-create",
+        "portal:nodepool-delete",
+    ):
         assert viewer_client.get(urls[name]).status_code == 403, name
         assert viewer_client.post(urls[name]).status_code == 403, name
     assert viewer_client.post(urls["portal:nodepool-scale"], {"node_count": 3}).status_code == 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -203,3 +204,36 @@ def test_the_operator_also_sees_every_tenants_clusters_in_the_portal(
     assert 'data-cluster="alpha"' in html and 'data-cluster="beta"' in html
     assert "<td>tenant-a</td>" in html and "<td>tenant-b</td>" in html
     assert Client().login(username="ops", password=PASSWORD)
+
+
+def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_path):
+    from django.core.management import call_command
+
+    from billing.models import Price
+    from fleet.models import Gpu, Host
+    from tenants.models import Membership
+
+    out = io.StringIO()
+    call_command("portal_demo", "--data-dir", str(tmp_path), stdout=out)
+    call_command("portal_demo", "--data-dir", str(tmp_path), stdout=out)  # idempotent
+    assert "login demo exists (password unchanged)" in out.getvalue()
+    hosts = Host.objects.filter(hostname__startswith="sim-h100-").order_by("hostname")
+    assert [(h.hostname, h.zone, h.region, h.gpu_count) for h in hosts] == [
+        ("sim-h100-01", "us-east-1a", "us-east-1", 8),
+        ("sim-h100-02", "us-east-1a", "us-east-1", 8),
+    ]
+    assert Gpu.objects.filter(host__in=hosts).count() == 16
+    assert {p.gpu_model_id: p.hourly_rate for p in Price.objects.all()} == {
+        "h100-sxm5-80gb": Decimal("2.5"),
+        "a100-sxm4-80gb": Decimal("1.8"),
+        "a10g": Decimal("0.75"),
+        "t4": Decimal("0.35"),
+    }
+    demo = Membership.objects.get(user__username="demo")
+    assert (demo.tenant.name, demo.role) == ("demo", "owner")
+    for login, landing in (("operator", "/console/"), ("demo", "/clusters")):
+        password = tmp_path / f"portal-{login}-password"
+        client = Client()
+        assert client.login(username=login, password=password.read_text().strip())
+        assert client.get("/")["Location"] == landing
+    assert oct((tmp_path / "portal-demo-password").stat().st_mode)[-3:] == "600"

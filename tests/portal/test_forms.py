@@ -328,3 +328,24 @@ def test_the_cluster_list_polls_its_rows(alice_client, cluster):
     rows = alice_client.get("/clusters?fragment=rows", HTTP_HX_REQUEST="true").content.decode()
     assert rows.startswith('<tbody id="cluster-rows"')
     assert '<tr data-cluster="llm">' in rows and "RUNNING" in rows
+
+
+def test_the_control_plane_upgrade_offers_the_next_minor_and_starts_an_operation(
+    alice_client, cluster
+):
+    """1.36 -> 1.37: supported on the catalog's snapshot day, one minor at a time."""
+    from clusters.models import Cluster, Operation
+
+    detail = alice_client.get(f"/clusters/{cluster.id}").content.decode()
+    assert "upgrade available: 1.37" in detail
+    page = alice_client.get(f"/clusters/{cluster.id}/upgrade").content.decode()
+    assert options(page, "kubernetes_version") == ["1.37"]
+    skip = alice_client.post(f"/clusters/{cluster.id}/upgrade", {"kubernetes_version": "1.39"})
+    message, code = error_of(skip.content.decode(), "kubernetes_version")
+    assert code == "unsupported_kubernetes_version" and "1.39" in message
+    assert Cluster.objects.get(pk=cluster.pk).kubernetes_version == "1.36"
+    done = alice_client.post(f"/clusters/{cluster.id}/upgrade", {"kubernetes_version": "1.37"})
+    assert done.status_code == 302
+    assert Cluster.objects.get(pk=cluster.pk).kubernetes_version == "1.37"
+    op = Operation.objects.get(target_id=cluster.id, type="UPGRADE_CONTROL_PLANE")
+    assert op.requested_by == "user:alice"

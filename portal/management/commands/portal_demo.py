@@ -1,0 +1,119 @@
+"""``manage.py portal_demo``: what a person needs to try the portal on a fresh ``make run``.
+
+* an operator login (``operator``, a Django superuser: console and ``/admin/``) and an owner
+  login (``demo``) of the ``demo`` tenant ``seed_demo`` made; their passwords are written to
+  ``DATA_DIR/portal-operator-password`` and ``DATA_DIR/portal-demo-password`` (mode 0600)
+  unless ``--password`` is given;
+* SIMULATED H100 hosts (``--h100-hosts``, default 2, 8 x H100-SXM5-80GB each, zone
+  ``us-east-1a``, named ``sim-h100-NN``, GPU UUIDs ``GPU-sim-…``): no real H100
+  ``nvidia-smi -q -x`` capture is vendored, so, like the tests' ``make_host``, these are rows
+  shaped like an imported host, with no agent;
+* demo list prices for the catalog models that have none (:data:`DEMO_PRICES`, USD per
+  GPU-hour, labelled as demo prices: made up, not anyone's real price).
+
+Idempotent: a second run keeps existing users (and their passwords), hosts and prices.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from billing.models import Price
+from billing.prices import set_price
+from catalog.models import GpuModel
+from fleet.models import Gpu, Host, region_of_zone
+from tenants.choices import Role
+from tenants.models import Membership, Tenant
+
+#: made-up USD list prices per GPU-hour for the demo (NOT real prices of anyone)
+DEMO_PRICES = {
+    "h100-sxm5-80gb": Decimal("2.50"),
+    "a100-sxm4-80gb": Decimal("1.80"),
+    "a10g": Decimal("0.75"),
+    "t4": Decimal("0.35"),
+}
+H100 = "h100-sxm5-80gb"
+
+
+class Command(BaseCommand):
+    help = "Portal logins, simulated H100 hosts and demo prices for trying the portal."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--data-dir", default=".nvke")
+        parser.add_argument("--password", help="password of both logins (default: random)")
+        parser.add_argument("--h100-hosts", type=int, default=2)
+        parser.add_argument("--zone", default="us-east-1a")
+        parser.add_argument("--tenant", default="demo")
+
+    def handle(self, *args, data_dir: str, password, h100_hosts: int, zone: str, **options):
+        root = Path(data_dir).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        tenant, _ = Tenant.objects.get_or_create(name=options["tenant"])
+        self._user(root / "portal-operator-password", "operator", password, staff=True)
+        demo = self._user(root / "portal-demo-password", "demo", password)
+        Membership.objects.get_or_create(user=demo, tenant=tenant, defaults={"role": Role.OWNER})
+        for n in range(1, h100_hosts + 1):
+            self._h100(f"sim-h100-{n:02d}", zone)
+        for slug, rate in DEMO_PRICES.items():
+            if GpuModel.objects.filter(slug=slug).exists() and not Price.objects.filter(
+                gpu_model_id=slug, tenant__isnull=True
+            ):
+                set_price(
+                    gpu_model=slug,
+                    hourly_rate=rate,
+                    effective_from=datetime(2020, 1, 1, tzinfo=UTC),
+                    label="demo list price (made up)",
+                )
+                self.stdout.write(f"demo list price {slug}: {rate} USD / GPU-hour")
+        self.stdout.write(self.style.SUCCESS("portal demo ready: log in at /login"))
+
+    def _user(self, path: Path, username: str, password: str | None, *, staff: bool = False):
+        User = get_user_model()
+        user = User.objects.filter(username=username).first()
+        if user is not None:
+            self.stdout.write(f"login {username} exists (password unchanged)")
+            return user
+        password = password or secrets.token_urlsafe(12)
+        if staff:
+            user = User.objects.create_superuser(username=username, password=password)
+        else:
+            user = User.objects.create_user(username=username, password=password)
+        path.write_text(password + "\n")
+        path.chmod(0o600)
+        self.stdout.write(f"login {username}: password in {path}")
+        return user
+
+    @transaction.atomic
+    def _h100(self, hostname: str, zone: str) -> None:
+        if Host.objects.filter(hostname=hostname).exists():
+            return
+        model = GpuModel.objects.get(slug=H100)
+        host = Host.objects.create(
+            hostname=hostname,
+            zone=zone,
+            region=region_of_zone(zone),
+            gpu_model=model,
+            gpu_count=8,
+            warnings=["SIMULATED host (manage.py portal_demo): no agent, no real capture"],
+        )
+        Gpu.objects.bulk_create(
+            Gpu(
+                uuid=f"GPU-sim-{uuid.uuid4()}",
+                host=host,
+                index=i,
+                pci_bus_id=f"00000000:{i + 1:02X}:00.0",
+                gpu_model=model,
+                product_name=(model.product_names or [model.name])[0],
+                memory_total_bytes=(model.memory_mib or 0) * 2**20 or None,
+            )
+            for i in range(8)
+        )
+        self.stdout.write(f"SIMULATED host {hostname}: 8 x {H100} in {zone}")
