@@ -55,6 +55,12 @@ DRIVER_REPOSITORY = "nvcr.io/nvidia"
 DRIVER_IMAGE = "driver"
 
 
+def label_safe(profile: str) -> str:
+    """A MIG profile name usable in a Kubernetes label value: ``+`` (not allowed there, label
+    values are ``[A-Za-z0-9._-]``) becomes ``.``, as mig-parted writes ``all-1g.10gb.me``."""
+    return profile.replace("+", ".")
+
+
 def product_label(product_name: str) -> str:
     """GFD's ``nvidia.com/gpu.product`` value: the NVML name with blanks replaced by '-'."""
     return "-".join(product_name.split())
@@ -184,12 +190,15 @@ def _product_labels(plan: IsolationPlan, product: str) -> dict[str, str]:
     if plan.sharing:
         labels["nvidia.com/gpu.replicas"] = str(plan.sharing[1])
     if plan.mig_strategy == "single":
-        labels["nvidia.com/gpu.product"] = f"{product}-MIG-{plan.mig_placements[0].profile}{shared}"
+        profile = label_safe(plan.mig_placements[0].profile)
+        labels["nvidia.com/gpu.product"] = f"{product}-MIG-{profile}{shared}"
     else:
         labels["nvidia.com/gpu.product"] = f"{product}{shared}"
     if plan.mig_strategy == "mixed":
         for name in plan.mig_devices:
-            labels[f"nvidia.com/mig-{resource_suffix(name)}.product"] = f"{product}-MIG-{name}"
+            labels[f"nvidia.com/mig-{resource_suffix(name)}.product"] = (
+                f"{product}-MIG-{label_safe(name)}"
+            )
     return labels
 
 

@@ -188,3 +188,30 @@ def test_cancelling_an_upgrade_stops_it(owner, pool):
     body = owner.get(url(pool)).json()
     assert body["phase"] == "RUNNING"
     assert {n["phase"] for n in body["nodes"]} == {"READY"}
+
+
+@pytest.mark.parametrize(
+    "isolation",
+    [
+        {"mode": "mig", "mig_layout": {"1g.12gb+me": 1, "3g.47gb": 1}},
+        {"mode": "mig", "mig_profile": "1g.12gb+me"},
+    ],
+)
+def test_media_extension_profiles_render_valid_label_values(catalog, isolation):
+    """A review found ``…-MIG-1g.12gb+me`` in a label value: '+' is not allowed there, and
+    kubelet refuses to start with an invalid --node-labels value."""
+    import re
+
+    from catalog.models import GpuModel
+    from nodepools.gpu_config import render_gpu_config
+
+    config = render_gpu_config(
+        gpu_model=GpuModel.objects.get(slug="h100-nvl-94gb"),
+        gpus_per_node=1,
+        isolation=isolation,
+        pool_name="p",
+    )
+    value = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+    bad = {k: v for k, v in config["labels"].items() if len(v) > 63 or not value.fullmatch(v)}
+    assert bad == {}
+    assert "1g.12gb.me" in " ".join(config["labels"].values())
