@@ -31,15 +31,14 @@ carries the pending scrubs of the host (:func:`fleet.hygiene.pending_scrub_comma
 
 from __future__ import annotations
 
-import io
+import json
 import math
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from . import conf, health, hygiene, metrics, topology
@@ -138,10 +137,10 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     seq = _seq(body)
     if str(body.get("host_id", host.id)) != str(host.id):
         raise InvalidReport("host_id", "host_id does not match the credential's host")
-    gpus = _host_gpus(host)
+    inventory = body.get("inventory")
+    gpus = _host_gpus(host, fresh=isinstance(inventory, dict))
     parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
     events = _events(host, seq, body.get("events") or [], now)
-    inventory = body.get("inventory")
     skew = _clock_skew(body.get("sent_at"), now)
     rejected = sum(parsed.rejections.values())
 
@@ -161,6 +160,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         warnings = None
         if isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list):
             warnings = _apply_inventory(host, inventory, gpus, now)
+            _GPU_CACHE.pop(host.id, None)  # MIG devices or missing flags may have changed
         if body.get("scrub_results"):
             hygiene.apply_scrub_results(host, body["scrub_results"], now)
         if body.get("diagnostics"):
@@ -175,9 +175,9 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             warnings = _with_warning(
                 warnings if warnings is not None else host.warnings, "agent clock:", None
             )
-        _update_host(host, body, seq, warnings, now)
+        scrubs_pending = _update_host(host, body, seq, warnings, now)
         health.host_reported(host, now)
-        commands = hygiene.pending_scrub_commands(host, now)
+        commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []
     metrics.REPORTS.labels(outcome="stored").inc()
     metrics.SAMPLES.labels(outcome="stored").inc(len(parsed.rows))
     if rejected:
@@ -221,7 +221,26 @@ class _HostGpus:
     rows: list[dict[str, Any]]
 
 
-def _host_gpus(host: Host) -> _HostGpus:
+#: host id -> (monotonic time read, its GPUs): the GPU set of a host only changes at import,
+#: so a report can validate its samples against a copy a few seconds old; the inventory path
+#: (which changes MIG devices and missing flags) always reads afresh and refreshes the copy.
+_GPU_CACHE: dict[Any, tuple[float, _HostGpus]] = {}
+GPU_CACHE_TTL_S = 10.0
+
+
+def _host_gpus(host: Host, *, fresh: bool = False) -> _HostGpus:
+    now = time.monotonic()
+    cached = _GPU_CACHE.get(host.id)
+    if not fresh and cached is not None and now - cached[0] < GPU_CACHE_TTL_S:
+        return cached[1]
+    gpus = _read_host_gpus(host)
+    if len(_GPU_CACHE) > 10_000:
+        _GPU_CACHE.clear()
+    _GPU_CACHE[host.id] = (now, gpus)
+    return gpus
+
+
+def _read_host_gpus(host: Host) -> _HostGpus:
     rows = list(
         Gpu.objects.filter(host=host).values(
             "id", "uuid", "index", "mig_devices", "missing_since", "health", "health_reason"
@@ -235,6 +254,23 @@ def _host_gpus(host: Host) -> _HostGpus:
     return _HostGpus(frozenset(r["uuid"] for r in rows), mig, rows)
 
 
+_NAMES = tuple(name for name, _kind in NUMERIC_FIELDS)
+_KINDS = tuple(kind for _name, kind in NUMERIC_FIELDS)
+_INF = (math.inf, -math.inf)
+
+
+def _number(value: Any, kind: type, where: str, name: str) -> int | float:
+    """The slow path of :func:`_sample_rows`: convert or refuse one measurement."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidReport(where, f"{name} must be a finite number or null")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidReport(where, f"{name} must be a finite number or null")
+    converted = kind(value)
+    if kind is int and not -_INT64 <= converted <= _INT64:
+        raise InvalidReport(where, f"{name} is out of range")
+    return converted
+
+
 def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime) -> _Parsed:
     if not isinstance(samples, list):
         raise InvalidReport("samples", "samples must be a list")
@@ -245,33 +281,40 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
     seen: set[tuple[str, int | None, datetime]] = set()
     deduplicated = 0
     host_id = host.id
+    known, mig_uuids = gpus.uuids, gpus.mig_uuids
     min_ts = max_ts = None
     for i, sample in enumerate(samples):
-        if not isinstance(sample, dict):
+        # The hot loop of ingestion (every sample of every report): type checks first, the
+        # conversions and error messages only for what is not already the right type.
+        if type(sample) is not dict:
             raise InvalidReport(f"samples[{i}]", "each sample must be an object")
-        ts = _parse_ts(sample.get("ts"), f"samples[{i}].ts")
-        uuid = sample.get("gpu_uuid")
-        gi = sample.get("mig_gpu_instance_id")
-        if gi is not None and (not isinstance(gi, int) or isinstance(gi, bool)):
+        get = sample.get
+        raw_ts = get("ts")
+        try:
+            ts = datetime.fromisoformat(raw_ts) if type(raw_ts) is str else None
+        except ValueError:
+            ts = None
+        if ts is None or ts.tzinfo is None:
+            raise InvalidReport(f"samples[{i}].ts", "timestamps must be RFC 3339 with a UTC offset")
+        if ts.utcoffset():
+            ts = ts.astimezone(UTC)
+        uuid = get("gpu_uuid")
+        gi = get("mig_gpu_instance_id")
+        if gi is not None and type(gi) is not int:
             raise InvalidReport(f"samples[{i}].mig_gpu_instance_id", "must be an integer or null")
-        values = []
-        for name, kind in NUMERIC_FIELDS:
-            value = sample.get(name)
-            if value is not None:
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, int | float)
-                    or (isinstance(value, float) and not math.isfinite(value))
-                ):
-                    raise InvalidReport(
-                        f"samples[{i}].{name}", f"{name} must be a finite number or null"
-                    )
-                value = kind(value)
-                if kind is int and not -_INT64 <= value <= _INT64:
-                    raise InvalidReport(f"samples[{i}].{name}", f"{name} is out of range")
-            values.append(value)
-        if uuid not in gpus.uuids:
-            parent = gpus.mig_uuids.get(uuid) if isinstance(uuid, str) else None
+        values = [get(name) for name in _NAMES]
+        for j, value in enumerate(values):
+            if value is None:
+                continue
+            kind = _KINDS[j]
+            if type(value) is kind and (
+                (kind is float and value not in _INF and value == value)  # finite (not NaN)
+                or (kind is int and -_INT64 <= value <= _INT64)
+            ):
+                continue
+            values[j] = _number(value, kind, f"samples[{i}].{_NAMES[j]}", _NAMES[j])
+        if uuid not in known:
+            parent = mig_uuids.get(uuid) if type(uuid) is str else None
             if parent is None:
                 rejections[UNKNOWN_GPU] = rejections.get(UNKNOWN_GPU, 0) + 1
                 continue
@@ -346,8 +389,6 @@ def _claim_report(
     now: datetime,
 ) -> int | None:
     """Insert the ``(host, seq)`` row; None when it exists (a duplicate)."""
-    import json
-
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -385,36 +426,46 @@ def _first_ack(host: Host, seq: int) -> Ack:
         )
         stored, rejected, deduplicated, rejections = cursor.fetchone()
     if isinstance(rejections, str):
-        import json
-
         rejections = json.loads(rejections)
     return Ack(seq, True, stored, rejected, deduplicated, rejections or {}, [])
 
 
-def _copy_value(value: Any) -> str:
-    if value is None:
-        return "\\N"
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
+#: PostgreSQL types of SAMPLE_COLUMNS, for binary COPY
+SAMPLE_TYPES = (
+    "timestamptz",
+    "uuid",
+    "varchar",
+    "int4",
+    "float8",
+    "float8",
+    "int8",
+    "int8",
+    "int8",
+    "int8",
+    "float8",
+    "int8",
+    "int8",
+    "int4",
+    "int4",
+    "int8",
+    "int8",
+)
 
 
 def copy_samples(rows: list[tuple]) -> None:
-    """COPY rows (in :data:`SAMPLE_COLUMNS` order) into ``fleet_gpusample`` (text format).
+    """COPY rows (in :data:`SAMPLE_COLUMNS` order) into ``fleet_gpusample``.
 
-    Values are numbers, UUIDs, aware datetimes and GPU UUIDs (``GPU-…``/hex and ``-`` only,
-    checked against the host's GPUs before they get here), so no escaping is needed.
+    Binary COPY with the column types declared (psycopg 3's C row writer): the fastest path
+    psycopg offers, and no text escaping to get wrong.
     """
-    buffer = io.StringIO()
-    write = buffer.write
-    for row in rows:
-        write("\t".join(map(_copy_value, row)))
-        write("\n")
     columns = ", ".join(SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
         raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
-        with raw.copy(f"COPY fleet_gpusample ({columns}) FROM STDIN") as copy:
-            copy.write(buffer.getvalue())
+        with raw.copy(f"COPY fleet_gpusample ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(SAMPLE_TYPES)
+            write_row = copy.write_row
+            for row in rows:
+                write_row(row)
 
 
 def _with_warning(warnings: list[str], prefix: str, text: str | None) -> list[str]:
@@ -510,15 +561,25 @@ def _apply_inventory(
 
 def _update_host(
     host: Host, body: dict[str, Any], seq: int, warnings: list[str] | None, now: datetime
-) -> None:
-    fields: dict[str, Any] = {"last_seen_at": now}
-    if seq > host.last_report_seq:
-        fields["last_report_seq"] = Greatest(F("last_report_seq"), Value(seq))
+) -> bool:
+    """Liveness, versions and warnings of the host, in one UPDATE that also answers whether a
+    scrub of its GPUs is waiting for the agent (so most reports need no extra query)."""
+    sets = ["last_seen_at = %s", "last_report_seq = GREATEST(last_report_seq, %s)"]
+    params: list[Any] = [now, seq]
     for key in ("driver_version", "cuda_version", "agent_version"):
         value = body.get(key)
         limit = 16 if key == "cuda_version" else 32
         if isinstance(value, str) and value and value[:limit] != getattr(host, key):
-            fields[key] = value[:limit]
+            sets.append(f"{key} = %s")
+            params.append(value[:limit])
     if warnings is not None and warnings != host.warnings:
-        fields["warnings"] = warnings
-    Host.objects.filter(pk=host.pk).update(**fields)
+        sets.append("warnings = %s::jsonb")
+        params.append(json.dumps(warnings))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE fleet_host SET {', '.join(sets)} WHERE id = %s RETURNING EXISTS ("
+            "SELECT 1 FROM fleet_gpuscrub WHERE host_id = %s AND status = 'PENDING')",
+            [*params, host.id, host.id],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])

@@ -22,6 +22,7 @@ from nvke.errors import ApiError, InvalidInput
 from nvke.parsers import SafeJSONParser
 from tenants.permissions import IsOperator
 
+from .parsers import OrjsonParser
 from .serializers import (
     AgentRegisterSerializer,
     CordonSerializer,
@@ -265,6 +266,7 @@ class AgentReportView(APIView):
 
     authentication_classes = [HostCredentialAuthentication]
     permission_classes = [IsAgent]
+    parser_classes = [OrjsonParser]
 
     @extend_schema(request=dict, responses={200: dict})
     def post(self, request):
