@@ -1,7 +1,7 @@
 """Screenshots of the main portal and console pages, taken by the same browser as the browser
 test (Debian's Chromium through Playwright) on a live server with a lived-in history.
 
-``NVKE_SCREENSHOTS=docs/screenshots pytest tests/portal/test_screenshots.py`` refreshes the
+``NVKE_SCREENSHOTS=docs/screenshots pytest tests/portal/test_portal_screenshots.py`` refreshes the
 PNGs the README shows; without the variable they go to the test's tmp dir.
 
 The scene: two tenants; H100 hosts are SIMULATED (``make_host``), the A100, A10G and T4 hosts
