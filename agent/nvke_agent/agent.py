@@ -13,7 +13,12 @@ One thread does both, on two clocks:
 Report body (wire format, field names fixed with the server)::
 
     {"host_id", "seq", "agent_version", "source", "sent_at", "driver_version", "cuda_version",
-     "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...]}
+     "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...],
+     "scrub_results": [...] (when some finished), "diagnostics": {...} (once, when run)}
+
+Commands on an acknowledgement (scrubs) run on a background thread
+(:class:`nvke_agent.commands.CommandRunner`); their results ride on the next report. DCGM
+diagnostics (``diagnostics`` callable) run once at start, also in the background.
 
 ``inventory`` is included in the first report after start, then every ``inventory_every``-th
 report, and whenever it differs from the last one sent. ``host_id`` and ``sent_at`` are
@@ -37,6 +42,7 @@ from typing import Any
 
 from nvke_agent import __version__
 from nvke_agent.client import Ack, ApiClient, Backoff, Refused, RetryLater, Unauthorized
+from nvke_agent.commands import CommandRunner, simulated_scrub
 from nvke_agent.sources.base import Event, Inventory, Sample, Source, SourceError, format_ts
 from nvke_agent.spool import Spool
 from nvke_agent.state import StateStore
@@ -68,6 +74,7 @@ class Agent:
         max_samples_per_report: int = DEFAULT_MAX_SAMPLES_PER_REPORT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        diagnostics: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -88,11 +95,33 @@ class Agent:
         self._last_inventory_key: str | None = None
         self._driver_version: str | None = None
         self._cuda_version: str | None = None
+        scrub = getattr(source, "scrub", None) or (lambda c: simulated_scrub(c, source.name))
+        self.commands = CommandRunner(scrub)
+        self._diagnostics: list[dict[str, Any]] = []
+        if diagnostics is not None:
+            threading.Thread(
+                target=self._run_diagnostics, args=(diagnostics,), name="nvke-diag", daemon=True
+            ).start()
+
+    def _run_diagnostics(self, diagnostics: Callable[[], dict[str, Any] | None]) -> None:
+        try:
+            result = diagnostics()
+        except Exception:  # diagnostics are best effort; they never stop the agent
+            log.exception("diagnostics failed")
+            return
+        if result is not None:
+            self._diagnostics.append(result)
 
     # --- the loop -------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Loop until stopped, exhausted or ``max_reports``; returns the process exit status."""
+        try:
+            return self._loop()
+        finally:
+            self.commands.close()
+
+    def _loop(self) -> int:
         producing = True
         next_collect = self._monotonic()
         next_send = next_collect
@@ -177,12 +206,18 @@ class Agent:
             for i in range(0, len(samples), self.max_samples_per_report)
         ] or [[]]
         seqs = []
+        scrub_results = self.commands.take_results()
+        diagnostics = self._diagnostics.pop() if self._diagnostics else None
         for position, chunk in enumerate(chunks):
             body = self._body(
                 inventory=self._inventory_to_send(inventory),
                 samples=chunk,
                 events=events if position == 0 else [],
             )
+            if position == 0 and scrub_results:
+                body["scrub_results"] = scrub_results
+            if position == 0 and diagnostics is not None:
+                body["diagnostics"] = diagnostics
             seq = self.store.allocate_seq()  # persisted before the body is written
             body["seq"] = seq
             self.spool.put(seq, body)
@@ -271,6 +306,8 @@ class Agent:
                 return RetryLater(f"acknowledgement for the wrong seq {outcome.seq}")
             self.spool.ack(seq)
             self.batches_acked += 1
+            if outcome.commands and self.commands.submit(outcome.commands):
+                log.info("the API asked for %d command(s)", len(outcome.commands))
             log.info(
                 "batch seq=%d acknowledged%s",
                 seq,

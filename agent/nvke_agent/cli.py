@@ -2,7 +2,10 @@
 
 Every option can also come from the environment: ``--state-dir`` is ``NVKE_STATE_DIR``,
 ``--bootstrap-token`` is ``NVKE_BOOTSTRAP_TOKEN`` and so on (``NVKE_`` + the option name in
-upper case with ``_`` for ``-``); flags take ``1``/``true``/``yes``. The command line wins.
+upper case with ``_`` for ``-``); flags take ``1``/``true``/``yes``. And from a TOML file given
+by ``--config FILE`` (or ``NVKE_CONFIG``), with the option names as keys (``state-dir`` or
+``state_dir``; flags as booleans). The command line wins over the environment, which wins over
+the file.
 
 Exit status: 0 done (or stopped by SIGTERM/SIGINT), 1 refused by the API (bad bootstrap token,
 401 on reports) or unusable state, 2 bad usage or a source that cannot start (for ``nvml``
@@ -26,6 +29,7 @@ from typing import Any
 from nvke_agent import __version__
 from nvke_agent.agent import Agent
 from nvke_agent.client import ApiClient, Backoff, RegistrationRefused, Stopped
+from nvke_agent.commands import dcgm_diagnostics
 from nvke_agent.jsonlog import setup_logging
 from nvke_agent.record import record
 from nvke_agent.sources import SOURCE_NAMES, Source, SourceUnavailable, open_source
@@ -43,7 +47,13 @@ _TRUE = {"1", "true", "yes", "on"}
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nvke-agent`` console script; returns the exit status."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = load_config(_config_path(argv))
+    except ConfigError as exc:
+        _say(str(exc))
+        return EXIT_USAGE
+    parser = build_parser(config)
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     try:
@@ -53,6 +63,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_REFUSED
 
 
+# --- configuration file -----------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """The configuration file cannot be read."""
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("NVKE_CONFIG") or None
+
+
+def load_config(path: str | None) -> dict[str, Any]:
+    """The TOML file's settings as ``{option-name: value}`` (``{}`` without a file)."""
+    if not path:
+        return {}
+    import tomllib
+
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read the configuration file {path}: {exc}") from exc
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict | list):
+            raise ConfigError(f"{path}: {key} must be a plain value, not a table or list")
+        out[key.replace("_", "-")] = value
+    return out
+
+
 # --- parser ---------------------------------------------------------------------------------
 
 
@@ -60,17 +105,27 @@ def _env_name(flag: str) -> str:
     return "NVKE_" + flag.lstrip("-").replace("-", "_").upper()
 
 
+_CONFIG: dict[str, Any] = {}
+
+
 def _option(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
-    """Add ``flag`` with its default (and requiredness) taken from ``NVKE_<FLAG>``."""
+    """Add ``flag`` with its default (and requiredness) taken from ``NVKE_<FLAG>`` or the
+    configuration file (the environment wins)."""
     env = _env_name(flag)
-    value = os.environ.get(env)
+    value: Any = os.environ.get(env)
+    if value is None and flag.lstrip("-") in _CONFIG:
+        value = _CONFIG[flag.lstrip("-")]
+        if isinstance(value, bool) and kwargs.get("action") != "store_true":
+            value = str(value).lower()
     help_text = kwargs.pop("help", "")
     kwargs["help"] = f"{help_text} [env {env}]".strip()
     if kwargs.get("action") == "store_true":
         if value is not None:
-            kwargs["default"] = value.strip().lower() in _TRUE
+            kwargs["default"] = (
+                value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
+            )
     elif value is not None:
-        kwargs["default"] = value  # argparse converts string defaults with `type`
+        kwargs["default"] = str(value)  # argparse converts string defaults with `type`
         kwargs["required"] = False
     parser.add_argument(flag, **kwargs)
 
@@ -98,6 +153,7 @@ def _positive_int(text: str) -> int:
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     _option(parser, "--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--config", help="TOML file of options (names as keys) [env NVKE_CONFIG]")
 
 
 def _add_source_options(parser: argparse.ArgumentParser) -> None:
@@ -114,8 +170,10 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser (exposed for tests and docs)."""
+def build_parser(config: dict[str, Any] | None = None) -> argparse.ArgumentParser:
+    """The argparse parser (exposed for tests and docs); ``config`` is the file's settings."""
+    _CONFIG.clear()
+    _CONFIG.update(config or {})
     parser = argparse.ArgumentParser(
         prog="nvke-agent",
         description="NVKE node agent: reports GPU inventory, telemetry and Xid events.",
@@ -154,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _option(run, "--retry-base-s", type=_positive_float, default=1.0, help="backoff base (s)")
     _option(run, "--retry-cap-s", type=_positive_float, default=60.0, help="backoff cap (s)")
+    _option(
+        run,
+        "--dcgm-diag",
+        type=int,
+        default=0,
+        choices=(0, 1, 2, 3),
+        help="run `dcgmi diag -r N` once at start where DCGM is installed (0: never)",
+    )
     _add_common(run)
     run.set_defaults(handler=cmd_run)
 
@@ -207,18 +273,22 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                     return status
             interval = args.interval or store.state.report_interval_s or DEFAULT_INTERVAL_S
             client = ApiClient(args.server)
+            spool = Spool(args.state_dir, max_bytes=args.spool_max_bytes)
             try:
                 agent = Agent(
                     source=source,
                     client=client,
                     store=store,
-                    spool=Spool(args.state_dir, max_bytes=args.spool_max_bytes),
+                    spool=spool,
                     interval_s=float(interval),
                     backoff=Backoff(
                         base_s=args.retry_base_s, cap_s=max(args.retry_cap_s, args.retry_base_s)
                     ),
                     stop=stop,
                     max_reports=args.max_reports,
+                    diagnostics=(
+                        (lambda: dcgm_diagnostics(args.dcgm_diag)) if args.dcgm_diag else None
+                    ),
                 )
                 log.info(
                     "running",
@@ -234,6 +304,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                 return agent.run()
             finally:
                 client.close()
+                spool.close()
     finally:
         source.close()
 

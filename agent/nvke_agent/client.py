@@ -76,12 +76,13 @@ class Registration:
 
 @dataclass(frozen=True)
 class Ack:
-    """200 on a report."""
+    """200 on a report. ``commands`` are what the server asks the agent to do (scrubs)."""
 
     seq: int | None
     duplicate: bool
     samples_stored: int
     samples_rejected: int
+    commands: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class ApiClient:
                 duplicate=bool(answer.get("duplicate", False)),
                 samples_stored=_int_or_none(answer.get("samples_stored")) or 0,
                 samples_rejected=_int_or_none(answer.get("samples_rejected")) or 0,
+                commands=tuple(c for c in answer.get("commands") or () if isinstance(c, dict)),
             )
         detail, code = _problem(response)
         if status == 401:

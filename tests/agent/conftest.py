@@ -89,6 +89,7 @@ class ApiState:
     failures: list[ScriptedFailure] = field(default_factory=list)  # next answers, any path
     refuse_seqs: dict[int, int] = field(default_factory=dict)  # seq -> final 4xx status
     requests: list[tuple[str, int, int | None]] = field(default_factory=list)  # path, status, seq
+    commands: list[dict[str, Any]] = field(default_factory=list)  # on every ack until cleared
     request_times: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -244,7 +245,13 @@ class _Handler(BaseHTTPRequestHandler):
         samples = 0 if duplicate else len(body.get("samples") or [])
         self._answer(
             200,
-            {"seq": seq, "duplicate": duplicate, "samples_stored": samples, "samples_rejected": 0},
+            {
+                "seq": seq,
+                "duplicate": duplicate,
+                "samples_stored": samples,
+                "samples_rejected": 0,
+                "commands": api.commands,
+            },
         )
         return 200, seq
 

@@ -140,7 +140,8 @@ def test_batches_survive_an_api_outage_and_every_sample_arrives_once(
     assert [r["seq"] for r in reports] == list(range(1, len(reports) + 1))
     assert [e["xid"] for r in reports for e in r["events"]] == [79]
     assert agent.spool.pending() == []
-    assert not list(agent.spool.dir.glob("*.json"))
+    agent.spool.close()
+    assert Spool(tmp_path / "state").pending() == []
 
 
 def test_retry_after_is_honoured(api_server, tmp_path: Path) -> None:
@@ -159,14 +160,17 @@ def test_a_batch_is_kept_on_500_and_deleted_after_200(api_server, tmp_path: Path
     write_replay(replay, gpus=1, steps=1, step_s=1)
     agent = make_agent(api_server, tmp_path, ReplaySource(replay, start=datetime.now(UTC)))
     [seq] = agent.produce()
-    path = agent.spool.dir / f"{seq:012d}.json"
 
     api_server.fail_next(1, 500)
     assert isinstance(agent.send_oldest(), RetryLater)
-    assert path.exists()
+    assert agent.spool.pending() == [seq]
+    agent.spool.close()
+    assert Spool(tmp_path / "state").pending() == [seq]  # on disk, not only in memory
 
     assert agent.send_oldest() == Ack(seq, False, 1, 0)
-    assert not path.exists()
+    assert agent.spool.pending() == []
+    agent.spool.close()
+    assert Spool(tmp_path / "state").pending() == []
     [report] = api_server.reports()
     assert report["seq"] == seq
     assert report["host_id"] == agent.store.state.host_id
@@ -386,13 +390,17 @@ def test_sigterm_finishes_cleanly_and_leaves_unsent_batches_in_the_spool(
         stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     spool_dir = state_dir / "spool"
+
+    def spooled() -> int:  # lines appended so far (read only: the agent owns the spool)
+        return sum(len(p.read_bytes().splitlines()) for p in spool_dir.glob("seg-*.jsonl"))
+
     deadline = time.monotonic() + 20
-    while len(list(spool_dir.glob("*.json"))) < 3 and time.monotonic() < deadline:
+    while spooled() < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0, stderr
-    left = sorted(spool_dir.glob("*.json"))
+    left = Spool(state_dir).pending()
     assert len(left) >= 3
     assert "left in the spool" in stderr
     assert api_server.reports() == []
@@ -404,8 +412,8 @@ def test_sigterm_finishes_cleanly_and_leaves_unsent_batches_in_the_spool(
                      "--interval", "0.01", "--max-reports", "1", *FAST]) == 0  # fmt: skip
     seqs = [r["seq"] for r in api_server.reports()]
     assert seqs == sorted(seqs)
-    assert seqs[: len(left)] == [int(p.stem) for p in left]
-    assert not list(spool_dir.glob("*.json"))
+    assert seqs[: len(left)] == left
+    assert Spool(state_dir).pending() == []
 
 
 @pytest.mark.parametrize("flag", ["--xml", "--replay"])

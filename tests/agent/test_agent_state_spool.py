@@ -74,22 +74,48 @@ def test_drop_counters_accumulate_in_the_state_file(tmp_path: Path) -> None:
 # --- spool ----------------------------------------------------------------------------------
 
 
-def test_batches_are_files_named_by_seq_and_come_back_in_seq_order(tmp_path: Path) -> None:
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_batches_are_appended_to_a_segment_and_come_back_in_seq_order(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
-    for seq in (3, 1, 2):
+    for seq in (1, 2, 3):
         spool.put(seq, _body(seq))
-    assert sorted(p.name for p in spool.dir.glob("*.json")) == [
-        "000000000001.json",
-        "000000000002.json",
-        "000000000003.json",
-    ]
-    assert _mode(spool.dir / "000000000001.json") == 0o600
+    segment = spool.dir / "seg-000000000001.jsonl"
+    assert [p.name for p in spool.dir.glob("seg-*")] == [segment.name]
+    assert _lines(segment) == [_body(1), _body(2), _body(3)]  # one batch per line, in order
+    assert _mode(segment) == 0o600
     assert spool.pending() == [1, 2, 3]
     assert spool.load(2) == _body(2)
     spool.ack(1)
     assert spool.pending() == [2, 3]
-    assert not (spool.dir / "000000000001.json").exists()
+    assert _lines(spool.dir / "done.jsonl") == [{"seq": 1, "how": "acked"}]
+    assert _lines(segment) == [_body(1), _body(2), _body(3)]  # append-only: never rewritten
+    spool.close()
     assert Spool(tmp_path).pending() == [2, 3]  # a restart finds what is left
+
+
+def test_a_segment_is_deleted_once_every_batch_in_it_is_done(tmp_path: Path) -> None:
+    one = len(json.dumps(_body(1), separators=(",", ":"))) + 1
+    spool = Spool(tmp_path, segment_bytes=2 * one)  # two batches per segment
+    for seq in (1, 2, 3, 4, 5):
+        spool.put(seq, _body(seq))
+    assert sorted(p.name for p in spool.dir.glob("seg-*")) == [
+        "seg-000000000001.jsonl",
+        "seg-000000000003.jsonl",
+        "seg-000000000005.jsonl",
+    ]
+    spool.ack(1)
+    spool.ack(3)
+    assert len(list(spool.dir.glob("seg-*"))) == 3
+    spool.ack(2)
+    spool.ack(4)
+    assert [p.name for p in spool.dir.glob("seg-*")] == ["seg-000000000005.jsonl"]
+    spool.close()
+    restarted = Spool(tmp_path)
+    assert restarted.pending() == [5]
+    assert _lines(restarted.dir / "done.jsonl") == []  # compacted: no entry of a gone segment
 
 
 def test_a_body_must_carry_its_seq(tmp_path: Path) -> None:
@@ -97,31 +123,58 @@ def test_a_body_must_carry_its_seq(tmp_path: Path) -> None:
         Spool(tmp_path).put(5, _body(4))
 
 
-def test_a_truncated_batch_is_moved_to_corrupt_and_logged(
+def test_a_last_line_cut_short_by_a_crash_is_kept_aside_and_the_rest_survives(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spool = Spool(tmp_path)
     spool.put(1, _body(1))
     spool.put(2, _body(2))
-    path = spool.dir / "000000000001.json"
-    path.write_bytes(path.read_bytes()[:20])  # what a crash or a full disk can leave
+    spool.close()
+    segment = spool.dir / "seg-000000000001.jsonl"
+    good = segment.read_bytes()
+    torn = json.dumps(_body(3)).encode()[:25]  # the process died in the middle of put(3)
+    segment.write_bytes(good + torn)
 
-    restarted = Spool(tmp_path)
-    assert restarted.pending() == [1, 2]
     with caplog.at_level("ERROR", logger="nvke_agent"):
-        assert restarted.load(1) is None
-    assert "unreadable batch" in caplog.text
-    assert (restarted.corrupt_dir / "000000000001.json").exists()
-    assert restarted.pending() == [2]
+        restarted = Spool(tmp_path)
+    assert "cut short by a crash" in caplog.text
+    assert restarted.pending() == [1, 2]
     assert restarted.load(2) == _body(2)
+    assert segment.read_bytes() == good  # truncated back to the last complete line
+    [kept] = restarted.corrupt_dir.iterdir()
+    assert kept.read_bytes() == torn
+    restarted.put(3, _body(3))  # appending goes on cleanly
+    restarted.close()
+    assert Spool(tmp_path).pending() == [1, 2, 3]
 
 
-def test_a_leftover_temporary_file_is_moved_aside_on_start(tmp_path: Path) -> None:
+def test_a_torn_done_record_means_the_batch_is_sent_again(tmp_path: Path) -> None:
     spool = Spool(tmp_path)
-    (spool.dir / ".000000000007.json.1234.tmp").write_text('{"seq": 7, "sam')
+    spool.put(1, _body(1))
+    spool.put(2, _body(2))
+    spool.ack(1)
+    spool.close()
+    done = spool.dir / "done.jsonl"
+    done.write_bytes(done.read_bytes() + b'{"seq": 2, "ho')  # died while recording the ack of 2
     restarted = Spool(tmp_path)
-    assert restarted.pending() == []
-    assert [p.name for p in restarted.corrupt_dir.iterdir()] == [".000000000007.json.1234.tmp"]
+    # 2 is sent again: the server answers "duplicate" (idempotent on (host, seq))
+    assert restarted.pending() == [2]
+
+
+def test_a_damaged_line_in_the_middle_is_kept_aside_and_the_others_are_read(
+    tmp_path: Path,
+) -> None:
+    spool = Spool(tmp_path)
+    for seq in (1, 2, 3):
+        spool.put(seq, _body(seq))
+    spool.close()
+    segment = spool.dir / "seg-000000000001.jsonl"
+    lines = segment.read_bytes().split(b"\n")
+    lines[1] = b"\x00" * len(lines[1])  # a bad sector
+    segment.write_bytes(b"\n".join(lines))
+    restarted = Spool(tmp_path)
+    assert restarted.pending() == [1, 3]
+    assert len(list(restarted.corrupt_dir.iterdir())) == 1
 
 
 def test_a_refused_batch_is_kept_in_rejected_with_the_reason(tmp_path: Path) -> None:
@@ -133,6 +186,7 @@ def test_a_refused_batch_is_kept_in_rejected_with_the_reason(tmp_path: Path) -> 
     reason = json.loads((spool.rejected_dir / "000000000009.reason.json").read_text())
     assert reason["status"] == 400
     assert reason["detail"] == "invalid_report: bad sample"
+    assert _lines(spool.dir / "done.jsonl") == [{"seq": 9, "how": "rejected"}]
 
 
 def test_over_the_cap_the_oldest_batches_are_dropped_never_the_newest(tmp_path: Path) -> None:
@@ -144,15 +198,18 @@ def test_over_the_cap_the_oldest_batches_are_dropped_never_the_newest(tmp_path: 
     dropped = spool.enforce_cap()
     assert [(d.seq, d.samples) for d in dropped] == [(1, 3), (2, 2)]
     assert spool.pending() == [3]
-    assert sorted(p.name for p in spool.dir.glob("*.json")) == ["000000000003.json"]
+    assert _lines(spool.dir / "done.jsonl") == [
+        {"seq": 1, "how": "dropped"},
+        {"seq": 2, "how": "dropped"},
+    ]
 
 
-def test_the_cap_counts_bytes_on_disk(tmp_path: Path) -> None:
+def test_the_cap_counts_the_bytes_of_pending_batches(tmp_path: Path) -> None:
     spool = Spool(tmp_path, max_bytes=10_000)
     for seq in range(1, 6):
         spool.put(seq, _body(seq, samples=20))
-    size = (spool.dir / "000000000001.json").stat().st_size
-    assert spool.total_bytes == sum(p.stat().st_size for p in spool.dir.glob("*.json"))
+    size = len(json.dumps(_body(1, samples=20), separators=(",", ":"))) + 1
+    assert spool.total_bytes == 5 * size == (spool.dir / "seg-000000000001.jsonl").stat().st_size
     spool.max_bytes = 3 * size
     assert [d.seq for d in spool.enforce_cap()] == [1, 2]
     assert spool.pending() == [3, 4, 5]

@@ -46,12 +46,14 @@ from __future__ import annotations
 
 import logging
 import queue
+import subprocess
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any, TypeVar
 
+from nvke_agent.commands import run_command
 from nvke_agent.sources.base import (
     Event,
     GpuInventory,
@@ -117,6 +119,7 @@ class NvmlSource:
         nvml: ModuleType | Any | None = None,
         xid_events: bool = True,
         event_wait_ms: int = 1000,
+        runner: Callable[[Any], Any] | None = None,
     ) -> None:
         """Initialise NVML; raises :class:`SourceUnavailable` with NVML's message on failure."""
         if nvml is None:
@@ -124,6 +127,7 @@ class NvmlSource:
 
             nvml = pynvml
         self._nvml = nvml
+        self._runner = runner or run_command
         self._field_errors = _classes(nvml, _FIELD_ERROR_NAMES)
         self._node_errors = _classes(nvml, _NODE_ERROR_NAMES)
         try:
@@ -568,6 +572,86 @@ class NvmlSource:
             xid=xid,
             message=message,
         )
+
+    # --- scrub (nvke_agent.commands) -----------------------------------------------------------
+
+    def scrub(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Tear down MIG, reset the GPU and check nothing is left on it (see commands.py).
+
+        The GPU is found by UUID (NVML indexes can differ from the server's record); the steps
+        stop at the first failure. Runs on the command thread: NVML is thread-safe.
+        """
+        nvml = self._nvml
+        uuid = str(command.get("gpu_uuid"))
+        steps: list[dict[str, Any]] = []
+        index = None
+        for i, handle in self._handles():
+            try:
+                if _str(nvml.nvmlDeviceGetUUID(handle)) == uuid:
+                    index = i
+                    break
+            except nvml.NVMLError:
+                continue
+        ok = index is not None
+        if index is None:
+            steps.append({"step": "find_gpu", "status": "failed", "detail": f"{uuid} not found"})
+        for step in command.get("steps") or [] if ok else []:
+            if step == "mig_teardown":
+                result = self._run_steps(
+                    [
+                        ["nvidia-smi", "mig", "-dci", "-i", str(index)],
+                        ["nvidia-smi", "mig", "-dgi", "-i", str(index)],
+                    ],
+                    none_left=("not found", "no compute instance", "no gpu instance"),
+                )
+            elif step == "gpu_reset":
+                result = self._run_steps([["nvidia-smi", "--gpu-reset", "-i", str(index)]])
+            elif step == "memory_clear":
+                result = self._memory_check(index)  # type: ignore[arg-type]
+            else:
+                result = ("skipped", f"unknown step {step!r}")
+            steps.append({"step": step, "status": result[0], "detail": result[1][:500]})
+            if result[0] == "failed":
+                ok = False
+                break
+        return {
+            "scrub_id": command["scrub_id"],
+            "gpu_uuid": uuid,
+            "ok": ok,
+            "executor": "nvke-agent nvml",
+            "steps": steps,
+        }
+
+    def _run_steps(
+        self, commands: list[list[str]], none_left: tuple[str, ...] = ()
+    ) -> tuple[str, str]:
+        details = []
+        for args in commands:
+            try:
+                done = self._runner(args)
+            except (OSError, subprocess.SubprocessError) as exc:
+                return "failed", f"{' '.join(args)}: {exc}"
+            output = (done.stdout + done.stderr).strip()
+            if done.returncode != 0 and not any(t in output.lower() for t in none_left):
+                return "failed", f"{' '.join(args)} exited {done.returncode}: {output[-300:]}"
+            details.append(f"{' '.join(args)}: {output[-120:] or 'ok'}")
+        return "ok", "; ".join(details)
+
+    def _memory_check(self, index: int) -> tuple[str, str]:
+        nvml = self._nvml
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            processes = self._field("processes", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+            memory = self._field("memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+        except nvml.NVMLError as exc:
+            return "failed", f"NVML: {exc}"
+        used = f"{int(memory.used) // 2**20} MiB used" if memory is not None else "memory N/A"
+        if processes is None:
+            return "failed", f"cannot list the processes on the GPU; {used}"
+        if processes:
+            pids = ", ".join(str(getattr(p, "pid", "?")) for p in processes)
+            return "failed", f"processes still on the GPU: {pids}; {used}"
+        return "ok", f"no process on the GPU; {used}"
 
     # --- lifecycle ----------------------------------------------------------------------------
 
