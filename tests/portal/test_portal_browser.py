@@ -5,8 +5,8 @@ A tenant owner logs in, creates a cluster and watches its phase turn RUNNING in 
 polling, no reload), is refused a MIG layout that does not fit an H100 (the reason next to the
 layout field), creates an H100 MIG pool (1g.10gb on every GPU), watches it reach RUNNING,
 downloads the kubeconfig, asks for a usage recomputation and reads GPU-hours and cost. An
-operator cordons a host in the console. ``test_portal_screenshots.py`` takes the README's screenshots
-with the same browser.
+operator cordons a host in the console. ``test_portal_screenshots.py`` takes the README's
+screenshots with the same browser.
 
 The H100 host is SIMULATED infrastructure (``make_host``): no real H100 capture exists here.
 """
