@@ -16,10 +16,12 @@ Where the GPU labels and taints go: in the pool's ``KubeadmConfigTemplate``,
 ``joinConfiguration.nodeRegistration.kubeletExtraArgs`` (``node-labels``) and ``taints``, so
 the kubelet registers the Node with them and the MIG Manager / device plugin see the pool's
 config before any pod can land. ``MachineDeployment.spec.template.metadata.labels`` would not
-do: Cluster API copies Machine labels to the Node only for ``node-role.kubernetes.io/*``,
-``node-restriction.kubernetes.io`` and ``node.cluster.x-k8s.io`` keys (Cluster API book,
-"Metadata propagation"; ``api/core/v1beta2/machine_types.go`` ``NodeRoleLabelPrefix`` …), and
-``spec.template.spec.taints`` is behind a feature gate in recent releases only. The Machine
+do: by default Cluster API copies Machine labels to the Node only for
+``node-role.kubernetes.io/*``, ``node-restriction.kubernetes.io`` and ``node.cluster.x-k8s.io``
+keys (``api/core/v1beta2/machine_types.go`` ``NodeRoleLabelPrefix`` …; more only if its manager
+runs with ``--additional-sync-machine-labels``, which NVKE cannot assume), and
+``spec.template.spec.taints`` (Machine taints) is newer than Cluster API v1.11 and cannot be
+assumed. The Machine
 template carries NVKE's own labels (cluster, pool, GPU model) for selection.
 
 MachineDeployments roll out ``OnDelete``: a changed template (new GPU config, new version)
