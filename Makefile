@@ -29,3 +29,11 @@ lint: install
 
 bench: install
 	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts=
+
+# The soak test: the API is killed for 10 minutes while 5 agents report (and two of them are
+# restarted); not one sample may be lost. `make test` runs the same test with a 30 s outage.
+.PHONY: soak
+soak: install
+	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
+	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
