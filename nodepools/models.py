@@ -112,6 +112,12 @@ class Node(models.Model):
     #: where the node is in an upgrade: "" (steady), ``draining``, ``verifying``,
     #: ``drain-blocked`` (paused: pods that cannot be evicted), plus when its drain started
     upgrade_state = models.CharField(max_length=16, blank=True)
+    #: auto-repair: "" (healthy), ``requested`` (reboot|replace in ``repair_action``),
+    #: ``rebooting``; ``repair_reason`` says why (an Xid and its catalog action, NOT_READY)
+    repair_state = models.CharField(max_length=16, blank=True)
+    repair_action = models.CharField(max_length=16, blank=True)
+    repair_reason = models.CharField(max_length=200, blank=True)
+    repair_requested_at = models.DateTimeField(null=True, blank=True)
     drain_started_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)

@@ -10,10 +10,11 @@ from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
+from fleet.signals import gpu_health_changed, host_state_changed
 from nvke.queueing import enqueue_once
 from tenants.signals import collect_usage
 
-from .models import NodePool
+from .models import Node, NodePool
 from .services import release_pool_quota
 
 
@@ -103,3 +104,41 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
         pool.save(update_fields=["upgrade", "generation", "updated_at"])
         return True
     return False
+
+
+@receiver(gpu_health_changed)
+def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, **kwargs) -> None:
+    """An unhealthy GPU held by a node: mark the node for repair (reboot or replace, by the
+    Xid's catalog action) and wake its pool's reconciler."""
+    from .repair import repair_action_for, request_repair
+    from .tasks import reconcile_nodepool
+
+    if healthy or holder_id is None:
+        return
+    repair = repair_action_for(action)
+    if repair is None:
+        return
+    reason = f"GPU {gpu_uuid}: " + (f"Xid {xid} ({action})" if xid is not None else action)
+    if request_repair(holder_id, action=repair, reason=reason, at=at):
+        pool_id = Node.objects.filter(pk=holder_id).values_list("nodepool_id", flat=True).first()
+        if pool_id:
+            transaction.on_commit(lambda: enqueue_once(reconcile_nodepool, pool_id))
+
+
+@receiver(host_state_changed)
+def follow_host_readiness(sender, host_id, new_state, **kwargs) -> None:
+    """Nodes on a NOT_READY host are NOT_READY (repaired after NVKE_NODE_REPAIR_TIMEOUT_S);
+    back to READY when the host reports again."""
+    from django.utils import timezone
+
+    from .choices import NodePhase
+
+    nodes = Node.objects.filter(host_id=host_id).exclude(phase__in=["DELETING", "DELETED"])
+    if new_state == "NOT_READY":
+        nodes.filter(phase=NodePhase.READY).update(
+            phase=NodePhase.NOT_READY, repair_requested_at=timezone.now()
+        )
+    elif new_state in ("AVAILABLE", "ALLOCATED"):
+        nodes.filter(phase=NodePhase.NOT_READY, repair_state="").update(
+            phase=NodePhase.READY, repair_requested_at=None
+        )

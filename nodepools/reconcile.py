@@ -45,6 +45,7 @@ from nvke.conditions import set_condition
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
+from .repair import step_repair
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
 from .upgrade_steps import step_upgrade, upgrade_surge
@@ -96,7 +97,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     if len(live) > desired:
         # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
         surplus = sorted(live, key=lambda n: (n.created_at, n.name))[desired:]
-        _release_nodes(pool, surplus, now)
+        release_nodes(pool, surplus, now)
         return 0.0
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
@@ -128,6 +129,9 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return min(waits)
     if pool.phase == Phase.DEGRADED and any(n.applied_config == UNKNOWN_CONFIG for n in live):
         return None  # a node's GPUs are in an unknown state: an operator must repair it
+    repairing = step_repair(pool, live, provider, spec, now)
+    if repairing is not None:
+        return repairing
     rolling = _step_rollout(pool, live, provider, spec, now)
     if rolling == STOP:
         return None
@@ -472,7 +476,7 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     nodes = list(pool.nodes.exclude(phase=NodePhase.DELETED))
     if nodes:
         progress_operation(pool.id, stage="releasing-nodes", total=len(nodes), now=now)
-        _release_nodes(pool, nodes, now)
+        release_nodes(pool, nodes, now)
     pool.phase = Phase.DELETED
     pool.deleted_at = now
     pool.observed_generation = pool.generation
@@ -487,7 +491,7 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     return None
 
 
-def _release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
+def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
     """Drain the nodes, delete their machines (GPUs back to the fleet), close their allocation."""
     provider = get_provider(pool.cluster.provider)
     for node in nodes:
@@ -554,7 +558,10 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             Q(observed_generation__lt=F("generation"))
             | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING, Phase.DELETING))
             | Q(cluster__deletion_requested_at__isnull=False)
+            | Q(nodes__phase=NodePhase.NOT_READY)
+            | Q(nodes__repair_state__gt="")
         )
         .exclude(phase__in=(Phase.DELETED, Phase.DELETE_FAILED))
         .values_list("id", flat=True)
+        .distinct()
     )

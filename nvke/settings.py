@@ -246,6 +246,8 @@ NVKE_DEFAULT_MAX_GPUS_PER_MODEL = env.int("NVKE_DEFAULT_MAX_GPUS_PER_MODEL", def
 NVKE_BOOTSTRAP_TOKEN_TTL = timedelta(hours=env.float("NVKE_BOOTSTRAP_TOKEN_TTL_HOURS", default=24))
 NVKE_AGENT_REPORT_INTERVAL_S = env.int("NVKE_AGENT_REPORT_INTERVAL_S", default=10)
 NVKE_HOST_HEARTBEAT_TIMEOUT_S = env.int("NVKE_HOST_HEARTBEAT_TIMEOUT_S", default=120)
+# Auto-repair: a node NOT_READY this long is replaced (see nodepools/repair.py).
+NVKE_NODE_REPAIR_TIMEOUT_S = env.int("NVKE_NODE_REPAIR_TIMEOUT_S", default=300)
 # Samples: retention of raw rows, and how far from "now" a sample timestamp may be.
 NVKE_SAMPLE_RETENTION_DAYS = env.int("NVKE_SAMPLE_RETENTION_DAYS", default=14)
 NVKE_SAMPLE_MAX_FUTURE_S = env.int("NVKE_SAMPLE_MAX_FUTURE_S", default=300)

@@ -1,0 +1,150 @@
+"""Auto-repair, in the spirit of Cluster API's MachineHealthCheck.
+
+A node is repaired when one of its GPUs reports an Xid whose catalog action needs the GPU reset
+or the machine restarted (``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``: the node is
+*rebooted* in place), or one that needs hardware attention (``CHECK_MECHANICALS``,
+``CONTACT_SUPPORT`` …: the node is *replaced* on healthy GPUs), and when its host stays
+``NOT_READY`` for ``NVKE_NODE_REPAIR_TIMEOUT_S`` (replaced). Repairs run as a REPAIR_NODES
+operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
+Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
+an operator's problem, not something to repair the whole pool into (condition
+``RepairsPaused``).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from clusters.choices import OperationType, TargetType
+from clusters.models import Operation, finish_operation, progress_operation
+from clusters.providers.base import NodePoolSpec, Provider
+from nvke.conditions import set_condition
+
+from .choices import NodePhase
+from .models import Node, NodePool
+
+REBOOT_ACTIONS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "RESTART_APP"})
+MAX_UNHEALTHY_FRACTION = 0.4
+REBOOT_S = 5.0
+
+
+def repair_action_for(catalog_action: str) -> str | None:
+    """``reboot`` / ``replace`` for an Xid's NVIDIA immediate action; None when no node repair
+    is called for (``IGNORE``, ``RESTART_APP`` handled by the workload)."""
+    if catalog_action in ("", "IGNORE", "RESTART_APP", "XID_154"):
+        return None
+    if catalog_action in REBOOT_ACTIONS:
+        return "reboot"
+    return "replace"
+
+
+def max_unhealthy(pool: NodePool) -> int:
+    return max(1, math.floor(pool.node_count * MAX_UNHEALTHY_FRACTION))
+
+
+def step_repair(
+    pool: NodePool, live: list[Node], provider: Provider, spec: NodePoolSpec, now: datetime
+) -> float | None:
+    """One repair step; None when nothing needs repair (or repairs are paused)."""
+    timeout = timedelta(seconds=settings.NVKE_NODE_REPAIR_TIMEOUT_S)
+    for node in live:
+        if node.phase == NodePhase.NOT_READY and not node.repair_state:
+            since = node.repair_requested_at or now
+            if now - since >= timeout:
+                _request(node, "replace", "NOT_READY beyond the repair timeout", since)
+    unhealthy = [n for n in live if n.repair_state]
+    if not unhealthy:
+        return None
+    if len(unhealthy) > max_unhealthy(pool):
+        message = (
+            f"{len(unhealthy)} of {pool.node_count} nodes unhealthy, more than the "
+            f"{max_unhealthy(pool)} that may be repaired at once: an operator must look"
+        )
+        _condition(pool, now, "RepairsPaused", True, "TooManyUnhealthy", message)
+        return None
+    _condition(pool, now, "RepairsPaused", False, "WithinLimit", "")
+    _ensure_operation(pool, len(unhealthy), now)
+    node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
+    if node.repair_action == "reboot":
+        if node.repair_state == "requested":
+            provider.drain_node(spec, _spec(node))
+            node.repair_state = "rebooting"
+            node.phase = NodePhase.REPAIRING
+            node.save(update_fields=["repair_state", "phase"])
+            progress_operation(
+                pool.id, stage=f"rebooting {node.name}", total=len(unhealthy), now=now
+            )
+            return REBOOT_S
+        node.repair_state = node.repair_action = node.repair_reason = ""
+        node.repair_requested_at = None
+        node.phase = NodePhase.READY
+        node.save(
+            update_fields=[
+                "repair_state",
+                "repair_action",
+                "repair_reason",
+                "repair_requested_at",
+                "phase",
+            ]
+        )
+    else:  # replace: release the node; the reconciler places a new one on healthy GPUs
+        from .reconcile import release_nodes
+
+        progress_operation(pool.id, stage=f"replacing {node.name}", total=len(unhealthy), now=now)
+        release_nodes(pool, [node], now)
+    if not [n for n in live if n.repair_state and n.pk != node.pk]:
+        finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
+    return 0.0
+
+
+def _spec(node: Node):
+    from .specs import node_spec
+
+    return node_spec(node)
+
+
+def _request(node: Node, action: str, reason: str, at: datetime) -> None:
+    node.repair_state = "requested"
+    node.repair_action = action
+    node.repair_reason = reason[:200]
+    node.repair_requested_at = at
+    node.save(
+        update_fields=["repair_state", "repair_action", "repair_reason", "repair_requested_at"]
+    )
+
+
+def request_repair(node_id, *, action: str, reason: str, at: datetime) -> bool:
+    """Mark a node for repair (idempotent: an earlier request stands). True when marked."""
+    node = Node.objects.filter(pk=node_id).exclude(phase__in=["DELETING", "DELETED"]).first()
+    if node is None or node.repair_state:
+        return False
+    _request(node, action, reason, at)
+    return True
+
+
+def _ensure_operation(pool: NodePool, total: int, now: datetime) -> None:
+    if not Operation.objects.filter(
+        target_id=pool.id, type=OperationType.REPAIR_NODES, status__in=["PENDING", "RUNNING"]
+    ).exists():
+        Operation.objects.create(
+            tenant_id=pool.tenant_id,
+            cluster_id=pool.cluster_id,
+            type=OperationType.REPAIR_NODES,
+            target_type=TargetType.NODE_POOL,
+            target_id=pool.id,
+            requested_by="system:auto-repair",
+            progress={"done": 0, "total": total, "stage": "pending"},
+            started_at=now,
+        )
+
+
+def _condition(
+    pool: NodePool, now: datetime, type_: str, status: bool, reason: str, message: str
+) -> None:
+    conditions = set_condition(pool.conditions, type_, status, reason, message, now)
+    if conditions != pool.conditions:
+        pool.conditions = conditions
+        pool.save(update_fields=["conditions", "updated_at"])

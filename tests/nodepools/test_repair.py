@@ -1,0 +1,130 @@
+"""Auto-repair (MachineHealthCheck-style): GPU faults reboot or replace a node by the Xid's
+catalog action, NOT_READY nodes are replaced after a timeout, and a fault storm pauses repairs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.helpers import drive_cluster, drive_pool
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def pool(owner, make_host):
+    for _ in range(6):
+        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = owner.post(
+        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
+    ).json()["target_id"]
+    drive_cluster(cluster)
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 3},
+    ).json()
+    drive_pool(op["target_id"])
+    return op["target_id"]
+
+
+def fault(node, action, xid):
+    from fleet.models import Gpu
+    from fleet.signals import gpu_health_changed
+
+    gpu = Gpu.objects.get(uuid=node.gpu_uuids[0])
+    gpu_health_changed.send(
+        sender=Gpu,
+        gpu_uuid=gpu.uuid,
+        host_id=gpu.host_id,
+        holder_id=node.id,
+        tenant_id=node.tenant_id,
+        healthy=False,
+        reason="xid",
+        xid=xid,
+        action=action,
+        needs_operator=action != "RESET_GPU",
+        at=timezone.now(),
+    )
+
+
+def nodes(pool_id):
+    from nodepools.models import Node
+
+    return list(Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name"))
+
+
+def test_a_gpu_reset_xid_reboots_the_node_in_place(pool):
+    from clusters.models import Operation
+    from nodepools.reconcile import reconcile_nodepool
+
+    node = nodes(pool)[0]
+    fault(node, "RESET_GPU", 94)
+    assert reconcile_nodepool(pool) == 5.0  # REPAIRING: rebooting
+    rebooting = nodes(pool)[0]
+    assert (rebooting.phase, rebooting.repair_state) == ("REPAIRING", "rebooting")
+    assert rebooting.repair_reason == f"GPU {node.gpu_uuids[0]}: Xid 94 (RESET_GPU)"
+    drive_pool(pool)
+    after = nodes(pool)[0]
+    assert (after.id, after.phase, after.repair_state, after.gpu_uuids) == (
+        node.id,
+        "READY",
+        "",
+        node.gpu_uuids,
+    )
+    op = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
+    assert (op.status, op.requested_by) == ("DONE", "system:auto-repair")
+
+
+def test_a_hardware_xid_replaces_the_node_on_healthy_gpus(pool):
+    from fleet.models import Gpu
+
+    node = nodes(pool)[0]
+    Gpu.objects.filter(uuid=node.gpu_uuids[0]).update(health="UNHEALTHY")
+    fault(node, "CONTACT_SUPPORT", 79)
+    drive_pool(pool)
+    live = [n for n in nodes(pool) if n.phase != "DELETED"]
+    assert len(live) == 3
+    assert node.id not in {n.id for n in live}
+    assert all(n.phase == "READY" for n in live)
+    assert node.gpu_uuids[0] not in {u for n in live for u in n.gpu_uuids}
+
+
+def test_a_fault_storm_pauses_repairs(pool):
+    from nodepools.models import NodePool
+    from nodepools.reconcile import reconcile_nodepool
+
+    for node in nodes(pool)[:2]:  # 2 of 3 unhealthy > max_unhealthy = max(1, floor(0.4 * 3)) = 1
+        fault(node, "RESET_GPU", 94)
+    assert reconcile_nodepool(pool) is None
+    paused = next(
+        c for c in NodePool.objects.get(pk=pool).conditions if c["type"] == "RepairsPaused"
+    )
+    assert paused["status"] == "True"
+    assert paused["message"].startswith("2 of 3 nodes unhealthy")
+    assert {n.phase for n in nodes(pool)} == {"READY"}  # nothing was touched
+
+
+def test_a_node_not_ready_beyond_the_timeout_is_replaced(pool, settings):
+    from fleet.signals import host_state_changed
+    from nodepools.reconcile import reconcile_nodepool
+
+    settings.NVKE_NODE_REPAIR_TIMEOUT_S = 300
+    node = nodes(pool)[0]
+    host_state_changed.send(
+        sender=None,
+        host_id=node.host_id,
+        old_state="ALLOCATED",
+        new_state="NOT_READY",
+        reason="silent",
+        holder_ids=[node.id],
+    )
+    assert nodes(pool)[0].phase == "NOT_READY"
+    reconcile_nodepool(pool, now=timezone.now() + timedelta(seconds=60))
+    assert nodes(pool)[0].repair_state == ""  # not yet
+    for _ in range(6):
+        if reconcile_nodepool(pool, now=timezone.now() + timedelta(seconds=400)) is None:
+            break
+    live = [n for n in nodes(pool) if n.phase != "DELETED"]
+    assert len(live) == 3 and node.id not in {n.id for n in live}
