@@ -476,7 +476,11 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     nodes = list(pool.nodes.exclude(phase=NodePhase.DELETED))
     if nodes:
         progress_operation(pool.id, stage="releasing-nodes", total=len(nodes), now=now)
-        release_nodes(pool, nodes, now)
+        try:
+            with transaction.atomic():  # all of the pool's machines, or retry them all
+                release_nodes(pool, nodes, now)
+        except ProviderError as exc:
+            return _delete_attempt_failed(pool, nodes, exc, now)
     pool.phase = Phase.DELETED
     pool.deleted_at = now
     pool.observed_generation = pool.generation
@@ -488,6 +492,32 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     )
     finish_operation(pool.id, types=(OperationType.DELETE_NODE_POOL,), now=now)
     cancel_operations(pool.id, "superseded by the node pool's deletion", now)
+    return None
+
+
+def _delete_attempt_failed(
+    pool: NodePool, nodes: list[Node], exc: ProviderError, now: datetime
+) -> float | None:
+    """Back off and retry; after NVKE_MAX_DELETE_ATTEMPTS, DELETE_FAILED naming what is left
+    (never an endless DELETING)."""
+    from django.conf import settings
+
+    attempts = int(pool.rollout.get("delete_attempts", 0)) + 1 if pool.rollout else 1
+    leftovers = ", ".join(sorted(n.name for n in nodes))
+    if attempts < settings.NVKE_MAX_DELETE_ATTEMPTS and exc.retryable:
+        pool.rollout = {**(pool.rollout or {}), "delete_attempts": attempts}
+        pool.save(update_fields=["rollout", "updated_at"])
+        return float(min(2 ** (attempts - 1), 60))
+    message = f"could not delete machines {leftovers} after {attempts} attempt(s): {exc}"
+    pool.phase = Phase.DELETE_FAILED
+    pool.conditions = set_condition(pool.conditions, "Ready", False, "DeleteFailed", message, now)
+    pool.save(update_fields=["phase", "conditions", "updated_at"])
+    finish_operation(
+        pool.id,
+        types=(OperationType.DELETE_NODE_POOL,),
+        error={"code": "delete_failed", "message": message, "retryable": True},
+        now=now,
+    )
     return None
 
 

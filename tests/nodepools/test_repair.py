@@ -128,3 +128,29 @@ def test_a_node_not_ready_beyond_the_timeout_is_replaced(pool, settings):
             break
     live = [n for n in nodes(pool) if n.phase != "DELETED"]
     assert len(live) == 3 and node.id not in {n.id for n in live}
+
+
+def test_a_deletion_that_keeps_failing_ends_delete_failed_naming_the_leftovers(
+    owner, pool, settings, monkeypatch
+):
+    from clusters.providers.base import ProviderError
+    from clusters.providers.simulated import SimulatedProvider
+    from nodepools.models import NodePool
+    from nodepools.reconcile import reconcile_nodepool
+
+    settings.NVKE_MAX_DELETE_ATTEMPTS = 3
+
+    def broken(self, pool_spec, node_specs):
+        raise ProviderError("machine API timed out (simulated)", retryable=True)
+
+    monkeypatch.setattr(SimulatedProvider, "delete_machines", broken)  # a failing infrastructure
+    cluster = NodePool.objects.get(pk=pool).cluster_id
+    op = owner.delete(f"/api/v1/clusters/{cluster}/nodepools/{pool}").json()
+    assert [reconcile_nodepool(pool) for _ in range(3)] == [1.0, 2.0, None]
+    failed = NodePool.objects.get(pk=pool)
+    assert failed.phase == "DELETE_FAILED"
+    names = sorted(n.name for n in nodes(pool))
+    message = next(c for c in failed.conditions if c["type"] == "Ready")["message"]
+    assert message.startswith(f"could not delete machines {', '.join(names)} after 3 attempt(s)")
+    assert owner.get(f"/api/v1/operations/{op['id']}").json()["error"]["code"] == "delete_failed"
+    assert {n.phase for n in nodes(pool)} == {"READY"}  # nothing half-released
