@@ -36,8 +36,8 @@ def repair_action_for(catalog_action: str) -> str | None:
     is called for (``IGNORE``, ``RESTART_APP`` handled by the workload)."""
     if catalog_action in ("", "IGNORE", "RESTART_APP", "XID_154"):
         return None
-    if catalog_action in REBOOT_ACTIONS:
-        return "reboot"
+    if catalog_action in REBOOT_ACTIONS or catalog_action.startswith("WORKFLOW_"):
+        return "reboot"  # the catalog: treat WORKFLOW_* as at least RESET_GPU
     return "replace"
 
 

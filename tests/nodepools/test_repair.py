@@ -60,11 +60,11 @@ def test_a_gpu_reset_xid_reboots_the_node_in_place(pool):
     from nodepools.reconcile import reconcile_nodepool
 
     node = nodes(pool)[0]
-    fault(node, "RESET_GPU", 94)
+    fault(node, "WORKFLOW_XID_48", 48)  # double-bit ECC: the catalog's action
     assert reconcile_nodepool(pool) == 5.0  # REPAIRING: rebooting
     rebooting = nodes(pool)[0]
     assert (rebooting.phase, rebooting.repair_state) == ("REPAIRING", "rebooting")
-    assert rebooting.repair_reason == f"GPU {node.gpu_uuids[0]}: Xid 94 (RESET_GPU)"
+    assert rebooting.repair_reason == f"GPU {node.gpu_uuids[0]}: Xid 48 (WORKFLOW_XID_48)"
     drive_pool(pool)
     after = nodes(pool)[0]
     assert (after.id, after.phase, after.repair_state, after.gpu_uuids) == (
@@ -154,3 +154,21 @@ def test_a_deletion_that_keeps_failing_ends_delete_failed_naming_the_leftovers(
     assert message.startswith(f"could not delete machines {', '.join(names)} after 3 attempt(s)")
     assert owner.get(f"/api/v1/operations/{op['id']}").json()["error"]["code"] == "delete_failed"
     assert {n.phase for n in nodes(pool)} == {"READY"}  # nothing half-released
+
+
+def test_the_simulate_command_drives_a_real_repair(pool, django_capture_on_commit_callbacks):
+    """``manage.py simulate xid`` stores the Xid as an agent report would; Xid 79 (fallen off
+    the bus: the catalog's immediate action is RESTART_BM, critical) makes auto-repair reboot
+    the node, and the host is cordoned."""
+    from django.core.management import call_command
+
+    from fleet.models import Gpu
+
+    node = nodes(pool)[0]
+    with django_capture_on_commit_callbacks(execute=True):  # fleet signals after commit
+        call_command("simulate", "xid", node.gpu_uuids[0], "79")
+    gpu = Gpu.objects.select_related("host").get(uuid=node.gpu_uuids[0])
+    assert (gpu.health, gpu.host.state) == ("UNHEALTHY", "CORDONED")
+    marked = nodes(pool)[0]
+    assert (marked.repair_state, marked.repair_action) == ("requested", "reboot")
+    assert marked.repair_reason == f"GPU {gpu.uuid}: Xid 79 (RESTART_BM)"
