@@ -246,7 +246,8 @@ class GpuSample(models.Model):
     report_seq = models.BigIntegerField()
 
     class Meta:
-        managed = False
+        # Created by RunSQL in migration 0001 (PARTITION BY RANGE); managed since 0004 only so
+        # that Django's flush (transactional tests) truncates it with the other tables.
         db_table = "fleet_gpusample"
 
     def __str__(self) -> str:
