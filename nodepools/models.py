@@ -41,6 +41,8 @@ class NodePool(models.Model):
     #: the CUDA version the pool's workloads need (``12.8``); blank = not checked
     cuda_version = models.CharField(max_length=16, blank=True)
     gpu_config = models.JSONField(default=dict, blank=True)
+    #: ``{"enabled", "min_node_count", "max_node_count"}`` (see nodepools/autoscaling.py)
+    autoscaling = models.JSONField(default=dict, blank=True)
     #: Kubernetes version of the pool's nodes (spec; "" = the control plane's at creation)
     kubernetes_version = models.CharField(max_length=16, blank=True)
     #: a node upgrade in progress (UPGRADE_NODES): ``{"operation", "max_surge",

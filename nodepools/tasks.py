@@ -23,3 +23,13 @@ def resync_nodepools() -> int:
     """Beat: re-enqueue every unconverged node pool."""
     ids = reconcile.nodepools_needing_reconcile()
     return sum(enqueue_once(reconcile_nodepool, pool_id) for pool_id in ids)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def autoscale_nodepools() -> int:
+    """Beat (every minute): size autoscaled pools by their measured GPU utilization."""
+    from django.utils import timezone
+
+    from .autoscaling import autoscale
+
+    return len(autoscale(timezone.now()))

@@ -207,6 +207,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 86400.0,
         "options": {"expires": 3600.0},
     },
+    "autoscale-nodepools": {
+        "task": "nodepools.tasks.autoscale_nodepools",
+        "schedule": 60.0,
+        "options": {"expires": 50.0},
+    },
     "mark-silent-hosts-not-ready": {
         "task": "fleet.tasks.mark_silent_hosts_not_ready",
         "schedule": 60.0,
@@ -246,6 +251,10 @@ NVKE_DEFAULT_MAX_GPUS_PER_MODEL = env.int("NVKE_DEFAULT_MAX_GPUS_PER_MODEL", def
 NVKE_BOOTSTRAP_TOKEN_TTL = timedelta(hours=env.float("NVKE_BOOTSTRAP_TOKEN_TTL_HOURS", default=24))
 NVKE_AGENT_REPORT_INTERVAL_S = env.int("NVKE_AGENT_REPORT_INTERVAL_S", default=10)
 NVKE_HOST_HEARTBEAT_TIMEOUT_S = env.int("NVKE_HOST_HEARTBEAT_TIMEOUT_S", default=120)
+# Autoscaling by measured GPU utilization (see nodepools/autoscaling.py).
+NVKE_AUTOSCALE_WINDOW_S = env.int("NVKE_AUTOSCALE_WINDOW_S", default=600)
+NVKE_AUTOSCALE_UP_PCT = env.float("NVKE_AUTOSCALE_UP_PCT", default=80.0)
+NVKE_AUTOSCALE_DOWN_PCT = env.float("NVKE_AUTOSCALE_DOWN_PCT", default=20.0)
 # Auto-repair: a node NOT_READY this long is replaced (see nodepools/repair.py).
 NVKE_NODE_REPAIR_TIMEOUT_S = env.int("NVKE_NODE_REPAIR_TIMEOUT_S", default=300)
 # Samples: retention of raw rows, and how far from "now" a sample timestamp may be.

@@ -33,3 +33,26 @@ class NodePoolSetSizeView(APIView):
             principal=request.user, pool=pool, node_count=form.validated_data["node_count"]
         )
         return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+
+
+class AutoscalingSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(default=True)
+    min_node_count = serializers.IntegerField(min_value=0, max_value=1000)
+    max_node_count = serializers.IntegerField(min_value=0, max_value=1000)
+
+
+class NodePoolAutoscalingView(APIView):
+    """Autoscaling by measured GPU utilization, between min and max nodes (202 + Operation)."""
+
+    @extend_schema(request=AutoscalingSerializer, responses={202: OperationSerializer})
+    def put(self, request, cluster_pk, pk):
+        from nodepools.autoscaling import set_autoscaling
+
+        pool = get_scoped_or_404(
+            NodePool.objects.filter(cluster_id=cluster_pk), request.user, pk=pk
+        )
+        check_if_match(request, pool)
+        form = AutoscalingSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        op = set_autoscaling(principal=request.user, pool=pool, autoscaling=form.validated_data)
+        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)

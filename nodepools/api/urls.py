@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .scale import NodePoolSetSizeView
+from .scale import NodePoolAutoscalingView, NodePoolSetSizeView
 from .upgrade import NodePoolResumeUpgradeView, NodePoolUpgradeView
 from .views import NodePoolViewSet
 
@@ -24,6 +24,11 @@ urlpatterns = [
         "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/set-size",
         NodePoolSetSizeView.as_view(),
         name="nodepool-set-size",
+    ),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/autoscaling",
+        NodePoolAutoscalingView.as_view(),
+        name="nodepool-autoscaling",
     ),
     path(
         "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/upgrade",

@@ -33,6 +33,7 @@ ROUTES = {
     "cluster-usage": "tenant-detail",
     "nodepool-set-size": "tenant-write",
     "nodepool-upgrade": "tenant-write",
+    "nodepool-autoscaling": "tenant-write",
     "nodepool-resume-upgrade": "tenant-write",
     "nodepool-gpu-config": "tenant-detail",
     "cluster-kubeconfig": "tenant-detail",
@@ -171,6 +172,11 @@ def write_requests(world, missing=False):
             f"/api/v1/clusters/{c}/nodepools/{p}",
             {"isolation": {"mode": "time-slicing", "replicas": 2}},
         ),
+        "nodepool-autoscaling": (
+            "put",
+            f"/api/v1/clusters/{c}/nodepools/{p}/autoscaling",
+            {"min_node_count": 1, "max_node_count": 3},
+        ),
         "nodepool-upgrade": (
             "post",
             f"/api/v1/clusters/{c}/nodepools/{p}/upgrade",
@@ -223,6 +229,7 @@ def test_member_writes_clusters_but_not_keys_members_or_quotas(tenant_a, world):
 
     member = _client(_key(tenant_a, "member"))
     allowed = {
+        "nodepool-autoscaling",
         "nodepool-upgrade",
         "nodepool-resume-upgrade",
         "nodepool-detail-patch",
