@@ -49,6 +49,13 @@ from .choices import (
 )
 from .models import Gpu, GpuScrub, Host, HostCheck, HostEvent
 
+#: nvmlDeviceGpuRecoveryAction_t (catalog xid.yaml, xid154_recovery_actions): 0 is "None"
+RECOVERY_ACTIONS = {
+    1: (CheckStatus.FAILED.value, "GPU Reset Required"),
+    2: (CheckStatus.FAILED.value, "Node Reboot Required"),
+    3: (CheckStatus.WARNING.value, "Drain P2P"),
+    4: (CheckStatus.FAILED.value, "Drain and Reset"),
+}
 SIMULATED_EXECUTOR = "control plane: no agent registered (simulated infrastructure)"
 SCRUB_STEPS = ("mig_teardown", "gpu_reset", "memory_clear")
 
@@ -63,7 +70,8 @@ def gpu_findings(gpu_uuid: str, health: dict[str, Any] | None) -> list[dict[str,
     ``drain_and_reset_recommended``, ``remapped_rows_pending``, ``remapped_rows_failure``,
     ``retired_pages_pending``, ``ecc_volatile_uncorrected``, ``ecc_aggregate_uncorrected``,
     ``retired_pages_sbe``, ``retired_pages_dbe``, ``remapped_rows_uncorrectable``,
-    ``mig_mode``, ``mig_mode_pending``.
+    ``mig_mode``, ``mig_mode_pending``, ``gpu_recovery_action`` (NVML field 230, the action
+    Xid 154 announces: 1 GPU reset, 2 node reboot and 4 drain and reset fail; 3 drain P2P warns).
     """
     h = health or {}
     out: list[dict[str, Any]] = []
@@ -97,6 +105,10 @@ def gpu_findings(gpu_uuid: str, health: dict[str, Any] | None) -> list[dict[str,
         value = h.get(key)
         if isinstance(value, int) and value > 0:
             add(key, warning, f"{value} {what}")
+    action = h.get("gpu_recovery_action")
+    if isinstance(action, int) and action in RECOVERY_ACTIONS:
+        status, text = RECOVERY_ACTIONS[action]
+        add("recovery_action", status, f"NVIDIA recovery action: {text}")
     current, pending = h.get("mig_mode"), h.get("mig_mode_pending")
     if current and pending and current != pending:
         add("mig_mode", warning, f"MIG mode {current}, {pending} after the next GPU reset")

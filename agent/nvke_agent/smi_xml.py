@@ -402,6 +402,7 @@ def _health(gpu: ET.Element) -> dict:
         "remapped_rows_pending": _yes_no(_text(gpu, "remapped_rows/remapped_row_pending")),
         "remapped_rows_failure": _yes_no(_text(gpu, "remapped_rows/remapped_row_failure")),
         "mig_mode_pending": _mig_mode(_text(gpu, "mig_mode/pending_mig")),
+        "gpu_recovery_action": None,  # not printed by nvidia-smi -q -x in the captures seen
     }
 
 

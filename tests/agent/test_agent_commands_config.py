@@ -176,9 +176,9 @@ def test_the_nvml_inventory_carries_health_attributes_and_the_topology() -> None
 
     a = t4("GPU-a", bus_id="00000000:01:00.0", nvlinks=["00000000:02:00.0"] * 4,
            serial="1650522003820", retired_pending=pynvml.NVMLError_NotSupported,
-           remapped_rows=(2, 0, 1, 0))  # fmt: skip
+           remapped_rows=(2, 0, 1, 0), recovery_action=2)  # fmt: skip
     b = t4("GPU-b", bus_id="00000000:02:00.0", nvlinks=["00000000:01:00.0"] * 4)
-    c = t4("GPU-c", bus_id="00000000:03:00.0")  # no NVLink
+    c = t4("GPU-c", bus_id="00000000:03:00.0", recovery_action=None)  # no NVLink, no field
     source = NvmlSource(nvml=SimulatedNvml([a, b, c]), xid_events=False)
     inventory = source.inventory()
     first = inventory["gpus"][0]
@@ -198,7 +198,9 @@ def test_the_nvml_inventory_carries_health_attributes_and_the_topology() -> None
     assert first["health"]["remapped_rows_pending"] is True
     assert first["health"]["retired_pages_pending"] is None  # NotSupported: null, not False
     assert first["health"]["ecc_aggregate_uncorrected"] == 0
+    assert first["health"]["gpu_recovery_action"] == 2  # Node Reboot Required
     assert inventory["gpus"][2]["attributes"]["nvlink_links_active"] is None
+    assert inventory["gpus"][2]["health"]["gpu_recovery_action"] is None
     # 4 links from a to b's bus: NV4; c has none: the PCIe level (SYSTEM -> SYS)
     assert inventory["topology"] == {
         "links": [["X", "NV4", "SYS"], ["NV4", "X", "SYS"], ["SYS", "SYS", "X"]]

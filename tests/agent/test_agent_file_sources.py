@@ -96,6 +96,7 @@ def test_xml_source_reports_mig_devices_with_their_memory(captures: Path) -> Non
             "remapped_rows_pending": None,
             "remapped_rows_failure": None,
             "mig_mode_pending": "enabled",
+            "gpu_recovery_action": None,
         },
         # <serial>, <product_architecture>, <vbios_version>, 500.00 W limits, <max_clocks>
         "attributes": {

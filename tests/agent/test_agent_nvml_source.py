@@ -77,6 +77,7 @@ class SimGpu:
     remapped_rows: tuple[int, int, int, int] | type[Exception] = (0, 0, 0, 0)
     #: PCI bus id at the far end of each active NVLink (empty: the GPU has no NVLink)
     nvlinks: list[str] = field(default_factory=list)
+    recovery_action: int | None = 0  # NVML field 230; None: the field returns NotSupported
 
 
 class SimulatedNvml:
@@ -213,6 +214,17 @@ class SimulatedNvml:
 
     def nvmlDeviceGetRemappedRows(self, handle: SimGpu) -> tuple[int, int, int, int]:
         return self._value(self._gpu(handle).remapped_rows)
+
+    def nvmlDeviceGetFieldValues(self, handle: SimGpu, field_ids: list[int]) -> list[Any]:
+        assert field_ids == [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION]
+        gpu = self._gpu(handle)
+        status = (
+            pynvml.NVML_SUCCESS
+            if gpu.recovery_action is not None
+            else pynvml.NVML_ERROR_NOT_SUPPORTED
+        )
+        value = SimpleNamespace(uiVal=gpu.recovery_action or 0)
+        return [SimpleNamespace(fieldId=field_ids[0], nvmlReturn=status, value=value)]
 
     # NVLink and topology (nvml.md §3)
     def nvmlDeviceGetNvLinkState(self, handle: SimGpu, link: int) -> int:

@@ -120,6 +120,14 @@ def test_findings_rules_by_hand():
     assert findings[1]["detail"] == "3 uncorrectable ECC error(s) since the driver loaded"
     assert hygiene.overall(findings) == "FAILED"
     assert hygiene.gpu_findings("GPU-x", {"remapped_rows_pending": None}) == []
+    assert hygiene.gpu_findings("GPU-x", {"gpu_recovery_action": 0}) == []
+    [reboot] = hygiene.gpu_findings("GPU-x", {"gpu_recovery_action": 2})
+    assert (reboot["status"], reboot["detail"]) == (
+        "FAILED",
+        "NVIDIA recovery action: Node Reboot Required",
+    )
+    [p2p] = hygiene.gpu_findings("GPU-x", {"gpu_recovery_action": 3})
+    assert p2p["status"] == "WARNING"
 
 
 @pytest.fixture

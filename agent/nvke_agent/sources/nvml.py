@@ -264,7 +264,21 @@ class NvmlSource:
             "remapped_rows_pending": bool(remapped[2]) if remapped is not None else None,
             "remapped_rows_failure": bool(remapped[3]) if remapped is not None else None,
             "mig_mode_pending": self._mode_name(modes[1]) if modes is not None else None,
+            "gpu_recovery_action": self._recovery_action(handle),
         }
+
+    def _recovery_action(self, handle: Any) -> int | None:
+        """NVIDIA's recovery action for the GPU (Xid 154's field, nvml.md §3 bulk fields):
+        0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset (xid.yaml)."""
+        nvml = self._nvml
+        field_id = getattr(nvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", 230)
+        values = self._optional("recovery_action", "nvmlDeviceGetFieldValues", handle, [field_id])
+        if not values:
+            return None
+        value = values[0]
+        if getattr(value, "nvmlReturn", 1) != getattr(nvml, "NVML_SUCCESS", 0):
+            return None  # per-field NotSupported and friends come back here, not as exceptions
+        return int(value.value.uiVal)
 
     def _attributes(self, handle: Any) -> dict[str, Any]:
         nvml = self._nvml
