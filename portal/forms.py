@@ -334,6 +334,44 @@ class UpgradeForm(ApiForm):
         self.fields["kubernetes_version"].choices = [(v, v) for v in versions]
 
 
+class NodeUpgradeForm(ApiForm):
+    """``POST …/nodepools/{id}/upgrade``: the nodes' Kubernetes version and/or NVIDIA driver,
+    rolled node by node (versions offered: from the pool's up to the control plane's)."""
+
+    kubernetes_version = OfferedChoiceField(label="Kubernetes version of the nodes", required=False)
+    driver_version = forms.CharField(
+        label="NVIDIA driver (optional)",
+        required=False,
+        max_length=32,
+        help_text="a branch (R580) or release (580.95.05); blank keeps the current one",
+    )
+    max_surge = forms.IntegerField(
+        label="Extra nodes during the rollout (max surge)", required=False, initial=0
+    )
+    max_unavailable = forms.IntegerField(
+        label="Nodes upgraded at once (max unavailable)", required=False, initial=1
+    )
+    urgent = forms.BooleanField(
+        label="Urgent: do not wait for the maintenance window", required=False
+    )
+
+    def __init__(self, *args: Any, versions: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["kubernetes_version"].choices = [(v, v) for v in versions]
+
+    def payload(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        body: dict[str, Any] = {"urgent": bool(data.get("urgent"))}
+        if data.get("kubernetes_version"):
+            body["kubernetes_version"] = data["kubernetes_version"]
+        if data.get("driver_version"):
+            body["driver_version"] = data["driver_version"]
+        for key in ("max_surge", "max_unavailable"):
+            if data.get(key) is not None:
+                body[key] = data[key]
+        return body
+
+
 class ScaleForm(ApiForm):
     """``POST .../set-size`` ``{"node_count": n}``."""
 

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from billing.usage import cluster_usage
 from catalog.models import GpuModel
@@ -23,21 +24,25 @@ from clusters import services as cluster_services
 from clusters.api.serializers import ClusterCreateSerializer, ClusterUpdateSerializer
 from clusters.choices import GONE_PHASES, TRANSITIONAL_PHASES, Phase
 from clusters.models import Cluster, Operation
-from clusters.versions import available_upgrades
+from clusters.versions import available_upgrades, minor, node_version_problem
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
 from nodepools import services as pool_services
 from nodepools.api.scale import SetSizeSerializer
 from nodepools.api.serializers import NodePoolCreateSerializer, NodePoolUpdateSerializer
+from nodepools.api.upgrade import UpgradeSerializer
 from nodepools.choices import NodePhase
 from nodepools.models import Node, NodePool
 from nodepools.scaling import set_node_pool_size
+from nodepools.upgrades import resume_upgrade, upgrade_nodepool
+from nvke.errors import ApiError
 from nvke.scoping import get_scoped_or_404, scope_queryset
 from portal.access import require_write, tenant_page
 from portal.forms import (
     ClusterForm,
     IsolationForm,
     NodePoolForm,
+    NodeUpgradeForm,
     ScaleForm,
     UpgradeForm,
     validate_with,
@@ -307,6 +312,79 @@ def _pool_context(request: HttpRequest, pool: NodePool) -> dict:
     }
 
 
+def _node_versions(pool: NodePool) -> list[str]:
+    """Kubernetes versions the pool's nodes may move to: supported, not older than what they
+    run, within the skew the control plane allows (newest first)."""
+    cluster = pool.cluster
+    control_plane = cluster.control_plane_version or cluster.kubernetes_version
+    current = pool.kubernetes_version or control_plane
+    return [
+        kv.version
+        for kv in supported_kubernetes_versions()
+        if minor(kv.version) >= minor(current)
+        and node_version_problem(control_plane, kv.version) is None
+    ]
+
+
+def _pool_forms(pool: NodePool, **forms) -> dict:
+    """The pool page's forms (scale, isolation, node upgrade), unbound unless given."""
+    out = {
+        "scale_form": ScaleForm(initial={"node_count": pool.node_count}),
+        "isolation_form": IsolationForm(
+            model=pool.gpu_model, initial=_isolation_initial(pool.isolation)
+        ),
+        "upgrade_form": NodeUpgradeForm(
+            versions=_node_versions(pool),
+            initial={"kubernetes_version": pool.kubernetes_version, "max_unavailable": 1},
+        ),
+        "dry_run": None,
+    }
+    out.update(forms)
+    return out
+
+
+@tenant_page
+def nodepool_upgrade(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """``upgrade_nodepool`` (UPGRADE_NODES): Kubernetes version and/or driver, node by node."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    if request.method != "POST":
+        return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    form = NodeUpgradeForm(request.POST, versions=_node_versions(pool))
+    if form.is_valid():
+        data = call_service(form, validate_with, UpgradeSerializer, form.payload())
+        op = (
+            call_service(form, upgrade_nodepool, principal=request.principal, pool=pool, **data)
+            if data is not None
+            else None
+        )
+        if op is not None:
+            messages.success(request, f"Node pool {pool.name}: upgrade started.")
+            return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+    context = _pool_context(request, pool)
+    context.update(_pool_forms(pool, upgrade_form=form))
+    return render(request, "portal/nodepool_detail.html", context, status=400)
+
+
+@require_POST
+@tenant_page
+def nodepool_resume_upgrade(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
+    """Resume a paused upgrade (``force`` evicts the pods that block the drain)."""
+    pool = _get_pool(request, cluster_id, pool_id)
+    if (deny := require_write(request)) is not None:
+        return deny
+    try:
+        resume_upgrade(
+            principal=request.principal, pool=pool, force=request.POST.get("force") == "on"
+        )
+    except ApiError as exc:
+        messages.error(request, f"{exc.detail} ({exc.code})")
+    else:
+        messages.success(request, f"Node pool {pool.name}: upgrade resumed.")
+    return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+
+
 @tenant_page
 def nodepool_detail(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     """Spec and isolation, rendered GPU config, nodes with their GPUs; scale and change the
@@ -315,9 +393,7 @@ def nodepool_detail(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     context = _pool_context(request, pool)
     if is_htmx(request) and request.GET.get("fragment") == "live":
         return render(request, "portal/partials/nodepool_live.html", context)
-    scale = ScaleForm(initial={"node_count": pool.node_count})
-    isolation = IsolationForm(model=pool.gpu_model, initial=_isolation_initial(pool.isolation))
-    context.update(scale_form=scale, isolation_form=isolation, dry_run=None)
+    context.update(_pool_forms(pool))
     return render(request, "portal/nodepool_detail.html", context)
 
 
@@ -361,13 +437,7 @@ def nodepool_scale(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
             messages.success(request, f"Node pool {pool.name}: resizing to {data['node_count']}.")
             return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     context = _pool_context(request, pool)
-    context.update(
-        scale_form=form,
-        isolation_form=IsolationForm(
-            model=pool.gpu_model, initial=_isolation_initial(pool.isolation)
-        ),
-        dry_run=None,
-    )
+    context.update(_pool_forms(pool, scale_form=form))
     return render(request, "portal/nodepool_detail.html", context, status=400)
 
 
@@ -408,11 +478,7 @@ def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpRespons
             messages.success(request, f"Node pool {pool.name}: isolation change started.")
             return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     context = _pool_context(request, pool)
-    context.update(
-        scale_form=ScaleForm(initial={"node_count": pool.node_count}),
-        isolation_form=form,
-        dry_run=dry_run,
-    )
+    context.update(_pool_forms(pool, isolation_form=form, dry_run=dry_run))
     return render(request, "portal/nodepool_detail.html", context)
 
 

@@ -34,6 +34,8 @@ PAGES = {
     "portal:nodepool-detail": "tenant",
     "portal:nodepool-scale": "tenant",
     "portal:nodepool-isolation": "tenant",
+    "portal:nodepool-upgrade": "tenant",
+    "portal:nodepool-resume": "tenant",
     "portal:nodepool-delete": "tenant",
     "portal:node-detail": "tenant",
     "portal:api-keys": "tenant-list",

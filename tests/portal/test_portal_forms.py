@@ -349,3 +349,36 @@ def test_the_control_plane_upgrade_offers_the_next_minor_and_starts_an_operation
     assert Cluster.objects.get(pk=cluster.pk).kubernetes_version == "1.37"
     op = Operation.objects.get(target_id=cluster.id, type="UPGRADE_CONTROL_PLANE")
     assert op.requested_by == "user:alice"
+
+
+def test_node_upgrades_offer_versions_within_the_skew_and_start_a_rollout(
+    alice_client, running_pool
+):
+    """Nodes on 1.36 under a 1.36 control plane: only 1.36 is offered (never newer than the
+    control plane); the driver alone can be upgraded; a driver branch the catalog does not know
+    (R450) is refused next to the driver field."""
+    from clusters.models import Operation
+    from nodepools.models import NodePool
+
+    url = f"/clusters/{running_pool.cluster_id}/nodepools/{running_pool.id}"
+    page = alice_client.get(url).content.decode()
+    assert options(page, "kubernetes_version") == ["1.36"]
+    same = alice_client.post(url + "/upgrade", {"kubernetes_version": "1.36"})
+    assert same.status_code == 400
+    assert error_of(same.content.decode(), "kubernetes_version") == (
+        "the pool already runs these versions",
+        "nothing_to_upgrade",
+    )
+    newer = alice_client.post(url + "/upgrade", {"kubernetes_version": "1.37"})
+    assert error_of(newer.content.decode(), "kubernetes_version")[1] == "version_skew"
+    old = alice_client.post(url + "/upgrade", {"driver_version": "450.80.02"})
+    assert error_of(old.content.decode(), "driver_version")[1] == "unknown_driver_branch"
+    started = alice_client.post(
+        url + "/upgrade", {"driver_version": "580.95.05", "max_unavailable": "1"}
+    )
+    assert started.status_code == 302
+    pool = NodePool.objects.get(pk=running_pool.pk)
+    assert pool.driver_version == "580.95.05" and pool.upgrade["state"] == "rolling"
+    assert Operation.objects.filter(target_id=pool.id, type="UPGRADE_NODES").count() == 1
+    not_paused = alice_client.post(url + "/resume-upgrade", follow=True).content.decode()
+    assert "no paused upgrade on this node pool (upgrade_not_paused)" in not_paused
