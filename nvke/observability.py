@@ -92,9 +92,19 @@ def _task_finished(task_id=None, task=None, state=None, **kwargs) -> None:
 def _serve_worker_metrics(**kwargs) -> None:
     port = os.environ.get("NVKE_WORKER_METRICS_PORT")
     if port:
-        from prometheus_client import start_http_server
+        from prometheus_client import CollectorRegistry, start_http_server
 
-        start_http_server(int(port))
+        registry = None
+        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            # the task counters live in the pool children's files: read them all
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)
+        if registry is None:
+            start_http_server(int(port))
+        else:
+            start_http_server(int(port), registry=registry)
 
 
 class QueueDepthCollector:

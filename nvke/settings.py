@@ -22,6 +22,12 @@ SECRET_KEY = env("SECRET_KEY", default="nvke-insecure-dev-key-change-me")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Fernet keys for secrets at rest (kubeconfigs), newest first; see nvke/crypto.py.
 NVKE_SECRET_KEYS = env.list("NVKE_SECRET_KEYS", default=[])
+# Behind a TLS-terminating ingress: trust its X-Forwarded-Proto and list the portal's origin
+# (https://nvke.example.com) so logins and forms pass the CSRF check.
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+if env.bool("NVKE_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
     "django.contrib.admin",

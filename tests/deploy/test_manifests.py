@@ -60,9 +60,15 @@ def containers(obj: dict) -> list[dict]:
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable nvke/settings.py reads (env("X"), env.int("X") …)."""
-    text = (ROOT / "nvke" / "settings.py").read_text()
-    return set(re.findall(r'env(?:\.\w+)?\(\s*"([A-Z][A-Z0-9_]+)"', text))
+    """Every environment variable the server reads: ``env("X")`` / ``env.int("X")`` in the
+    settings and ``os.environ.get("X")`` / ``os.environ["X"]`` anywhere in its packages."""
+    names: set[str] = set()
+    for package in ("nvke", "tenants", "catalog", "fleet", "clusters", "nodepools", "billing"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text()
+            names |= set(re.findall(r'env(?:\.\w+)?\(\s*"([A-Z][A-Z0-9_]+)"', text))
+            names |= set(re.findall(r'os\.environ(?:\.get\(|\[)\s*"([A-Z][A-Z0-9_]+)"', text))
+    return names
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +80,14 @@ def test_every_object_validates_strictly(production):
     kinds = sorted({o["kind"] for o in production})
     assert kinds == [
         "ConfigMap",
-        "DaemonSet",
         "Deployment",
         "Job",
         "Namespace",
         "PodDisruptionBudget",
         "Service",
     ]
-    for obj in production + build(KUBE / "base"):
+    agent = [d for d in yaml.safe_load_all((ROOT / "deploy/agent/daemonset.yaml").read_text()) if d]
+    for obj in production + build(KUBE / "base") + agent:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
@@ -133,8 +139,7 @@ def test_env_names_are_those_the_settings_read(production):
     for obj in production:
         for c in containers(obj):
             names = {e["name"] for e in c.get("env", [])}
-            observability = {"PROMETHEUS_MULTIPROC_DIR", "NVKE_WORKER_METRICS_PORT"}
-            assert names <= known | agent_env | observability, names
+            assert names <= known | agent_env, names
             refs = {
                 r.get("configMapRef", r.get("secretRef", {})).get("name")
                 for r in c.get("envFrom", [])
@@ -145,11 +150,16 @@ def test_env_names_are_those_the_settings_read(production):
 def test_migrations_run_in_a_job_and_the_agent_only_on_gpu_nodes(production):
     job = next(o for o in production if o["kind"] == "Job")
     assert "manage.py migrate --noinput" in " ".join(containers(job)[0]["command"])
-    agent = next(o for o in production if o["kind"] == "DaemonSet")
+    docs = [d for d in yaml.safe_load_all((ROOT / "deploy/agent/daemonset.yaml").read_text()) if d]
+    agent = next(o for o in docs if o["kind"] == "DaemonSet")
     pod = agent["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["runtimeClassName"] == "nvidia"
-    assert "--source nvml" in containers(agent)[0]["command"][-1]
+    assert containers(agent)[0]["image"] == "ghcr.io/nvke/nvke:0.1.0"  # the overlay's image
+    assert containers(agent)[0]["securityContext"]["privileged"] is True  # scrubs reset GPUs
+    config = next(o for o in docs if o["kind"] == "ConfigMap")["data"]["agent.toml"]
+    assert 'source = "nvml"' in config and "nvke-web.nvke-system.svc" in config
+    assert not any(o["kind"] == "DaemonSet" for o in production)  # GPU hosts, not here
 
 
 def test_docker_compose_agrees_with_the_settings():
