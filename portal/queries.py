@@ -81,6 +81,8 @@ class Sums:
     credit_seconds: Decimal = ZERO
     cost: dict[str, Decimal] = field(default_factory=dict)
     unpriced_seconds: Decimal = ZERO
+    #: the unit prices (per GPU-hour) the group's usage was rated at: {(currency, price)}
+    prices: set[tuple[str, Decimal]] = field(default_factory=set)
 
     def add(self, seconds: Decimal, credit: Decimal, currency: str, price: Decimal | None):
         self.gpu_seconds += seconds
@@ -90,6 +92,7 @@ class Sums:
         else:
             amount = (seconds - credit) * price / SECONDS_PER_HOUR
             self.cost[currency] = self.cost.get(currency, ZERO) + amount
+            self.prices.add((currency, price))
 
     @property
     def gpu_hours(self) -> Decimal:
@@ -102,6 +105,17 @@ class Sums:
     @property
     def sla_credit_gpu_hours(self) -> Decimal:
         return gpu_hours(self.credit_seconds)
+
+    @property
+    def price_list(self) -> str:
+        """``"2.5, 3 USD"``: the unit prices used, ascending."""
+        by_currency: dict[str, list[Decimal]] = defaultdict(list)
+        for currency, price in sorted(self.prices):
+            by_currency[currency].append(price)
+        return "; ".join(
+            ", ".join(f"{p.normalize():f}" for p in prices) + f" {currency}"
+            for currency, prices in by_currency.items()
+        )
 
     @property
     def rounded_cost(self) -> dict[str, Decimal]:

@@ -92,7 +92,7 @@ def test_usage_and_cost_of_the_ninety_minutes(alice_client, ninety_minutes):
     by_pool = html.split('id="by-pool"')[1].split("</table>")[0]
     assert "<td>h100</td><td>12.000</td><td>32.67 USD</td>" in by_pool
     by_model = html.split('id="by-model"')[1].split("</table>")[0]
-    assert "<td>h100-sxm5-80gb</td><td>12.000</td><td>32.67 USD</td>" in by_model
+    assert "<td>h100-sxm5-80gb</td><td>12.000</td><td>2.5, 3 USD</td><td>32.67 USD</td>" in by_model
     # the CSV download is the API's, with the same session
     csv_url = re.search(r'href="(/api/v1/usage\.csv\?[^"]+)" download', html)[1]
     assert csv_url == (
