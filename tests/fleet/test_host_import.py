@@ -125,3 +125,13 @@ def test_bootstrap_token_is_single_use(operator, anonymous, catalog):
     again = anonymous.post("/api/v1/agent/register", {"bootstrap_token": token}, format="json")
     assert again.status_code == 401
     assert again.json()["code"] == "invalid_bootstrap_token"
+
+
+def test_agent_tokens_never_start_with_a_dash():
+    """A token starting with '-' broke `nvke-agent run --bootstrap-token TOKEN` (argparse read it
+    as an option): found by the scale-out test, 1 agent in 20."""
+    from fleet.secrets import new_token
+
+    tokens = [new_token() for _ in range(3000)]  # ~47 would start with '-' by chance
+    assert not [t for t in tokens if t.startswith("-")]
+    assert len(set(tokens)) == 3000
