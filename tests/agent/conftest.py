@@ -153,6 +153,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(
         self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
     ) -> None:
+        # Kept until the request is recorded (do_POST), so a client that got its answer always
+        # finds the request in ``requests``.
+        self._pending_answer = (status, body, headers)
+
+    def _write_answer(self) -> None:
+        status, body, headers = self._pending_answer
         data = json.dumps(body).encode()
         self.send_response(status)
         content_type = "application/problem+json" if status >= 400 else "application/json"
@@ -191,6 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             api.request_times.append(time.monotonic())
             status, seq = self._dispatch(body)
             api.requests.append((self.path, status, seq))
+        self._write_answer()
 
     def _dispatch(self, body: Any) -> tuple[int, int | None]:
         api = self.api

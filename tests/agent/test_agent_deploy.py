@@ -37,7 +37,7 @@ def test_the_daemonset_validates_and_its_configuration_is_understood(tmp_path: P
     toml = tmp_path / "agent.toml"
     toml.write_text(objects[0]["data"]["agent.toml"])
     args = cli.build_parser(cli.load_config(str(toml))).parse_args(["run"])
-    assert (args.server, args.source) == ("http://nvke-web", "nvml")
+    assert (args.server, args.source) == ("http://nvke-web.nvke-system.svc", "nvml")
     pod = objects[1]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/nvke-agent"

@@ -184,3 +184,13 @@ def test_host_history_checks_scrubs_and_health_are_listed(operator, import_captu
     ]
     assert operator.get(f"/api/v1/fleet/hosts/{host.id}/scrubs").json()["results"] == []
     assert operator.get(f"/api/v1/fleet/hosts/{host.id}/health").json()["results"] == []
+
+
+def test_tokens_never_start_with_a_dash_which_the_agent_cli_would_read_as_an_option(monkeypatch):
+    import secrets as stdlib_secrets
+
+    from fleet import secrets
+
+    drawn = iter(["-starts-with-a-dash", "fine-token"])
+    monkeypatch.setattr(stdlib_secrets, "token_urlsafe", lambda n: next(drawn))
+    assert secrets.new_token() == "fine-token"
