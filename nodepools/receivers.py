@@ -45,7 +45,8 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
             NodePool.objects.filter(pk=pool.pk).update(
                 deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
             )
-        transaction.on_commit(lambda pid=pool.id: enqueue_once(reconcile_nodepool, pid))
+        # a direct send: a pending countdown (e.g. a maintenance-window wait) must not delay it
+        transaction.on_commit(lambda pid=pool.id: reconcile_nodepool.delay(str(pid)))
     return len(pools)
 
 
@@ -78,9 +79,12 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
     upgraded stay upgraded; the spec goes back to the old versions only if none was)."""
     from clusters.choices import OperationType
 
+    from .tasks import reconcile_nodepool
+
     pool = NodePool.objects.select_for_update().filter(pk=operation.target_id).first()
     if pool is None:
         return False
+    transaction.on_commit(lambda: reconcile_nodepool.delay(str(pool.id)))
     if operation.type == OperationType.SET_NODE_POOL_SIZE:
         live = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).count()
         if live != pool.node_count:

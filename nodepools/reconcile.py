@@ -97,8 +97,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     if len(live) > desired:
         # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
         surplus = sorted(live, key=lambda n: (n.created_at, n.name))[desired:]
-        release_nodes(pool, surplus, now)
-        return 0.0
+        return _drain_then_release(pool, surplus, now)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
     waits: list[float] = []
@@ -495,6 +494,37 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     return None
 
 
+def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> float:
+    """Scale-down: cordon and drain each surplus node, then release it. Pods that block the
+    drain (a disruption budget at its minimum) are waited for up to
+    ``NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S`` (then evicted, as cluster autoscalers do), with the
+    condition ``ScaleDownBlocked`` naming them meanwhile."""
+    from django.conf import settings
+
+    provider = get_provider(pool.cluster.provider)
+    spec = nodepool_spec(pool)
+    timeout = settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S
+    ready, blocked = [], []
+    for node in surplus:
+        if node.phase != NodePhase.DRAINING:
+            node.phase = NodePhase.DRAINING
+            node.drain_started_at = now
+            node.save(update_fields=["phase", "drain_started_at"])
+        pods = provider.drain_blockers(spec, node_spec(node))
+        waited = (now - (node.drain_started_at or now)).total_seconds()
+        if pods and waited < timeout:
+            blocked.append(f"{node.name}: {', '.join(pods)}")
+        else:
+            ready.append(node)
+    if ready:
+        release_nodes(pool, ready, now)
+    if blocked:
+        _set_conditions(pool, now, ("ScaleDownBlocked", True, "DrainBlocked", "; ".join(blocked)))
+        return 2.0
+    _set_conditions(pool, now, ("ScaleDownBlocked", False, "Drained", ""))
+    return 0.0
+
+
 def _delete_attempt_failed(
     pool: NodePool, nodes: list[Node], exc: ProviderError, now: datetime
 ) -> float | None:
@@ -525,7 +555,7 @@ def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
     """Drain the nodes, delete their machines (GPUs back to the fleet), close their allocation."""
     provider = get_provider(pool.cluster.provider)
     for node in nodes:
-        if node.phase == NodePhase.READY:
+        if node.phase in (NodePhase.READY, NodePhase.DRAINING):
             # a provider that cannot drain: the machine deletion evicts the pods
             with contextlib.suppress(ProviderError):
                 provider.drain_node(nodepool_spec(pool), node_spec(node))

@@ -78,6 +78,11 @@ def step_repair(
                 pool.id, stage=f"rebooting {node.name}", total=len(unhealthy), now=now
             )
             return REBOOT_S
+        from fleet.health import close_unhealthy
+        from fleet.models import Gpu
+
+        for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY"):
+            close_unhealthy(gpu, at=now, ended_by="auto-repair: node rebooted")
         node.repair_state = node.repair_action = node.repair_reason = ""
         node.repair_requested_at = None
         node.phase = NodePhase.READY

@@ -56,8 +56,22 @@ def step_upgrade(
         return _finish(pool, now)
     if pool.upgrade.get("state") == "cancelled":
         if not busy:  # nodes already upgraded stay upgraded; the rest keep their versions
+            if not any(_current(n) == target for n in live):  # none upgraded: old spec back
+                pool.kubernetes_version = pool.upgrade.get("from_kubernetes_version", "")
+                pool.driver_version = pool.upgrade.get("from_driver_version", "")
             pool.upgrade = {}
-            pool.save(update_fields=["upgrade", "updated_at"])
+            pool.conditions = set_condition(
+                pool.conditions, "Upgrading", False, "Cancelled", "", now
+            )
+            pool.save(
+                update_fields=[
+                    "kubernetes_version",
+                    "driver_version",
+                    "upgrade",
+                    "conditions",
+                    "updated_at",
+                ]
+            )
             return None
         pending = []  # finish the nodes in flight, start none
     elif pool.upgrade.get("state") == "paused":
@@ -71,7 +85,7 @@ def step_upgrade(
         message = f"waiting for the maintenance window ({opens.isoformat() if opens else 'none'})"
         _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
-        return min((opens - now).total_seconds(), 300.0) if opens else 300.0
+        return min((opens - now).total_seconds(), 60.0) if opens else 60.0
     slots = max(int(pool.upgrade.get("max_unavailable") or 0), 1)
     for node in pending[: max(slots - len(busy), 0)]:
         node.upgrade_state = "draining"
@@ -111,15 +125,14 @@ def _step_node(
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
-        blockers = (
-            [] if pool.upgrade.get("force") else provider.drain_blockers(spec, node_spec(node))
-        )
+        forced = pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name
+        blockers = [] if forced else provider.drain_blockers(spec, node_spec(node))
         if blockers:
             started = node.drain_started_at or now
             if now - started >= timedelta(seconds=int(pool.upgrade.get("drain_timeout_s", 600))):
                 return _pause(pool, node, "drain blocked", blockers, now)
             return DRAIN_POLL_S
-        if not pool.upgrade.get("force"):
+        if not forced:
             provider.drain_node(spec, node_spec(node))
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]

@@ -72,7 +72,14 @@ def upgrade_nodepool(
         current_k8s = pool.kubernetes_version or cluster.control_plane_version
         target_k8s = kubernetes_version or current_k8s
         target_driver = pool.driver_version if driver_version is None else driver_version
-        if target_k8s == current_k8s and target_driver == pool.driver_version:
+        lagging = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).exclude(
+            kubernetes_version=target_k8s, driver_version=target_driver
+        )
+        if (
+            target_k8s == current_k8s
+            and target_driver == pool.driver_version
+            and not lagging.exists()
+        ):
             raise InvalidInput(
                 "the pool already runs these versions",
                 code="nothing_to_upgrade",
@@ -110,6 +117,8 @@ def upgrade_nodepool(
             "urgent": urgent,
             "state": "rolling",
             "done": 0,
+            "from_kubernetes_version": before["kubernetes_version"],
+            "from_driver_version": before["driver_version"],
         }
         pool.save(
             update_fields=[
@@ -145,12 +154,20 @@ def resume_upgrade(*, principal: Principal, pool: NodePool, force: bool = False)
         if pool.upgrade.get("state") != "paused":
             raise Conflict("no paused upgrade on this node pool", code="upgrade_not_paused")
         upgrade: dict[str, Any] = dict(pool.upgrade)
-        upgrade.update(state="rolling", force=bool(force or upgrade.get("force")), blocked={})
+        blocked_node = (upgrade.get("blocked") or {}).get("node", "")
+        # force evicts the blockers of the paused node only: later nodes' budgets still count
+        upgrade.update(state="rolling", force_node=blocked_node if force else "", blocked={})
         pool.upgrade = upgrade
         pool.save(update_fields=["upgrade", "updated_at"])
         pool.nodes.filter(upgrade_state="drain-blocked").update(
             upgrade_state="draining", drain_started_at=timezone.now()
         )
+        from nvke.conditions import set_condition
+
+        pool.conditions = set_condition(
+            pool.conditions, "UpgradeBlocked", False, "Resumed", f"resumed by {principal.label}"
+        )
+        pool.save(update_fields=["conditions", "updated_at"])
         audit.record(
             actor=principal.label,
             action="nodepool.upgrade.resume",

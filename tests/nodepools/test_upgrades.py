@@ -215,3 +215,74 @@ def test_media_extension_profiles_render_valid_label_values(catalog, isolation):
     bad = {k: v for k, v in config["labels"].items() if len(v) > 63 or not value.fullmatch(v)}
     assert bad == {}
     assert "1g.12gb.me" in " ".join(config["labels"].values())
+
+
+def test_force_on_resume_only_overrides_the_paused_nodes_blockers(owner, pool):
+    """Review finding: force stayed on and later nodes' disruption budgets were ignored."""
+    from clusters.providers.simulated import simulate_drain_blockers
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    _, pool_id = pool
+    first, second, _ = Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name")
+    simulate_drain_blockers(first.id, [BLOCKER])
+    simulate_drain_blockers(second.id, ["default/trainer-1 (PDB trainer allows 0 disruptions)"])
+    try:
+        owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05", "drain_timeout_s": 10})
+        t0 = timezone.now()
+        reconcile_nodepool(pool_id, now=t0)
+        assert reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=11)) is None  # paused
+        owner.post(url(pool, "/resume-upgrade"), {"force": True})
+        for step in range(10):
+            if reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=20 + 11 * step)) is None:
+                break
+        body = owner.get(url(pool)).json()
+        assert body["upgrade"]["blocked"]["node"] == second.name  # paused again, on node 2
+        blocked = next(c for c in body["conditions"] if c["type"] == "UpgradeBlocked")
+        assert "trainer-1" in blocked["message"]
+    finally:
+        simulate_drain_blockers(first.id, [])
+        simulate_drain_blockers(second.id, [])
+
+
+def test_cancelling_before_any_node_upgraded_restores_the_versions(owner, pool):
+    """Review finding: the pool kept claiming the new version its nodes did not run."""
+    from nodepools.models import NodePool
+
+    _, pool_id = pool
+    before = owner.get(url(pool)).json()["driver_version"]
+    op = owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05"}).json()
+    owner.post(f"/api/v1/operations/{op['id']}/cancel")
+    drive_pool(pool_id)
+    pool_row = NodePool.objects.get(pk=pool_id)
+    assert (pool_row.driver_version, pool_row.upgrade) == (before, {})
+    assert owner.post(url(pool, "/upgrade"), {"driver_version": "580.95.05"}).status_code == 202
+
+
+def test_scale_down_waits_for_blocked_drains_then_evicts(owner, pool, settings):
+    """Review finding: scale-down removed a node whose pods a budget protected."""
+    from clusters.providers.simulated import simulate_drain_blockers
+    from nodepools.models import Node, NodePool
+    from nodepools.reconcile import reconcile_nodepool
+
+    _, pool_id = pool
+    settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = 60
+    newest = Node.objects.filter(nodepool_id=pool_id).order_by("-created_at", "-name").first()
+    simulate_drain_blockers(newest.id, [BLOCKER])
+    try:
+        owner.post(url(pool, "/set-size"), {"node_count": 2})
+        t0 = timezone.now()
+        assert reconcile_nodepool(pool_id, now=t0) == 2.0
+        assert Node.objects.get(pk=newest.pk).phase == "DRAINING"
+        cond = next(
+            c
+            for c in NodePool.objects.get(pk=pool_id).conditions
+            if c["type"] == "ScaleDownBlocked"
+        )
+        assert cond["status"] == "True" and "trainer-0" in cond["message"]
+        for step in range(5):
+            if reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=61 + step)) is None:
+                break
+        assert Node.objects.get(pk=newest.pk).phase == "DELETED"
+    finally:
+        simulate_drain_blockers(newest.id, [])
