@@ -6,7 +6,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.services import UnsupportedKubernetesVersion, check_kubernetes_version
 from fleet.models import Host
 from nvke.errors import Conflict, InvalidInput
 from tenants import audit, quotas
@@ -51,15 +50,7 @@ def create_cluster(
         raise InvalidInput(
             "clusters belong to a tenant: use a tenant API key", code="tenant_required"
         )
-    try:
-        version = check_kubernetes_version(kubernetes_version)
-    except UnsupportedKubernetesVersion as exc:
-        raise InvalidInput(
-            str(exc),
-            code="unsupported_kubernetes_version",
-            field="kubernetes_version",
-            extra={"supported_versions": exc.supported},
-        ) from exc
+    version = versions.require_supported(kubernetes_version)
     if not Host.objects.filter(Host.in_region_q(region)).exists():
         raise InvalidInput(
             f"region {region!r} has no GPU hosts",
@@ -261,15 +252,7 @@ def update_cluster(
 
 
 def _check_upgrade(cluster: Cluster, target: str) -> None:
-    try:
-        check_kubernetes_version(target)
-    except UnsupportedKubernetesVersion as exc:
-        raise InvalidInput(
-            str(exc),
-            code="unsupported_kubernetes_version",
-            field="kubernetes_version",
-            extra={"supported_versions": exc.supported},
-        ) from exc
+    versions.require_supported(target)
     current = cluster.control_plane_version or cluster.kubernetes_version
     problem = versions.control_plane_upgrade_problem(current, target)
     if problem:

@@ -12,7 +12,12 @@ from __future__ import annotations
 from datetime import date
 
 from catalog.models import KubernetesVersion
-from catalog.services import supported_kubernetes_versions
+from catalog.services import (
+    UnsupportedKubernetesVersion,
+    check_kubernetes_version,
+    supported_kubernetes_versions,
+)
+from nvke.errors import InvalidInput
 
 MAX_NODE_MINOR_SKEW = 3
 
@@ -60,3 +65,17 @@ def end_of_life(version: str) -> date | None:
     """The end-of-life date of ``version``'s minor, or None when the catalog does not know it."""
     row = KubernetesVersion.objects.filter(version="{}.{}".format(*minor(version))).first()
     return row.end_of_life if row else None
+
+
+def require_supported(version: str) -> KubernetesVersion:
+    """The catalog row of a supported ``version``; InvalidInput
+    ``unsupported_kubernetes_version`` (field ``kubernetes_version``, with the supported list)."""
+    try:
+        return check_kubernetes_version(version)
+    except UnsupportedKubernetesVersion as exc:
+        raise InvalidInput(
+            str(exc),
+            code="unsupported_kubernetes_version",
+            field="kubernetes_version",
+            extra={"supported_versions": exc.supported},
+        ) from exc

@@ -24,7 +24,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.services import UnsupportedKubernetesVersion, check_kubernetes_version
 from clusters import versions
 from clusters.choices import OperationType, Phase, TargetType
 from clusters.models import Cluster, Operation
@@ -174,22 +173,14 @@ def resume_upgrade(*, principal: Principal, pool: NodePool, force: bool = False)
             target_type="nodepool",
             target_id=pool.id,
             tenant_id=pool.tenant_id,
-            after={"force": upgrade["force"]},
+            after={"force": bool(force), "node": upgrade.get("force_node", "")},
         )
         enqueue_reconcile(pool.id)
     return pool
 
 
 def _check_kubernetes(cluster: Cluster, target: str) -> None:
-    try:
-        check_kubernetes_version(target)
-    except UnsupportedKubernetesVersion as exc:
-        raise InvalidInput(
-            str(exc),
-            code="unsupported_kubernetes_version",
-            field="kubernetes_version",
-            extra={"supported_versions": exc.supported},
-        ) from exc
+    versions.require_supported(target)
     problem = versions.node_version_problem(
         cluster.control_plane_version or cluster.kubernetes_version, target
     )
