@@ -8,6 +8,7 @@ Host actions call the fleet services the API's host actions call
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 from django.contrib import messages
 from django.db import transaction
@@ -20,8 +21,9 @@ from django.views.decorators.http import require_POST
 
 from billing.aggregation import tenants_with_usage
 from billing.invoices import finalize_invoice
-from billing.models import Invoice, InvoiceStatus, Price
+from billing.models import Invoice, InvoiceStatus, Price, UsageRecord
 from billing.prices import set_price
+from billing.reports import usage_rows
 from billing.tasks import build_tenant_invoices
 from catalog.models import GpuModel
 from clusters.choices import Phase
@@ -204,7 +206,13 @@ def tenant_list(request: HttpRequest) -> HttpResponse:
             )
             return redirect("console:tenant", tenant.pk)
     tenants = Tenant.objects.order_by("name").annotate(people=Count("memberships", distinct=True))
-    rows = [(t, quota_body(quotas.quota_for(t.pk, lock=False))) for t in tenants]
+    now = timezone.now()
+    usage, _ = usage_rows(UsageRecord.objects.all(), ["tenant"], now - timedelta(days=30), now)
+    hours = {r["tenant_id"]: r["gpu_hours"] for r in usage}
+    rows = [
+        (t, quota_body(quotas.quota_for(t.pk, lock=False)), hours.get(t.pk, Decimal(0)))
+        for t in tenants
+    ]
     return render(request, "portal/console/tenants.html", {"form": form, "rows": rows})
 
 

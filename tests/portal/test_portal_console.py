@@ -237,3 +237,50 @@ def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_p
         assert client.login(username=login, password=password.read_text().strip())
         assert client.get("/")["Location"] == landing
     assert oct((tmp_path / "portal-demo-password").stat().st_mode)[-3:] == "600"
+
+
+def test_the_tenants_page_shows_each_tenants_gpu_hours_of_the_last_30_days(
+    ops_client, tenant_a, tenant_b, catalog
+):
+    """Two usage records of tenant A an hour apart: 3,600 + 5,400 GPU-s = 2.5 GPU-hours; a
+    record 31 days old is outside the window; tenant B has none."""
+    from django.utils import timezone
+
+    from billing.models import UsageRecord
+    from clusters.models import Cluster
+    from nodepools.models import NodePool
+
+    cluster = Cluster.objects.create(
+        tenant=tenant_a, name="c", kubernetes_version="1.36", region="us-east-1"
+    )
+    pool = NodePool.objects.create(
+        tenant=tenant_a,
+        cluster=cluster,
+        name="p",
+        gpu_model_id="h100-sxm5-80gb",
+        gpus_per_node=1,
+        node_count=1,
+    )
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+    for start, seconds in (
+        (hour - timedelta(hours=2), 3600),
+        (hour - timedelta(hours=1), 5400),
+        (hour - timedelta(days=31), 7200),
+    ):
+        UsageRecord.objects.create(
+            tenant=tenant_a,
+            cluster=cluster,
+            nodepool=pool,
+            gpu_model="h100-sxm5-80gb",
+            start=start,
+            end=start + timedelta(hours=1),
+            gpu_seconds=seconds,
+            allocated_seconds=seconds,
+            sla_credit_gpu_seconds=0,
+            computed_at=hour,
+        )
+    html = ops_client.get("/console/tenants").content.decode()
+    row_a = html.split('data-tenant="tenant-a"')[1].split("</tr>")[0]
+    row_b = html.split('data-tenant="tenant-b"')[1].split("</tr>")[0]
+    assert '<td class="gpu-hours">2.500</td>' in row_a
+    assert '<td class="gpu-hours">0.000</td>' in row_b
