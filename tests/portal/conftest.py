@@ -116,6 +116,11 @@ def browser(monkeypatch):
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+        # ORM calls made while Playwright's loop ran used connections bound to its context:
+        # close them here, or the test database cannot be dropped at the end of the session
+        from django.db import connections
+
+        connections.close_all()
 
 
 @pytest.fixture
