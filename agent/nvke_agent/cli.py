@@ -319,6 +319,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             summary = record(
                 source, args.out, duration_s=args.duration, interval_s=args.interval, stop=stop
             )
+    except OSError as exc:  # --out in a missing folder, a directory, no permission
+        print(f"nvke-agent record: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     finally:
         source.close()
     print(summary.line(), flush=True)

@@ -238,7 +238,8 @@ def _bytes(text: str | None) -> int | None:
     match = _NUMBER_WITH_UNIT.match(text)
     if match is None or match.group(2) not in _BYTES_PER_UNIT:
         return None
-    return int(Decimal(match.group(1)) * _BYTES_PER_UNIT[match.group(2)])
+    value = int(Decimal(match.group(1)) * _BYTES_PER_UNIT[match.group(2)])
+    return value if value >= 0 else None  # a negative size is not a reading
 
 
 def _percent(text: str | None) -> float | None:
