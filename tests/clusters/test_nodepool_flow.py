@@ -208,5 +208,9 @@ def test_delete_cluster_releases_hosts_and_closes_the_ledger(owner, running_clus
     assert owner.get(f"/api/v1/operations/{delete_op['id']}").json()["status"] == "DONE"
     assert Host.objects.get().state == "AVAILABLE"
     assert not Gpu.objects.filter(holder_id__isnull=False).exists()
+    from nodepools.models import Node
+
     (entry,) = LedgerEntry.objects.all()
-    assert entry.period.upper is not None
+    (node,) = Node.objects.all()
+    assert (entry.period.lower, entry.period.upper) == (node.ready_at, node.released_at)
+    assert node.released_at > node.ready_at

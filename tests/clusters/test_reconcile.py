@@ -125,7 +125,8 @@ def test_pool_deleting_releases_everything(owner, cluster_id):
     assert Node.objects.get().phase == "DELETED"
     assert not Gpu.objects.filter(holder_id__isnull=False).exists()
     assert set(Host.objects.values_list("state", flat=True)) == {"AVAILABLE"}
-    assert LedgerEntry.objects.get().period.upper is not None
+    node = Node.objects.get()
+    assert LedgerEntry.objects.get().period.upper == node.released_at  # closed at the release
     assert_idempotent(reconcile_nodepool, pool_id)
 
 

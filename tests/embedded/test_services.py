@@ -54,7 +54,7 @@ def test_services_start_connect_stop_and_reuse_the_cluster(data_dir: Path) -> No
     services = EmbeddedServices(data_dir, environ={})
     env = services.start()
     try:
-        assert services.postgres is not None and services.redis is not None
+        assert services.postgres.pid > 0 and services.redis.pid > 0
         assert set(env) == {"NVKE_DATA_DIR", "DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}
         pg_pids = tree(services.postgres.pid)
         redis_pid = services.redis.pid
