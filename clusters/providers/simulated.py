@@ -30,7 +30,6 @@ from fleet import placement
 from .base import (
     ClusterSpec,
     ControlPlaneStatus,
-    InsufficientCapacity,
     MachinePlacement,
     MachineStatus,
     NodeConfigStatus,
@@ -39,6 +38,7 @@ from .base import (
     NodeVersions,
     Provider,
 )
+from .fleet_claims import claim_fleet_gpus
 
 
 class SimulatedProvider(Provider):
@@ -63,20 +63,7 @@ class SimulatedProvider(Provider):
         return True
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
-        requests = [
-            placement.GpuRequest(
-                holder_id=node.id,
-                tenant_id=pool.cluster.tenant_id,
-                gpu_model=pool.gpu_model,
-                gpus=pool.gpus_per_node,
-                region=pool.cluster.region,
-            )
-            for node in nodes
-        ]
-        try:
-            placed = placement.claim_gpus(requests)
-        except placement.InsufficientCapacity as exc:
-            raise InsufficientCapacity(str(exc), retryable=True) from exc
+        placed = claim_fleet_gpus(pool, nodes)
         if settings.NVKE_SIMULATED_CALL_DELAY_S:  # a slow infrastructure API (crash tests)
             time.sleep(settings.NVKE_SIMULATED_CALL_DELAY_S)
         return [

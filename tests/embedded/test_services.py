@@ -155,7 +155,7 @@ def _start_cli(data_dir: Path) -> tuple[subprocess.Popen[str], dict[str, str]]:
             text=True,
         )
     exports: dict[str, str] = {}
-    assert proc.stdout is not None
+    assert proc.poll() is None  # the services command keeps running
     while "CELERY_BROKER_URL" not in exports:
         line = proc.stdout.readline()
         assert line, f"services exited early (rc={proc.wait(5)}):\n{log.read_text()}"
@@ -193,7 +193,6 @@ def test_a_killed_runner_leaves_postgres_which_the_next_run_reuses(data_dir: Pat
     assert pid_alive(pg_pid)
 
     with EmbeddedServices(data_dir, environ={}) as services:
-        assert services.postgres is not None
         assert services.postgres.reused and services.postgres.pid == pg_pid
         pids = [*tree(pg_pid), services.redis.pid]
         with _connect(services.env["DATABASE_URL"]) as conn:

@@ -102,7 +102,8 @@ class Api:
         wait(up, 60, "the API to listen")
 
     def kill(self) -> None:
-        assert self.proc is not None
+        if self.proc is None:
+            raise RuntimeError("the API was never started")
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 

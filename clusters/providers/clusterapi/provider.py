@@ -46,7 +46,6 @@ from django.db import transaction
 from ..base import (
     ClusterSpec,
     ControlPlaneStatus,
-    InsufficientCapacity,
     MachinePlacement,
     MachineStatus,
     NodeConfigStatus,
@@ -55,6 +54,7 @@ from ..base import (
     Provider,
     ProviderError,
 )
+from ..fleet_claims import claim_fleet_gpus
 from . import render, status
 from .client import ApiError, KubeApi, management_api, workload_api
 from .render import (
@@ -201,22 +201,7 @@ class ClusterApiProvider(Provider):
     # --- machines -------------------------------------------------------------------------------
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
-        from fleet import placement
-
-        requests = [
-            placement.GpuRequest(
-                holder_id=node.id,
-                tenant_id=pool.cluster.tenant_id,
-                gpu_model=pool.gpu_model,
-                gpus=pool.gpus_per_node,
-                region=pool.cluster.region,
-            )
-            for node in nodes
-        ]
-        try:
-            placed = placement.claim_gpus(requests)
-        except placement.InsufficientCapacity as exc:
-            raise InsufficientCapacity(str(exc), retryable=True) from exc
+        placed = claim_fleet_gpus(pool, nodes)
         add = {str(p.holder_id): p.hostname for p in placed}
         # The MachineDeployment grows only once the nodes are committed: a rolled-back step
         # leaves nothing behind on the management cluster. A failed apply is redone by

@@ -1,0 +1,29 @@
+"""Machines on NVKE's own fleet inventory: the GPU claim both providers make for a pool's
+nodes (the simulated one and the Cluster API one reserve GPUs the same way)."""
+
+from __future__ import annotations
+
+from fleet import placement
+
+from .base import InsufficientCapacity, NodePoolSpec, NodeSpec
+
+
+def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placement.Placement]:
+    """Claim ``pool.gpus_per_node`` GPUs per node in the pool's region, all or none.
+
+    Raises the provider-level InsufficientCapacity (retryable) when the fleet lacks room.
+    """
+    requests = [
+        placement.GpuRequest(
+            holder_id=node.id,
+            tenant_id=pool.cluster.tenant_id,
+            gpu_model=pool.gpu_model,
+            gpus=pool.gpus_per_node,
+            region=pool.cluster.region,
+        )
+        for node in nodes
+    ]
+    try:
+        return placement.claim_gpus(requests)
+    except placement.InsufficientCapacity as exc:
+        raise InsufficientCapacity(str(exc), retryable=True) from exc
