@@ -142,7 +142,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": ["nvke.parsers.SafeJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "nvke.pagination.DefaultPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "nvke.openapi.ContractAutoSchema",
     "EXCEPTION_HANDLER": "nvke.errors.problem_exception_handler",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "COERCE_DECIMAL_TO_STRING": False,
@@ -161,6 +161,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Problem component, protocol headers, examples, valid defaults (nvke/openapi.py).
+    "ENUM_NAME_OVERRIDES": {"InvoiceStatusEnum": "billing.models.InvoiceStatus"},
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "nvke.openapi.postprocess",
+    ],
 }
 
 # ---------------------------------------------------------------- Celery
@@ -320,3 +326,7 @@ structlog.configure(
 DJANGO_STRUCTLOG_CELERY_ENABLED = True
 DJANGO_STRUCTLOG_TRUST_UPSTREAM_REQUEST_ID = True
 DJANGO_STRUCTLOG_USER_ID_FIELD = "label"
+
+# ---------------------------------------------------------------- integrations (issue #16)
+# Seconds a client should wait before polling an Operation (``Retry-After`` on 202).
+NVKE_OPERATION_RETRY_AFTER_S = env.int("NVKE_OPERATION_RETRY_AFTER_S", default=2)

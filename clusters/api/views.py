@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from django.http import HttpResponse
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -12,6 +12,7 @@ from clusters import services
 from clusters.choices import GONE_PHASES
 from clusters.models import Cluster, Operation
 from nvke import crypto
+from nvke.accepted import accepted
 from nvke.errors import ApiError, Conflict
 from nvke.viewsets import TenantScopedMixin
 from tenants import audit
@@ -41,9 +42,14 @@ class ClusterViewSet(
         form = ClusterCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         op = services.create_cluster(principal=request.user, **form.validated_data)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
-    @extend_schema(responses={(200, "application/yaml"): str})
+    @extend_schema(
+        responses={
+            (200, "application/yaml"): str,
+            409: OpenApiResponse(description="No kubeconfig yet, or the cluster is gone."),
+        }
+    )
     @action(detail=True, methods=["get"])
     def kubeconfig(self, request, pk=None):
         """The cluster's admin kubeconfig (YAML). Roles that can write only; audited."""
@@ -78,7 +84,7 @@ class ClusterViewSet(
         form = ClusterUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         op = services.update_cluster(principal=request.user, cluster=cluster, **form.validated_data)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
     @extend_schema(request=None, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"], url_path="rotate-credentials")
@@ -86,13 +92,13 @@ class ClusterViewSet(
         """Issue a new admin kubeconfig (ROTATE_CREDENTIALS)."""
         cluster = self.get_object()
         op = services.rotate_credentials(principal=request.user, cluster=cluster)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
     @extend_schema(request=None, responses={202: OperationSerializer})
     def destroy(self, request, pk=None):
         cluster = self.get_object()
         op = services.delete_cluster(principal=request.user, cluster=cluster)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
 
 class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):

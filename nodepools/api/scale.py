@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
-from rest_framework.response import Response
+from rest_framework import serializers
 from rest_framework.views import APIView
 
 from clusters.api.serializers import OperationSerializer
 from nodepools.models import NodePool
 from nodepools.scaling import set_node_pool_size
+from nvke.accepted import accepted
 from nvke.etags import check_if_match
 from nvke.scoping import get_scoped_or_404
 
@@ -20,6 +20,8 @@ class SetSizeSerializer(serializers.Serializer):
 
 class NodePoolSetSizeView(APIView):
     """Resize a node pool; answers 202 with a SET_NODE_POOL_SIZE operation."""
+
+    checks_if_match = True  # documented by nvke.openapi (If-Match, 412)
 
     @extend_schema(request=SetSizeSerializer, responses={202: OperationSerializer})
     def post(self, request, cluster_pk, pk):
@@ -32,7 +34,7 @@ class NodePoolSetSizeView(APIView):
         op = set_node_pool_size(
             principal=request.user, pool=pool, node_count=form.validated_data["node_count"]
         )
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
 
 class AutoscalingSerializer(serializers.Serializer):
@@ -43,6 +45,8 @@ class AutoscalingSerializer(serializers.Serializer):
 
 class NodePoolAutoscalingView(APIView):
     """Autoscaling by measured GPU utilization, between min and max nodes (202 + Operation)."""
+
+    checks_if_match = True  # documented by nvke.openapi (If-Match, 412)
 
     @extend_schema(request=AutoscalingSerializer, responses={202: OperationSerializer})
     def put(self, request, cluster_pk, pk):
@@ -55,4 +59,4 @@ class NodePoolAutoscalingView(APIView):
         form = AutoscalingSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         op = set_autoscaling(principal=request.user, pool=pool, autoscaling=form.validated_data)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)

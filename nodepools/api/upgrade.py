@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from clusters.api.serializers import OperationSerializer
 from nodepools.models import NodePool
 from nodepools.upgrades import resume_upgrade, upgrade_nodepool
+from nvke.accepted import accepted
 from nvke.etags import check_if_match
 from nvke.scoping import get_scoped_or_404
 
@@ -41,17 +42,21 @@ def _pool(request, cluster_pk, pk) -> NodePool:
 class NodePoolUpgradeView(APIView):
     """Roll the pool's nodes to a Kubernetes version and/or NVIDIA driver (202 + Operation)."""
 
+    checks_if_match = True  # documented by nvke.openapi (If-Match, 412)
+
     @extend_schema(request=UpgradeSerializer, responses={202: OperationSerializer})
     def post(self, request, cluster_pk, pk):
         pool = _pool(request, cluster_pk, pk)
         form = UpgradeSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         op = upgrade_nodepool(principal=request.user, pool=pool, **form.validated_data)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
 
 
 class NodePoolResumeUpgradeView(APIView):
     """Resume a paused upgrade (``force`` evicts pods that block the drain)."""
+
+    checks_if_match = True  # documented by nvke.openapi (If-Match, 412)
 
     @extend_schema(request=ResumeSerializer, responses={200: NodePoolSerializer})
     def post(self, request, cluster_pk, pk):

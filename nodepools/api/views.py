@@ -13,6 +13,7 @@ from clusters.api.serializers import OperationSerializer
 from clusters.models import Cluster
 from nodepools import services
 from nodepools.models import Node, NodePool
+from nvke.accepted import accepted
 from nvke.errors import InvalidInput
 from nvke.scoping import get_scoped_or_404
 from nvke.viewsets import TenantScopedMixin
@@ -36,10 +37,10 @@ def _dry_run(request) -> bool:
     return request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
 
 
-def _result(result) -> Response:
+def _result(request, result) -> Response:
     if isinstance(result, services.DryRun):
         return Response(result.as_dict(), status=status.HTTP_200_OK)
-    return Response(OperationSerializer(result).data, status=status.HTTP_202_ACCEPTED)
+    return accepted(request, result)
 
 
 class NodePoolViewSet(
@@ -82,7 +83,7 @@ class NodePoolViewSet(
             dry_run=_dry_run(request),
             **form.validated_data,
         )
-        return _result(result)
+        return _result(request, result)
 
     @extend_schema(
         request=NodePoolUpdateSerializer,
@@ -108,7 +109,7 @@ class NodePoolViewSet(
             isolation=form.validated_data["isolation"],
             dry_run=_dry_run(request),
         )
-        return _result(result)
+        return _result(request, result)
 
     @extend_schema(request=None, responses={200: GpuConfigSerializer})
     @action(detail=True, methods=["get"], url_path="gpu-config")
@@ -139,4 +140,4 @@ class NodePoolViewSet(
     def destroy(self, request, cluster_pk=None, pk=None):
         pool = self.get_object()
         op = services.delete_nodepool(principal=request.user, pool=pool)
-        return Response(OperationSerializer(op).data, status=status.HTTP_202_ACCEPTED)
+        return accepted(request, op)
