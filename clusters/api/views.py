@@ -10,6 +10,7 @@ from rest_framework.response import Response
 
 from clusters import services
 from clusters.choices import GONE_PHASES
+from clusters.kubeconfig_names import context_name, rename_kubeconfig
 from clusters.models import Cluster, Operation
 from nvke import crypto
 from nvke.accepted import accepted
@@ -52,7 +53,8 @@ class ClusterViewSet(
     )
     @action(detail=True, methods=["get"])
     def kubeconfig(self, request, pk=None):
-        """The cluster's admin kubeconfig (YAML). Roles that can write only; audited."""
+        """The cluster's admin kubeconfig (YAML), its cluster, user and context named
+        ``nvke_<tenant>_<region>_<cluster>``. Roles that can write only; audited."""
         cluster = self.get_object()
         if not request.user.can_write:
             raise ApiError(
@@ -71,8 +73,9 @@ class ClusterViewSet(
             target_id=cluster.id,
             tenant_id=cluster.tenant_id,
         )
+        name = context_name(tenant=cluster.tenant.name, region=cluster.region, cluster=cluster.name)
         return HttpResponse(
-            crypto.decrypt(cluster.kubeconfig_encrypted),
+            rename_kubeconfig(crypto.decrypt(cluster.kubeconfig_encrypted), name),
             content_type="application/yaml",
             headers={"Content-Disposition": f'attachment; filename="{cluster.name}.kubeconfig"'},
         )
