@@ -17,6 +17,7 @@ import argparse
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -211,6 +212,34 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Wait until process ``--pid`` is gone, then stop what it left on the data folder.
+
+    The test plugin's safety net: pytest killed by SIGKILL runs no cleanup, and the embedded
+    PostgreSQL (a daemon) would outlive it. A normal exit removes the folder first, and then
+    there is nothing left to do.
+    """
+    data_dir = Path(args.data_dir).absolute()
+    install_shutdown_handlers()
+    try:
+        while pid_alive(args.pid):
+            time.sleep(0.5)
+    except (KeyboardInterrupt, Shutdown):
+        return 0
+    if not data_dir.is_dir():
+        return 0
+    try:
+        stopped = stop_data_dir(data_dir)
+    except DataDirBusyError as exc:
+        log.error("%s", exc)
+        return 1
+    if stopped:
+        log.warning("process %s died: stopped %s", args.pid, ", ".join(stopped))
+    if args.remove:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (``python -m nvke.embedded --help``)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -248,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
         "stop", parents=[common], help="stop services/processes a crashed run left behind"
     )
     stop.set_defaults(func=cmd_stop)
+    watch = sub.add_parser(
+        "watch",
+        parents=[common],
+        help="wait for a process to exit, then stop what it left on the data folder",
+    )
+    watch.add_argument("--pid", type=int, required=True, help="the process to wait for")
+    watch.add_argument("--remove", action="store_true", help="then delete the data folder")
+    watch.set_defaults(func=cmd_watch)
     return parser
 
 
