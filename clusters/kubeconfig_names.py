@@ -20,7 +20,7 @@ def _part(text: str) -> str:
 
 
 def context_name(*, tenant: str, region: str, cluster: str) -> str:
-    """``nvke_acme-ai_us-east-1_train``: each part lower-cased, anything but ``[a-z0-9-]`` -> ``-``."""
+    """``nvke_acme-ai_us-east-1_train``: parts lower-cased, all but ``[a-z0-9-]`` -> ``-``."""
     return "_".join(["nvke", _part(tenant), _part(region), _part(cluster)])
 
 

@@ -88,7 +88,7 @@ def test_writes_document_conflict_idempotency_and_lost_updates(schema):
 
 def test_202_answers_document_location_and_retry_after(schema):
     accepted = 0
-    for path, method, op in operations(schema):
+    for path, _method, op in operations(schema):
         if "202" in op["responses"]:
             accepted += 1
             headers = op["responses"]["202"]["headers"]
