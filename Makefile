@@ -12,10 +12,10 @@ EMBEDDED := -p nvke.embedded.pytest_plugin
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml agent/pyproject.toml
+$(VENV)/.installed: pyproject.toml agent/pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]" -e ./agent
+	$(PY) -m pip install -q -e ".[dev]" -e ./agent -e ./cli
 	touch $@
 
 run: install

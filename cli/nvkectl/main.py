@@ -1,0 +1,335 @@
+"""nvkectl: contexts, clusters, node pools, credentials, usage and invoices.
+
+Exit codes: 0 done; 1 the API refused (problem+json, printed as one line with its code) or an
+operation followed with ``--wait`` failed; 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from . import config, kubeconfig
+from .api import ApiError, Client
+from .output import Format, emit
+from .waiting import follow
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__.split("\n")[0])
+config_app = typer.Typer(no_args_is_help=True, help="Contexts: server URL and API key.")
+clusters_app = typer.Typer(no_args_is_help=True, help="Kubernetes clusters.")
+pools_app = typer.Typer(no_args_is_help=True, help="GPU node pools of a cluster.")
+app.add_typer(config_app, name="config")
+app.add_typer(clusters_app, name="clusters")
+app.add_typer(pools_app, name="nodepools")
+
+err = Console(stderr=True)
+out = Console()
+
+Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or csv")]
+Wait = Annotated[bool, typer.Option("--wait", help="follow the operation until it finishes")]
+Timeout = Annotated[float, typer.Option("--timeout", help="seconds --wait waits at most")]
+
+CLUSTER_COLUMNS = ["name", "id", "phase", "kubernetes_version", "region", "provider"]
+POOL_COLUMNS = ["name", "id", "phase", "gpu_model", "gpus_per_node", "node_count"]
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    context: Annotated[
+        str | None, typer.Option("--context", help="context to use (default: current)")
+    ] = None,
+) -> None:
+    ctx.obj = {"context": context}
+
+
+def _client(ctx: typer.Context) -> Client:
+    return Client(config.resolve(ctx.obj["context"]))
+
+
+def _accepted(client: Client, op: dict[str, Any], wait: bool, timeout: float) -> None:
+    if wait:
+        op = follow(client, op, timeout=timeout)
+    out.print(f"{op['type']} {op['id']} {op['status']}")
+
+
+def _cluster(client: Client, ref: str) -> dict[str, Any]:
+    """A cluster by name (not DELETED) or id."""
+    try:
+        return client.json("GET", f"clusters/{uuid.UUID(ref)}")
+    except ValueError:
+        pass
+    for cluster in client.list_all("clusters"):
+        if cluster["name"] == ref and cluster["phase"] != "DELETED":
+            return cluster
+    raise ApiError(404, "not_found", f"no cluster named {ref!r}")
+
+
+def _pool(client: Client, cluster: dict[str, Any], ref: str) -> dict[str, Any]:
+    for pool in client.list_all(f"clusters/{cluster['id']}/nodepools"):
+        if ref in (pool["name"], pool["id"]) and pool["phase"] != "DELETED":
+            return pool
+    raise ApiError(404, "not_found", f"no node pool {ref!r} in cluster {cluster['name']!r}")
+
+
+# ------------------------------------------------------------------ config
+@config_app.command("set-context")
+def set_context(
+    name: str,
+    server: Annotated[str, typer.Option(help="NVKE URL, e.g. https://nvke.example.com")],
+    api_key: Annotated[str, typer.Option(help="API key `<prefix>.<secret>`")],
+) -> None:
+    """Add or replace a context (the file is created 0600)."""
+    config.set_context(name, server=server, api_key=api_key)
+    out.print(f"context {name} saved in {config.config_path()}")
+
+
+@config_app.command("use-context")
+def use_context(name: str) -> None:
+    """Make a context the current one."""
+    config.use_context(name)
+    out.print(f"current context: {name}")
+
+
+@config_app.command("get-contexts")
+def get_contexts(output: Output = Format.table) -> None:
+    """List contexts (keys are not shown)."""
+    data = config.load()
+    rows = [
+        {"current": "*" if n == data["current-context"] else "", "name": n, "server": c["server"]}
+        for n, c in data["contexts"].items()
+    ]
+    emit(rows, ["current", "name", "server"], output)
+
+
+# ------------------------------------------------------------------ clusters
+@clusters_app.command("create")
+def clusters_create(
+    ctx: typer.Context,
+    name: str,
+    kubernetes_version: Annotated[str, typer.Option("--kubernetes-version", "-k")],
+    region: Annotated[str, typer.Option("--region", "-r")],
+    wait: Wait = False,
+    timeout: Timeout = 600,
+) -> None:
+    """Create a cluster (202: an Operation; --wait follows it)."""
+    client = _client(ctx)
+    body = {"name": name, "kubernetes_version": kubernetes_version, "region": region}
+    _accepted(client, client.json("POST", "clusters", json=body), wait, timeout)
+
+
+@clusters_app.command("list")
+def clusters_list(ctx: typer.Context, output: Output = Format.table) -> None:
+    """Clusters of your tenant."""
+    emit(_client(ctx).list_all("clusters"), CLUSTER_COLUMNS, output)
+
+
+@clusters_app.command("get")
+def clusters_get(ctx: typer.Context, cluster: str, output: Output = Format.table) -> None:
+    """One cluster, by name or id."""
+    found = _cluster(_client(ctx), cluster)
+    emit([found], CLUSTER_COLUMNS, output, raw=found)
+
+
+@clusters_app.command("upgrade")
+def clusters_upgrade(
+    ctx: typer.Context,
+    cluster: str,
+    kubernetes_version: Annotated[str, typer.Option("--kubernetes-version", "-k")],
+    wait: Wait = False,
+    timeout: Timeout = 600,
+) -> None:
+    """Upgrade the control plane one minor version."""
+    client = _client(ctx)
+    found = _cluster(client, cluster)
+    op = client.json(
+        "PATCH", f"clusters/{found['id']}", json={"kubernetes_version": kubernetes_version}
+    )
+    _accepted(client, op, wait, timeout)
+
+
+@clusters_app.command("delete")
+def clusters_delete(
+    ctx: typer.Context, cluster: str, wait: Wait = False, timeout: Timeout = 600
+) -> None:
+    """Delete a cluster and its node pools."""
+    client = _client(ctx)
+    found = _cluster(client, cluster)
+    _accepted(client, client.json("DELETE", f"clusters/{found['id']}"), wait, timeout)
+
+
+# ------------------------------------------------------------------ node pools
+@pools_app.command("create")
+def pools_create(
+    ctx: typer.Context,
+    cluster: str,
+    name: str,
+    gpu_model: Annotated[str, typer.Option(help="catalog slug, e.g. h100-sxm5-80gb")],
+    gpus_per_node: Annotated[int, typer.Option()],
+    nodes: Annotated[int, typer.Option(help="node count")],
+    mig_profile: Annotated[
+        str | None, typer.Option(help="one MIG profile on every GPU, e.g. 1g.10gb")
+    ] = None,
+    wait: Wait = False,
+    timeout: Timeout = 600,
+) -> None:
+    """Add a GPU node pool (exclusive GPUs, or MIG with --mig-profile)."""
+    client = _client(ctx)
+    found = _cluster(client, cluster)
+    isolation = (
+        {"mode": "mig", "mig_profile": mig_profile} if mig_profile else {"mode": "exclusive"}
+    )
+    body = {
+        "name": name,
+        "gpu_model": gpu_model,
+        "gpus_per_node": gpus_per_node,
+        "node_count": nodes,
+        "isolation": isolation,
+    }
+    op = client.json("POST", f"clusters/{found['id']}/nodepools", json=body)
+    _accepted(client, op, wait, timeout)
+
+
+@pools_app.command("list")
+def pools_list(ctx: typer.Context, cluster: str, output: Output = Format.table) -> None:
+    """Node pools of a cluster."""
+    client = _client(ctx)
+    found = _cluster(client, cluster)
+    emit(client.list_all(f"clusters/{found['id']}/nodepools"), POOL_COLUMNS, output)
+
+
+@pools_app.command("get")
+def pools_get(ctx: typer.Context, cluster: str, pool: str, output: Output = Format.table) -> None:
+    """One node pool, by name or id."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    emit([found], POOL_COLUMNS, output, raw=found)
+
+
+@pools_app.command("scale")
+def pools_scale(
+    ctx: typer.Context,
+    cluster: str,
+    pool: str,
+    nodes: Annotated[int, typer.Option(help="new node count")],
+    wait: Wait = False,
+    timeout: Timeout = 600,
+) -> None:
+    """Set the node count."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    path = f"clusters/{found['cluster_id']}/nodepools/{found['id']}/set-size"
+    _accepted(client, client.json("POST", path, json={"node_count": nodes}), wait, timeout)
+
+
+@pools_app.command("upgrade")
+def pools_upgrade(
+    ctx: typer.Context,
+    cluster: str,
+    pool: str,
+    kubernetes_version: Annotated[str | None, typer.Option("--kubernetes-version", "-k")] = None,
+    driver_version: Annotated[str | None, typer.Option("--driver-version")] = None,
+    wait: Wait = False,
+    timeout: Timeout = 600,
+) -> None:
+    """Roll the nodes to a Kubernetes version and/or NVIDIA driver."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    body = {
+        k: v
+        for k, v in (("kubernetes_version", kubernetes_version), ("driver_version", driver_version))
+        if v
+    }
+    path = f"clusters/{found['cluster_id']}/nodepools/{found['id']}/upgrade"
+    _accepted(client, client.json("POST", path, json=body), wait, timeout)
+
+
+@pools_app.command("delete")
+def pools_delete(
+    ctx: typer.Context, cluster: str, pool: str, wait: Wait = False, timeout: Timeout = 600
+) -> None:
+    """Delete a node pool (drains and releases its nodes)."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    path = f"clusters/{found['cluster_id']}/nodepools/{found['id']}"
+    _accepted(client, client.json("DELETE", path), wait, timeout)
+
+
+# ------------------------------------------------------------------ credentials, billing
+@app.command("get-credentials")
+def get_credentials(
+    ctx: typer.Context,
+    cluster: str,
+    kubeconfig_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig", help="file to merge into (default: $KUBECONFIG, ~/.kube/config)"
+        ),
+    ] = None,
+) -> None:
+    """Merge the cluster's admin kubeconfig under context nvke_<tenant>_<region>_<cluster>."""
+    client = _client(ctx)
+    found = _cluster(client, cluster)
+    text = client.request("GET", f"clusters/{found['id']}/kubeconfig").text
+    path = kubeconfig_path or kubeconfig.default_path()
+    name = kubeconfig.merge_into(path, text)
+    out.print(f"context {name} merged into {path} (now current)")
+
+
+@app.command("usage")
+def usage(
+    ctx: typer.Context,
+    start: Annotated[str | None, typer.Option(help="ISO time (default: 31 days ago)")] = None,
+    end: Annotated[str | None, typer.Option(help="ISO time (default: now)")] = None,
+    group_by: Annotated[str, typer.Option(help="cluster,pool,model,profile,day")] = "cluster",
+    output: Output = Format.table,
+) -> None:
+    """Billable GPU-hours, grouped."""
+    params = {k: v for k, v in (("start", start), ("end", end), ("group_by", group_by)) if v}
+    body = _client(ctx).json("GET", "usage", params=params)
+    groups = {
+        "cluster": "cluster_name",
+        "pool": "nodepool_name",
+        "model": "gpu_model",
+        "profile": "mig_profile",
+        "day": "day",
+    }
+    cols = [groups[g] for g in body["group_by"] if g in groups]
+    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours"]
+    emit(body["results"], cols, output, raw=body)
+
+
+@app.command("invoices")
+def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
+    """Invoices of your tenant."""
+    cols = [
+        "number",
+        "period_label",
+        "status",
+        "currency",
+        "usage_amount",
+        "credit_amount",
+        "total",
+    ]
+    emit(_client(ctx).list_all("invoices"), cols, output)
+
+
+def run() -> None:
+    """Console-script entry point: one clear line and a non-zero exit for every failure."""
+    try:
+        app()
+    except ApiError as exc:
+        err.print(exc.one_line(), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
+    except config.ConfigError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()
