@@ -1,0 +1,173 @@
+"""The README's nvkectl tour, end to end: the real ``nvkectl`` console script (a separate
+process) against Django's live server with a real Celery worker. The GPU host is SIMULATED
+(a ``make_host`` row: 4 A10G GPUs); everything above the provider is real."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+import subprocess
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import BIN
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def nvkectl(tmp_path):
+    env = {
+        **os.environ,
+        "NVKECTL_CONFIG": str(tmp_path / "nvkectl.yaml"),
+        "KUBECONFIG": str(tmp_path / "kube" / "config"),
+        "COLUMNS": "200",
+    }
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(BIN / "nvkectl"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert result.returncode == expect, (args, result.stdout, result.stderr)
+        return result
+
+    return run
+
+
+def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
+    from billing.aggregation import aggregate_usage
+    from billing.models import LedgerEntry
+    from tenants.services import create_api_key, create_tenant
+
+    make_host("a10g", gpus=4, zone="us-east-1b", hostname="sim-a10g-01")
+    tenant = create_tenant(name="acme")
+    key = create_api_key(tenant=tenant, name="cli", role="owner")[1]
+
+    # contexts live in a file only its owner can read
+    nvkectl("config", "set-context", "demo", "--server", live_server.url, "--api-key", key)
+    mode = stat.S_IMODE((tmp_path / "nvkectl.yaml").stat().st_mode)
+    assert mode == 0o600
+    assert "demo" in nvkectl("config", "get-contexts").stdout
+
+    # no context of that name: a clear line, exit 2
+    missing = nvkectl("--context", "nope", "clusters", "list", expect=2)
+    assert missing.stderr.strip().startswith("error: no context named 'nope'")
+
+    created = nvkectl(
+        "clusters", "create", "train", "-k", "1.36", "-r", "us-east-1", "--wait"
+    ).stdout
+    assert created.strip().splitlines()[-1].startswith("CREATE_CLUSTER ")
+    assert created.strip().endswith(" DONE")
+    (cluster,) = json.loads(nvkectl("clusters", "list", "-o", "json").stdout)
+    assert (cluster["name"], cluster["phase"], cluster["kubernetes_version"]) == (
+        "train",
+        "RUNNING",
+        "1.36",
+    )
+
+    # the same name again: the problem+json as one line with its code, exit 1
+    dup = nvkectl("clusters", "create", "train", "-k", "1.36", "-r", "us-east-1", expect=1)
+    assert dup.stderr.strip() == (
+        "error: a cluster named 'train' already exists (duplicate_cluster_name, HTTP 409)"
+    )
+    bad = nvkectl(
+        "nodepools",
+        "create",
+        "train",
+        "p",
+        "--gpu-model",
+        "t4",
+        "--gpus-per-node",
+        "1",
+        "--nodes",
+        "1",
+        "--mig-profile",
+        "1g.10gb",
+        expect=1,
+    )
+    assert "HTTP 400" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+    nvkectl(
+        "nodepools",
+        "create",
+        "train",
+        "a10g",
+        "--gpu-model",
+        "a10g",
+        "--gpus-per-node",
+        "1",
+        "--nodes",
+        "1",
+        "--wait",
+    )
+    nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "3", "--wait")
+    pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
+    assert (pool["phase"], pool["node_count"]) == ("RUNNING", 3)
+    assert sum(1 for n in pool["nodes"] if n["phase"] == "READY") == 3
+    listed = list(
+        csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
+    )
+    assert [(r["name"], r["gpu_model"], r["node_count"]) for r in listed] == [("a10g", "a10g", "3")]
+
+    # credentials merge beside what the kubeconfig already holds
+    kube = tmp_path / "kube" / "config"
+    kube.parent.mkdir()
+    kube.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "other", "cluster": {"server": "https://other:6443"}}],
+                "users": [{"name": "other", "user": {"token": "t"}}],
+                "contexts": [{"name": "other", "context": {"cluster": "other", "user": "other"}}],
+                "current-context": "other",
+            }
+        )
+    )
+    said = nvkectl("get-credentials", "train").stdout
+    assert "nvke_acme_us-east-1_train" in said
+    merged = yaml.safe_load(kube.read_text())
+    assert [c["name"] for c in merged["contexts"]] == ["other", "nvke_acme_us-east-1_train"]
+    assert merged["current-context"] == "nvke_acme_us-east-1_train"
+    assert stat.S_IMODE(kube.stat().st_mode) == 0o600
+    nvkectl("get-credentials", "train")  # again: replaced, not duplicated
+    assert len(yaml.safe_load(kube.read_text())["contexts"]) == 2
+
+    nvkectl("nodepools", "delete", "train", "a10g", "--wait")
+    nvkectl("clusters", "delete", "train", "--wait")
+    assert (
+        json.loads(nvkectl("clusters", "get", cluster["id"], "-o", "json").stdout)["phase"]
+        == "DELETED"
+    )
+
+    # usage: the ledger's GPU-seconds (3 whole GPUs, from ready to release), as GPU-hours
+    entries = list(LedgerEntry.objects.filter(tenant=tenant))
+    assert len(entries) == 3
+    seconds = sum(
+        (e.period.upper - e.period.lower).total_seconds() * float(e.billable_fraction)
+        for e in entries
+    )
+    start = min(e.period.lower for e in entries)
+    end = max(e.period.upper for e in entries)
+    aggregate_usage(tenant.id, start, end)
+    usage = json.loads(nvkectl("usage", "--group-by", "cluster", "-o", "json").stdout)
+    (row,) = usage["results"]
+    assert row["cluster_name"] == "train"
+    assert abs(Decimal(row["gpu_hours"]) - Decimal(seconds / 3600)) < Decimal("0.001")
+    table = nvkectl("usage", "--group-by", "cluster").stdout
+    assert "CLUSTER_NAME" in table and "train" in table
+    usage_csv = nvkectl("usage", "--group-by", "cluster", "-o", "csv").stdout.splitlines()
+    assert usage_csv[0] == "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours"
+    assert usage_csv[1].startswith("train,")
+
+    invoices = nvkectl("invoices", "-o", "csv").stdout.splitlines()
+    assert invoices == ["number,period_label,status,currency,usage_amount,credit_amount,total"]
