@@ -39,6 +39,7 @@ from .models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, LineKind
 from .money import format_rate, gpu_hours, line_amount
 from .periods import Period, month_period, period_of
 from .prices import RateSegment, rate_segments
+from .signals import invoice_finalized
 
 #: Finalized invoices older than this are not re-checked for adjustments.
 ADJUSTMENT_LOOKBACK = timedelta(days=400)
@@ -434,4 +435,7 @@ def finalize_invoice(invoice_id, now: datetime | None = None) -> Invoice:
         account.closed_through = max(since or invoice.period_end, invoice.period_end)
         account.save(update_fields=["closed_through"])
         invoice.refresh_from_db()
+        # receivers write in this transaction (each in its own savepoint); send_robust: a
+        # receiver's failure never blocks a finalization
+        invoice_finalized.send_robust(sender=Invoice, invoice=invoice)
     return invoice

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime
 from typing import Any
@@ -151,7 +152,7 @@ def finish_operation(
         qs = qs.filter(type__in=types)
     for op in qs:
         total = (op.progress or {}).get("total", 1)
-        Operation.objects.filter(pk=op.pk, status__in=ACTIVE_OPERATION_STATUSES).update(
+        finished = Operation.objects.filter(pk=op.pk, status__in=ACTIVE_OPERATION_STATUSES).update(
             status=OperationStatus.FAILED if error else OperationStatus.DONE,
             error=error,
             started_at=op.started_at or now,
@@ -162,6 +163,29 @@ def finish_operation(
                 "stage": "failed" if error else stage,
             },
         )
+        if finished:
+            _announce_finished(op.pk)
+
+
+def _announce_finished(operation_id: uuid.UUID) -> None:
+    from django.db import transaction
+
+    from .signals import operation_finished
+
+    def announce() -> None:
+        # send_robust: a receiver's failure (webhooks) is logged and never fails the reconciler
+        for receiver, result in operation_finished.send_robust(
+            sender=Operation, operation_id=operation_id
+        ):
+            if isinstance(result, Exception):
+                logging.getLogger(__name__).error(
+                    "operation_finished receiver %s failed for operation %s: %r",
+                    getattr(receiver, "__qualname__", repr(receiver)),
+                    operation_id,
+                    result,
+                )
+
+    transaction.on_commit(announce)
 
 
 def cancel_operations(target_id: uuid.UUID, reason: str, now: datetime | None = None) -> int:

@@ -19,3 +19,8 @@ collect_node_versions = Signal()
 # spec back to what is observed (e.g. a pool's node_count to its live nodes) and returns True,
 # or returns False when that kind of operation cannot be cancelled.
 operation_cancelled = Signal()
+
+# ``operation_finished(sender, operation_id)``: an operation ended DONE or FAILED; sent once the
+# change committed (``transaction.on_commit``). Webhooks turn it into ``operation.finished`` /
+# ``operation.failed`` events.
+operation_finished = Signal()

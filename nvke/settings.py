@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "clusters",
     "nodepools",
     "billing",
+    "webhooks",
     "portal",
 ]
 
@@ -330,3 +331,10 @@ DJANGO_STRUCTLOG_USER_ID_FIELD = "label"
 # ---------------------------------------------------------------- integrations (issue #16)
 # Seconds a client should wait before polling an Operation (``Retry-After`` on 202).
 NVKE_OPERATION_RETRY_AFTER_S = env.int("NVKE_OPERATION_RETRY_AFTER_S", default=2)
+# Webhooks (webhooks/): targets the operator allows, retry backoff and the delivery deadline.
+NVKE_WEBHOOK_ALLOW_HTTP = env.bool("NVKE_WEBHOOK_ALLOW_HTTP", default=False)
+NVKE_WEBHOOK_ALLOWED_NETWORKS = env.list("NVKE_WEBHOOK_ALLOWED_NETWORKS", default=[])
+NVKE_WEBHOOK_BACKOFF_S = env.float("NVKE_WEBHOOK_BACKOFF_S", default=5.0)
+NVKE_WEBHOOK_BACKOFF_MAX_S = env.float("NVKE_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
+NVKE_WEBHOOK_DEADLINE_S = env.int("NVKE_WEBHOOK_DEADLINE_S", default=86400)
+NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=10.0)

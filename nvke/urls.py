@@ -15,6 +15,7 @@ api_v1 = [
     path("", include("clusters.api.urls")),
     path("", include("nodepools.api.urls")),
     path("", include("billing.api.urls")),
+    path("", include("webhooks.api.urls")),
     path(
         "schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[AllowAny]),

@@ -1,0 +1,76 @@
+"""Lower apps' signals -> webhook events (every event type has its sender here)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.dispatch import receiver
+
+from billing.signals import invoice_finalized
+from clusters.signals import operation_finished
+from fleet.signals import host_state_changed
+
+from . import services
+from .choices import EventType
+
+
+@receiver(operation_finished)
+def on_operation_finished(sender, operation_id, **kwargs) -> None:
+    from clusters.api.serializers import OperationSerializer
+    from clusters.choices import OperationStatus
+    from clusters.models import Operation
+
+    op = Operation.objects.filter(pk=operation_id).first()
+    if op is None or op.tenant_id is None:
+        return
+    kind = EventType.OPERATION_FINISHED
+    if op.status == OperationStatus.FAILED:
+        kind = EventType.OPERATION_FAILED
+    with transaction.atomic():
+        services.emit(
+            tenant_id=op.tenant_id,
+            event_type=kind,
+            source="/api/v1/operations",
+            subject=str(op.id),
+            data=dict(OperationSerializer(op).data),
+        )
+
+
+@receiver(invoice_finalized)
+def on_invoice_finalized(sender, invoice, **kwargs) -> None:
+    services.emit(
+        tenant_id=invoice.tenant_id,
+        event_type=EventType.INVOICE_FINALIZED,
+        source="/api/v1/invoices",
+        subject=str(invoice.id),
+        data={
+            "id": str(invoice.id),
+            "number": invoice.number,
+            "period_label": invoice.period_label,
+            "currency": invoice.currency,
+            "finalized_at": invoice.finalized_at.isoformat() if invoice.finalized_at else None,
+        },
+    )
+
+
+@receiver(host_state_changed)
+def on_host_state_changed(sender, host_id, old_state, new_state, reason, holder_ids, **kwargs):
+    """``host.maintenance`` to each tenant with a node on a host entering MAINTENANCE (the
+    tenant sees its own nodes only, never the host's other tenants)."""
+    if new_state != "MAINTENANCE" or not holder_ids:
+        return
+    from nodepools.models import Node
+
+    by_tenant: dict = {}
+    for node in Node.objects.filter(pk__in=holder_ids):
+        by_tenant.setdefault(node.tenant_id, []).append(
+            {"node": node.name, "nodepool_id": str(node.nodepool_id)}
+        )
+    with transaction.atomic():
+        for tenant_id, affected in by_tenant.items():
+            services.emit(
+                tenant_id=tenant_id,
+                event_type=EventType.HOST_MAINTENANCE,
+                source="/api/v1/fleet",
+                subject=str(host_id),
+                data={"reason": reason, "nodes": affected},
+            )

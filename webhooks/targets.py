@@ -1,0 +1,49 @@
+"""Which webhook URLs the operator allows (checked at registration and before every attempt,
+so a name that later resolves to a private address is refused then too).
+
+Refused unless configured: any scheme but ``https`` (``NVKE_WEBHOOK_ALLOW_HTTP``), and hosts
+resolving to a loopback, private, link-local, multicast, reserved or unspecified address,
+unless inside one of ``NVKE_WEBHOOK_ALLOWED_NETWORKS`` (CIDRs, e.g. ``127.0.0.0/8`` in tests).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from nvke.errors import InvalidInput
+
+
+def check_target(url: str) -> None:
+    """Raise InvalidInput ``webhook_target_not_allowed`` (field ``url``) when refused."""
+    parts = urlsplit(url)
+    allowed_schemes = {"https", "http"} if settings.NVKE_WEBHOOK_ALLOW_HTTP else {"https"}
+    if parts.scheme not in allowed_schemes or not parts.hostname:
+        raise InvalidInput(
+            f"webhook URLs must be {' or '.join(sorted(allowed_schemes))} with a host",
+            code="webhook_target_not_allowed",
+            field="url",
+        )
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError):
+        raise InvalidInput(
+            f"webhook host {parts.hostname} does not resolve",
+            code="webhook_target_not_allowed",
+            field="url",
+        ) from None
+    networks = [ipaddress.ip_network(n) for n in settings.NVKE_WEBHOOK_ALLOWED_NETWORKS]
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if any(address in net for net in networks):
+            continue
+        if not address.is_global or address.is_multicast:
+            raise InvalidInput(
+                f"webhook host {parts.hostname} resolves to {address}, which is not allowed "
+                "(loopback, private, link-local or reserved)",
+                code="webhook_target_not_allowed",
+                field="url",
+            )
