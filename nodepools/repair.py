@@ -25,6 +25,7 @@ from nvke.conditions import set_condition
 
 from .choices import NodePhase
 from .models import Node, NodePool
+from .signals import node_repaired
 
 REBOOT_ACTIONS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "RESTART_APP"})
 MAX_UNHEALTHY_FRACTION = 0.4
@@ -83,6 +84,7 @@ def step_repair(
 
         for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY"):
             close_unhealthy(gpu, at=now, ended_by="auto-repair: node rebooted")
+        reason = node.repair_reason
         node.repair_state = node.repair_action = node.repair_reason = ""
         node.repair_requested_at = None
         node.phase = NodePhase.READY
@@ -95,11 +97,14 @@ def step_repair(
                 "phase",
             ]
         )
+        node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
         from .reconcile import release_nodes
 
         progress_operation(pool.id, stage=f"replacing {node.name}", total=len(unhealthy), now=now)
+        reason = node.repair_reason
         release_nodes(pool, [node], now)
+        node_repaired.send_robust(sender=Node, node=node, action="replace", reason=reason)
     if not [n for n in live if n.repair_state and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0

@@ -9,3 +9,8 @@ from django.dispatch import Signal
 
 node_ready = Signal()
 node_released = Signal()
+
+# ``node_repaired(sender, node, action, reason)``: auto-repair finished with a node:
+# ``action`` "reboot" (the node is READY again on the same GPUs) or "replace" (released; a new
+# node is placed on healthy GPUs). Sent inside the reconciler's transaction (send_robust).
+node_repaired = Signal()

@@ -83,6 +83,14 @@ def reserve(
             quota.reserved_gpus.get(model, 0),
             count,
         )
+    changes = [
+        ("clusters", quota.max_clusters, quota.reserved_clusters, clusters),
+        ("nodes", quota.max_nodes, quota.reserved_nodes, nodes),
+        *[
+            (f"gpus.{m}", gpu_limit(quota, m), quota.reserved_gpus.get(m, 0), c)
+            for m, c in gpus.items()
+        ],
+    ]
     quota.reserved_clusters += clusters
     quota.reserved_nodes += nodes
     reserved = dict(quota.reserved_gpus)
@@ -90,7 +98,39 @@ def reserve(
         reserved[model] = reserved.get(model, 0) + count
     quota.reserved_gpus = reserved
     quota.save(update_fields=["reserved_clusters", "reserved_nodes", "reserved_gpus", "updated_at"])
+    _announce_thresholds(tenant_id, changes)
     return quota
+
+
+THRESHOLDS_PCT = (80, 100)
+
+
+def crossed_thresholds(limit: int, before: int, after: int) -> list[int]:
+    """The percentages of ``THRESHOLDS_PCT`` that ``before -> after`` reserved units reach:
+    ``crossed_thresholds(10, 7, 8) == [80]``, ``(10, 7, 10) == [80, 100]``, ``(10, 8, 9) == []``.
+    """
+    if limit <= 0 or after <= before:
+        return []
+    return [t for t in THRESHOLDS_PCT if before * 100 < t * limit <= after * 100]
+
+
+def _announce_thresholds(tenant_id: Any, changes: list[tuple[str, int, int, int]]) -> None:
+    from .signals import quota_threshold_reached
+
+    for resource, limit, before, requested in changes:
+        for threshold in crossed_thresholds(limit, before, before + requested):
+            transaction.on_commit(
+                lambda r=resource, lim=limit, t=threshold, res=before + requested: (
+                    quota_threshold_reached.send_robust(
+                        sender=Quota,
+                        tenant_id=tenant_id,
+                        resource=r,
+                        limit=lim,
+                        reserved=res,
+                        threshold=t,
+                    )
+                )
+            )
 
 
 def release(

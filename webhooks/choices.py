@@ -6,8 +6,12 @@ from django.db import models
 class EventType(models.TextChoices):
     OPERATION_FINISHED = "operation.finished"
     OPERATION_FAILED = "operation.failed"
-    INVOICE_FINALIZED = "invoice.finalized"
+    NODE_REPAIRED = "node.repaired"
+    NODE_REPLACED = "node.replaced"
     HOST_MAINTENANCE = "host.maintenance"
+    INVOICE_FINALIZED = "invoice.finalized"
+    QUOTA_80 = "quota.80"
+    QUOTA_100 = "quota.100"
 
 
 CLOUDEVENT_TYPE_PREFIX = "dev.nvke."

@@ -7,7 +7,9 @@ from django.dispatch import receiver
 
 from billing.signals import invoice_finalized
 from clusters.signals import operation_finished
-from fleet.signals import host_state_changed
+from fleet.signals import host_drain_requested
+from nodepools.signals import node_repaired
+from tenants.signals import quota_threshold_reached
 
 from . import services
 from .choices import EventType
@@ -52,12 +54,13 @@ def on_invoice_finalized(sender, invoice, **kwargs) -> None:
     )
 
 
-@receiver(host_state_changed)
-def on_host_state_changed(sender, host_id, old_state, new_state, reason, holder_ids, **kwargs):
-    """``host.maintenance`` to each tenant with a node on a host entering MAINTENANCE (the
-    tenant sees its own nodes only, never the host's other tenants)."""
-    if new_state != "MAINTENANCE" or not holder_ids:
+@receiver(host_drain_requested)
+def on_host_drain_requested(sender, host_id, holder_ids, target_state, **kwargs):
+    """``host.maintenance`` to each tenant with a node on a host an operator is draining for
+    MAINTENANCE (the tenant sees its own nodes only, never the host's other tenants)."""
+    if target_state != "MAINTENANCE" or not holder_ids:
         return
+    reason = kwargs.get("reason", "host maintenance")
     from nodepools.models import Node
 
     by_tenant: dict = {}
@@ -74,3 +77,33 @@ def on_host_state_changed(sender, host_id, old_state, new_state, reason, holder_
                 subject=str(host_id),
                 data={"reason": reason, "nodes": affected},
             )
+
+
+@receiver(node_repaired)
+def on_node_repaired(sender, node, action, reason, **kwargs) -> None:
+    kind = EventType.NODE_REPLACED if action == "replace" else EventType.NODE_REPAIRED
+    services.emit(
+        tenant_id=node.tenant_id,
+        event_type=kind,
+        source="/api/v1/clusters",
+        subject=node.name,
+        data={
+            "node": node.name,
+            "nodepool_id": str(node.nodepool_id),
+            "cluster_id": str(node.cluster_id),
+            "action": action,
+            "reason": reason,
+        },
+    )
+
+
+@receiver(quota_threshold_reached)
+def on_quota_threshold(sender, tenant_id, resource, limit, reserved, threshold, **kwargs):
+    with transaction.atomic():
+        services.emit(
+            tenant_id=tenant_id,
+            event_type=EventType.QUOTA_100 if threshold >= 100 else EventType.QUOTA_80,
+            source="/api/v1/quotas",
+            subject=resource,
+            data={"resource": resource, "limit": limit, "reserved": reserved, "percent": threshold},
+        )

@@ -85,6 +85,13 @@ ROUTES = {
     "invoice-detail-csv": "tenant-detail",
     "invoice-finalize": "operator",
     "utilization": "tenant-list",
+    # webhooks: tenant admins write
+    "webhook-list": "tenant-list",
+    "webhook-detail": "tenant-detail",
+    "webhook-rotate-secret": "tenant-write",
+    "webhook-delivery-list": "tenant-detail",
+    "webhook-delivery-detail": "tenant-detail",
+    "webhook-delivery-redeliver": "tenant-write",
 }
 
 
@@ -124,13 +131,42 @@ def world(owner, import_capture, tenant_a, operator):
         format="json",
     ).json()
     drive_pool(pool_op["target_id"])
+    hook, delivery = _webhook(tenant_a)
     return {
+        "webhook": str(hook.id),
+        "delivery": str(delivery.id),
         "cluster": op["target_id"],
         "pool": pool_op["target_id"],
         "operation": op["id"],
         "tenant": str(tenant_a.id),
         "host": str(host.id),
     }
+
+
+def _webhook(tenant):
+    """An endpoint of tenant A (rows: registration checks the target) with one delivery."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from nvke import crypto
+    from webhooks.models import WebhookDelivery, WebhookEndpoint
+
+    hook = WebhookEndpoint.objects.create(
+        tenant=tenant,
+        url="https://8.8.8.8/hook",
+        event_types=["quota.80"],
+        secret_encrypted=crypto.encrypt("whsec_" + "A" * 44),
+    )
+    delivery = WebhookDelivery.objects.create(
+        tenant=tenant,
+        endpoint=hook,
+        event_id="e1",
+        event_type="quota.80",
+        event={"id": "e1"},
+        deadline=timezone.now() + timedelta(hours=1),
+    )
+    return hook, delivery
 
 
 def detail_urls(world, missing=False):
@@ -148,6 +184,11 @@ def detail_urls(world, missing=False):
         "member-list": f"/api/v1/tenants/{ids['tenant']}/members",
         "cluster-kubeconfig": f"/api/v1/clusters/{c}/kubeconfig",
         "quota-detail": f"/api/v1/quotas/{ids['tenant']}",
+        "webhook-detail": f"/api/v1/webhooks/{ids['webhook']}",
+        "webhook-delivery-list": f"/api/v1/webhooks/{ids['webhook']}/deliveries",
+        "webhook-delivery-detail": (
+            f"/api/v1/webhooks/{ids['webhook']}/deliveries/{ids['delivery']}"
+        ),
     }
 
 
@@ -157,6 +198,7 @@ LISTS = {
     "operation-list": "/api/v1/operations",
     "quota-list": "/api/v1/quotas",
     "audit-event-list": "/api/v1/audit-events",
+    "webhook-list": "/api/v1/webhooks",
 }
 
 
@@ -206,6 +248,13 @@ def write_requests(world, missing=False):
         "operation-cancel": ("post", f"/api/v1/operations/{ids['operation']}/cancel", None),
         "nodepool-detail": ("delete", f"/api/v1/clusters/{c}/nodepools/{p}", None),
         "quota-detail": ("put", f"/api/v1/quotas/{t}", {"max_nodes": 1000}),
+        "webhook-rotate-secret": ("post", f"/api/v1/webhooks/{ids['webhook']}/rotate-secret", None),
+        "webhook-delivery-redeliver": (
+            "post",
+            f"/api/v1/webhooks/{ids['webhook']}/deliveries/{ids['delivery']}/redeliver",
+            None,
+        ),
+        "webhook-detail": ("delete", f"/api/v1/webhooks/{ids['webhook']}", None),
     }
 
 

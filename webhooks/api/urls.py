@@ -12,14 +12,18 @@ delivery = WebhookDeliveryViewSet.as_view({"get": "retrieve"})
 redeliver = WebhookDeliveryViewSet.as_view({"post": "redeliver"})
 
 urlpatterns = [
-    path("webhooks", endpoints, name="endpoint-list"),
-    path("webhooks/<uuid:pk>", endpoint, name="endpoint-detail"),
-    path("webhooks/<uuid:pk>/rotate-secret", rotate, name="endpoint-rotate-secret"),
-    path("webhooks/<uuid:endpoint_pk>/deliveries", deliveries, name="delivery-list"),
-    path("webhooks/<uuid:endpoint_pk>/deliveries/<uuid:pk>", delivery, name="delivery-detail"),
+    path("webhooks", endpoints, name="webhook-list"),
+    path("webhooks/<uuid:pk>", endpoint, name="webhook-detail"),
+    path("webhooks/<uuid:pk>/rotate-secret", rotate, name="webhook-rotate-secret"),
+    path("webhooks/<uuid:endpoint_pk>/deliveries", deliveries, name="webhook-delivery-list"),
+    path(
+        "webhooks/<uuid:endpoint_pk>/deliveries/<uuid:pk>",
+        delivery,
+        name="webhook-delivery-detail",
+    ),
     path(
         "webhooks/<uuid:endpoint_pk>/deliveries/<uuid:pk>/redeliver",
         redeliver,
-        name="delivery-redeliver",
+        name="webhook-delivery-redeliver",
     ),
 ]
