@@ -30,7 +30,9 @@ from nvke_agent import __version__
 from nvke_agent.agent import Agent
 from nvke_agent.client import ApiClient, Backoff, RegistrationRefused, Stopped
 from nvke_agent.commands import dcgm_diagnostics
+from nvke_agent.config_keys import unknown_keys
 from nvke_agent.jsonlog import setup_logging
+from nvke_agent.ops import start_ops
 from nvke_agent.record import record
 from nvke_agent.sources import SOURCE_NAMES, Source, SourceUnavailable, open_source
 from nvke_agent.spool import DEFAULT_MAX_BYTES, Spool
@@ -54,6 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(str(exc))
         return EXIT_USAGE
     parser = build_parser(config)
+    unknown = unknown_keys(config, parser)
+    if unknown:
+        where = _config_path(argv)
+        _say(f"{where}: unknown configuration key(s): {', '.join(unknown)}")
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
     try:
@@ -210,6 +217,11 @@ def build_parser(config: dict[str, Any] | None = None) -> argparse.ArgumentParse
         default=DEFAULT_MAX_BYTES,
         help="drop the oldest batches past this size (default 256 MiB)",
     )
+    _option(
+        run,
+        "--metrics-address",
+        help="serve /metrics and /healthz on HOST:PORT, e.g. 127.0.0.1:9401 (default: off)",
+    )
     _option(run, "--retry-base-s", type=_positive_float, default=1.0, help="backoff base (s)")
     _option(run, "--retry-cap-s", type=_positive_float, default=60.0, help="backoff cap (s)")
     _option(
@@ -274,10 +286,19 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
             interval = args.interval or store.state.report_interval_s or DEFAULT_INTERVAL_S
             client = ApiClient(args.server)
             spool = Spool(args.state_dir, max_bytes=args.spool_max_bytes)
+            source, observed_client, close_ops = start_ops(
+                address=args.metrics_address,
+                source=source,
+                client=client,
+                spool=spool,
+                store=store,
+                interval_s=float(interval),
+                stop=stop,
+            )
             try:
                 agent = Agent(
                     source=source,
-                    client=client,
+                    client=observed_client,
                     store=store,
                     spool=spool,
                     interval_s=float(interval),
@@ -303,6 +324,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                 )
                 return agent.run()
             finally:
+                close_ops()
                 client.close()
                 spool.close()
     finally:
