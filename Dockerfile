@@ -12,6 +12,7 @@ COPY fleet ./fleet
 COPY clusters ./clusters
 COPY nodepools ./nodepools
 COPY billing ./billing
+COPY webhooks ./webhooks
 COPY portal ./portal
 COPY manage.py ./
 RUN pip install . ./agent && STATIC_ROOT=/app/static python manage.py collectstatic --noinput

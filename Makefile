@@ -46,3 +46,10 @@ lock: install
 soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
+
+# helm for the chart tests (tests/deploy), built from its Go module into a cache folder outside
+# the repository (nice, one package at a time: it is a big build).
+HELM_VERSION ?= v3.22.0
+.PHONY: helm
+helm:
+	GOBIN=$${XDG_CACHE_HOME:-$$HOME/.cache}/nvke/bin nice -n 15 go install -p 1 helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
+# one or more addresses, space-separated (the Helm chart: public 8000, internal 9000)
+bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000").split()
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 timeout = 60

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "nvke.internal_port.InternalPortMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "nvke.observability.HttpMetricsMiddleware",
     "nvke.middleware.RequestIdMiddleware",
@@ -338,3 +339,5 @@ NVKE_WEBHOOK_BACKOFF_S = env.float("NVKE_WEBHOOK_BACKOFF_S", default=5.0)
 NVKE_WEBHOOK_BACKOFF_MAX_S = env.float("NVKE_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
 NVKE_WEBHOOK_DEADLINE_S = env.int("NVKE_WEBHOOK_DEADLINE_S", default=86400)
 NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=10.0)
+# /metrics and /admin/ only on this port when set (nvke/internal_port.py; the Helm chart: 9000).
+NVKE_INTERNAL_PORT = env.int("NVKE_INTERNAL_PORT", default=0)
