@@ -1,6 +1,7 @@
 """The README's nvkectl tour, end to end: the real ``nvkectl`` console script (a separate
-process) against Django's live server with a real Celery worker. The GPU host is SIMULATED
-(a ``make_host`` row: 4 A10G GPUs); everything above the provider is real."""
+process) against Django's live server with a real Celery worker. Every command of the README's
+block runs here, in its order (checked), with assertions between them. The GPU host is
+the one A10G host of ``make run``'s demo data, imported from the same real capture."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import csv
 import io
 import json
 import os
+import shlex
 import stat
 import subprocess
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +21,22 @@ import yaml
 from tests.e2e.conftest import BIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_tour(server: str, key: str) -> list[list[str]]:
+    """The ``nvkectl`` command lines of the README's tour block, variables filled in."""
+    text = README.read_text()
+    block = text.split("<!-- nvkectl-tour:start -->")[1].split("<!-- nvkectl-tour:end -->")[0]
+    lines = []
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["nvkectl"]:
+            subs = {"$NVKE": server, "$(cat .nvke/demo-tenant-api-key)": key}
+            lines.append([subs.get(w, w) for w in words[1:]])
+    return lines
 
 
 @pytest.fixture
@@ -38,17 +57,19 @@ def nvkectl(tmp_path):
             timeout=180,
         )
         assert result.returncode == expect, (args, result.stdout, result.stderr)
+        run.history.append(list(args))
         return result
 
+    run.history = []
     return run
 
 
-def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
+def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl):
     from billing.aggregation import aggregate_usage
     from billing.models import LedgerEntry
     from tenants.services import create_api_key, create_tenant
 
-    make_host("a10g", gpus=4, zone="us-east-1b", hostname="sim-a10g-01")
+    import_capture("a10g.xml", "gpu-a10g-01", "us-east-1b")  # as make run's demo host
     tenant = create_tenant(name="acme")
     key = create_api_key(tenant=tenant, name="cli", role="owner")[1]
 
@@ -67,6 +88,7 @@ def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
     ).stdout
     assert created.strip().splitlines()[-1].startswith("CREATE_CLUSTER ")
     assert created.strip().endswith(" DONE")
+    assert "train" in nvkectl("clusters", "list").stdout
     (cluster,) = json.loads(nvkectl("clusters", "list", "-o", "json").stdout)
     assert (cluster["name"], cluster["phase"], cluster["kubernetes_version"]) == (
         "train",
@@ -109,14 +131,17 @@ def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
         "1",
         "--wait",
     )
-    nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "3", "--wait")
+    nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "0", "--wait")
     pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
-    assert (pool["phase"], pool["node_count"]) == ("RUNNING", 3)
-    assert sum(1 for n in pool["nodes"] if n["phase"] == "READY") == 3
+    assert (pool["node_count"], [n for n in pool["nodes"] if n["phase"] == "READY"]) == (0, [])
+    nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "1", "--wait")
+    pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
+    assert (pool["phase"], pool["node_count"]) == ("RUNNING", 1)
+    assert sum(1 for n in pool["nodes"] if n["phase"] == "READY") == 1
     listed = list(
         csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
     )
-    assert [(r["name"], r["gpu_model"], r["node_count"]) for r in listed] == [("a10g", "a10g", "3")]
+    assert [(r["name"], r["gpu_model"], r["node_count"]) for r in listed] == [("a10g", "a10g", "1")]
 
     # credentials merge beside what the kubeconfig already holds
     kube = tmp_path / "kube" / "config"
@@ -149,9 +174,10 @@ def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
         == "DELETED"
     )
 
-    # usage: the ledger's GPU-seconds (3 whole GPUs, from ready to release), as GPU-hours
+    # usage: the ledger's GPU-seconds (the GPU held twice: before and after the scale to 0,
+    # each from ready to release), as GPU-hours
     entries = list(LedgerEntry.objects.filter(tenant=tenant))
-    assert len(entries) == 3
+    assert len(entries) == 2
     seconds = sum(
         (e.period.upper - e.period.lower).total_seconds() * float(e.billable_fraction)
         for e in entries
@@ -169,5 +195,13 @@ def test_the_readme_tour(live_server, worker, make_host, tmp_path, nvkectl):
     assert usage_csv[0] == "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours"
     assert usage_csv[1].startswith("train,")
 
+    assert "NUMBER" in nvkectl("invoices").stdout
     invoices = nvkectl("invoices", "-o", "csv").stdout.splitlines()
     assert invoices == ["number,period_label,status,currency,usage_amount,credit_amount,total"]
+
+    # every command of the README's block ran above, in the README's order
+    tour = readme_tour(live_server.url, key)
+    assert len(tour) >= 10
+    ran = iter(nvkectl.history)
+    for command in tour:
+        assert any(done == command for done in ran), f"README command not run: {command}"
