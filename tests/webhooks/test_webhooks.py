@@ -83,6 +83,12 @@ def test_a_public_https_target_is_accepted_and_its_secret_shown_once(admin):
         ("https://8.8.8.8/hook", ["quota.80"])
     ]
     assert "secret" not in listed[0]
+    # audited (the fallback audit of mutations), the secret redacted
+    from tenants.models import AuditEvent
+
+    events = list(AuditEvent.objects.filter(action__contains="webhook"))
+    assert len(events) == 1
+    assert secret not in str(events[0].__dict__)
 
 
 def test_unknown_event_types_name_the_field(admin, loopback_allowed):
