@@ -138,6 +138,14 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
     assert (pool["phase"], pool["node_count"]) == ("RUNNING", 1)
     assert sum(1 for n in pool["nodes"] if n["phase"] == "READY") == 1
+    upgraded = nvkectl("clusters", "upgrade", "train", "-k", "1.37", "--wait").stdout
+    assert upgraded.strip().splitlines()[-1].startswith("UPGRADE_CONTROL_PLANE ")
+    got = json.loads(nvkectl("clusters", "get", "train", "-o", "json").stdout)
+    assert (got["control_plane_version"], got["phase"]) == ("1.37", "RUNNING")
+    rolled = nvkectl("nodepools", "upgrade", "train", "a10g", "-k", "1.37", "--wait").stdout
+    assert rolled.strip().splitlines()[-1].startswith("UPGRADE_NODES ")
+    pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
+    assert (pool["kubernetes_version"], pool["phase"]) == ("1.37", "RUNNING")
     listed = list(
         csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
     )
