@@ -115,8 +115,10 @@ def banner(base_url: str, data_dir: Path) -> str:
     )
 
 
-def _service_pids(services: EmbeddedServices) -> list[int]:
-    return [s.pid for s in (services.postgres, services.redis) if s is not None]
+def _service_pids(services: EmbeddedServices) -> dict[str, int]:
+    """``{"PostgreSQL": pid, "Redis": pid}`` of the embedded servers this run started."""
+    named = (("PostgreSQL", services.postgres), ("Redis", services.redis))
+    return {name: svc.pid for name, svc in named if svc is not None}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -142,7 +144,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             state=services.state,
             health_url=f"{base_url}/healthz",
             banner=banner(base_url, data_dir),
-            protect=lambda: _service_pids(services),
+            protect=lambda: _service_pids(services).values(),
+            essential=lambda: _service_pids(services),
         )
         code = supervisor.run()
         if code not in SIGNAL_RETURN_CODES:

@@ -117,6 +117,8 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser, args):
     """Export the services' URLs before pytest-django (a non-wrapper hook) reads settings."""
+    if early_config.pluginmanager.is_blocked("django"):  # `-p no:django`: no database needed
+        return (yield)
     env = SESSION.start()
     os.environ.update(env)
     if SESSION.services is not None:
