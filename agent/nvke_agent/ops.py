@@ -55,7 +55,12 @@ class ObservedSource:
     def inventory(self) -> Any:
         inventory = self._source.inventory()
         if inventory is not None:
-            self.models = {g["uuid"]: (g["index"], g["name"]) for g in inventory["gpus"]}
+            # best effort: a replayed inventory may lack fields; observing never fails the agent
+            self.models = {
+                g["uuid"]: (g.get("index", -1), g.get("name") or "")
+                for g in inventory.get("gpus") or []
+                if isinstance(g, dict) and g.get("uuid")
+            }
         return inventory
 
     def collect(self, now: datetime) -> list[dict[str, Any]]:
@@ -65,14 +70,19 @@ class ObservedSource:
             self.collect_errors += 1
             raise
         for sample in samples:
-            self.latest[(sample["gpu_uuid"], sample.get("mig_gpu_instance_id"))] = sample
+            if sample.get("gpu_uuid"):
+                self.latest[(sample["gpu_uuid"], sample.get("mig_gpu_instance_id"))] = sample
         self.last_collect = self._monotonic()
         return samples
 
     def events(self) -> list[dict[str, Any]]:
         events = self._source.events()
         for event in events:
-            if event.get("type") == "xid":
+            if (
+                event.get("type") == "xid"
+                and event.get("gpu_uuid")
+                and event.get("xid") is not None
+            ):
                 self.last_xid[event["gpu_uuid"]] = int(event["xid"])
         return events
 

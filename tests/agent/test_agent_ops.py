@@ -169,3 +169,17 @@ def test_the_systemd_unit_is_notify_with_a_watchdog_and_hardened():
     )
     score = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)[1])
     assert score <= 2.5  # 8.9 before hardening
+
+
+def test_observing_a_partial_inventory_never_fails():
+    from nvke_agent.ops import ObservedSource
+
+    class Source:
+        name = "replay"
+
+        def inventory(self):
+            return {"gpus": [{"uuid": "GPU-1"}, {"index": 3}], "driver_version": None}
+
+    observed = ObservedSource(Source())
+    assert observed.inventory()["gpus"][0] == {"uuid": "GPU-1"}
+    assert observed.models == {"GPU-1": (-1, "")}

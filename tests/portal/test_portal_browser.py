@@ -31,6 +31,7 @@ def test_a_new_tenant_gets_an_h100_mig_pool_and_its_cost_and_an_operator_cordons
 
     from billing.models import UsageRecord
     from billing.prices import set_price
+    from clusters.kubeconfig_names import context_name, rename_kubeconfig
     from clusters.models import Cluster
     from fleet.models import Host, HostEvent
     from nodepools.models import NodePool
@@ -111,7 +112,12 @@ def test_a_new_tenant_gets_an_h100_mig_pool_and_its_cost_and_an_operator_cordons
     download.value.save_as(saved)
     cluster.refresh_from_db()
     assert download.value.suggested_filename == "llm.kubeconfig"
-    assert saved.read_text() == crypto.decrypt(cluster.kubeconfig_encrypted)
+    # the stored kubeconfig, its entries named nvke_<tenant>_<region>_<cluster>
+    expected = rename_kubeconfig(
+        crypto.decrypt(cluster.kubeconfig_encrypted),
+        context_name(tenant=cluster.tenant.name, region=cluster.region, cluster="llm"),
+    )
+    assert saved.read_text() == expected
     assert "kind: Config" in saved.read_text()
     assert AuditEvent.objects.filter(action="cluster.kubeconfig.read", actor="user:alice").exists()
 
