@@ -50,6 +50,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def render(*sets: str, release: str = "nvke") -> list[dict]:
     """``helm template`` of the chart in namespace nvke-system, as a list of objects."""
     args = ["template", release, str(CHART), "--namespace", "nvke-system"]
+    args += ["--kube-version", f"{K8S_VERSION}.0"]  # the version the objects validate against
     for item in sets:
         args += ["--set", item]
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
