@@ -10,7 +10,7 @@ from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
-from fleet.signals import gpu_health_changed, host_state_changed
+from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
 from nvke.queueing import enqueue_once
 from tenants.signals import collect_usage
 
@@ -146,3 +146,29 @@ def follow_host_readiness(sender, host_id, new_state, **kwargs) -> None:
         nodes.filter(phase=NodePhase.NOT_READY, repair_state="").update(
             phase=NodePhase.READY, repair_requested_at=None
         )
+
+
+@receiver(host_drain_requested)
+def move_nodes_off_draining_host(sender, host_id, holder_ids, target_state, **kwargs) -> int:
+    """An operator drains a host: each pool with a node there gets its HOST_MAINTENANCE
+    operation and its reconciler is woken (the moves themselves: :mod:`nodepools.host_moves`,
+    read from the host row at every step). Returns the number of pools woken."""
+    from fleet.models import Host
+
+    from .host_moves import request_moves
+    from .tasks import reconcile_nodepool
+
+    hostname = Host.objects.filter(pk=host_id).values_list("hostname", flat=True).first() or ""
+    pool_ids = set(
+        Node.objects.filter(pk__in=holder_ids)
+        .exclude(phase__in=["DELETING", "DELETED"])
+        .values_list("nodepool_id", flat=True)
+    )
+    now = timezone.now()
+    woken = 0
+    for pool_id in sorted(pool_ids, key=str):
+        if request_moves(pool_id, hostname=hostname, now=now):
+            # a direct send: a pending countdown must not delay it
+            transaction.on_commit(lambda pid=pool_id: reconcile_nodepool.delay(str(pid)))
+            woken += 1
+    return woken

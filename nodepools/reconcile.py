@@ -42,6 +42,7 @@ from clusters.providers import ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
+from . import host_moves
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -89,14 +90,24 @@ def _wait_for_cluster(pool: NodePool, now: datetime) -> float:
 
 def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
-    desired = pool.node_count + upgrade_surge(pool, live)
-    if len(live) < pool.node_count:
-        return _scale_up(pool, live, now)
-    if len(live) < desired:  # only surge nodes are missing: without capacity, do without
-        return _scale_up(pool, live, now, count=desired, surge=True)
-    if len(live) > desired:
+    # nodes moving off a draining host do not count: their replacements are placed first
+    hosts = host_moves.mark_moving(pool, live, now)
+    counted = [n for n in live if not n.move_state]
+    desired = pool.node_count + upgrade_surge(pool, counted)
+    short = False
+    if len(counted) < pool.node_count:
+        delay = _scale_up(pool, counted, now, moving=len(live) - len(counted))
+        if delay != host_moves.SHORT:
+            return delay
+        if len(counted) == len(live):  # short, nothing left to move: try again later
+            host_moves.finish(pool, now)
+            return host_moves.SHORT_RETRY_S
+        short = True  # the moving nodes go on without a replacement
+    elif len(counted) < desired:  # only surge nodes are missing: without capacity, do without
+        return _scale_up(pool, counted, now, count=desired, surge=True)
+    elif len(counted) > desired:
         # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
-        surplus = sorted(live, key=lambda n: (n.created_at, n.name))[desired:]
+        surplus = sorted(counted, key=lambda n: (n.created_at, n.name))[desired:]
         return _drain_then_release(pool, surplus, now)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
@@ -128,6 +139,15 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return min(waits)
     if pool.phase == Phase.DEGRADED and any(n.applied_config == UNKNOWN_CONFIG for n in live):
         return None  # a node's GPUs are in an unknown state: an operator must repair it
+    moving = host_moves.step_moves(pool, live, hosts, provider, spec, now)
+    if moving == STOP:
+        return None
+    if moving is not None:
+        return moving
+    if short:
+        return host_moves.SHORT_RETRY_S
+    live = counted
+    host_moves.clear_short(pool, now)
     repairing = step_repair(pool, live, provider, spec, now)
     if repairing is not None:
         return repairing
@@ -165,8 +185,16 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
 
 
 def _scale_up(
-    pool: NodePool, live: list[Node], now: datetime, count: int | None = None, surge: bool = False
+    pool: NodePool,
+    live: list[Node],
+    now: datetime,
+    count: int | None = None,
+    surge: bool = False,
+    moving: int = 0,
 ) -> float | None:
+    """Place the missing nodes, all or none. ``moving``: nodes moving off draining hosts
+    beside ``live``; without capacity the pool then runs short (``host_moves.SHORT``)
+    instead of failing."""
     missing = (count if count is not None else pool.node_count) - len(live)
     k8s = (
         pool.kubernetes_version
@@ -204,6 +232,8 @@ def _scale_up(
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
             pool.save(update_fields=["upgrade", "updated_at"])
             return 0.0
+        if moving or host_moves.runs_short(pool):  # a host drain took the nodes: run short
+            return host_moves.capacity_short(pool, live, str(exc), now)
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
         return _fail(
@@ -620,6 +650,9 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             | Q(cluster__deletion_requested_at__isnull=False)
             | Q(nodes__phase=NodePhase.NOT_READY)
             | Q(nodes__repair_state__gt="")
+            | Q(nodes__move_state__in=host_moves.MOVING_STATES)
+            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt="")
+            | Q(conditions__contains=[{"type": "CapacityShort", "status": "True"}])
         )
         .exclude(phase__in=(Phase.DELETED, Phase.DELETE_FAILED))
         .values_list("id", flat=True)

@@ -263,6 +263,9 @@ NVKE_AUTOSCALE_UP_PCT = env.float("NVKE_AUTOSCALE_UP_PCT", default=80.0)
 NVKE_AUTOSCALE_DOWN_PCT = env.float("NVKE_AUTOSCALE_DOWN_PCT", default=20.0)
 # Scale-down waits this long for pods that block a node's drain, then evicts them.
 NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = env.int("NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S", default=600)
+# Host drains: pods blocking a moved node's drain are waited for this long, then the move pauses
+# on that node until the operator drains the host again with force (nodepools/host_moves.py).
+NVKE_HOST_DRAIN_TIMEOUT_S = env.int("NVKE_HOST_DRAIN_TIMEOUT_S", default=600)
 # Auto-repair: a node NOT_READY this long is replaced (see nodepools/repair.py).
 NVKE_NODE_REPAIR_TIMEOUT_S = env.int("NVKE_NODE_REPAIR_TIMEOUT_S", default=300)
 # Samples: retention of raw rows, and how far from "now" a sample timestamp may be.

@@ -119,7 +119,10 @@ class HostViewSet(
         form = DrainSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         host = services.drain_host(
-            self.get_object(), actor=_actor(request), target=form.validated_data["target"]
+            self.get_object(),
+            actor=_actor(request),
+            target=form.validated_data["target"],
+            force=form.validated_data["force"],
         )
         return self._host_response(host)
 
