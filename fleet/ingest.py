@@ -16,7 +16,9 @@ inventory, and the results of commands. In one transaction:
    * duplicates: the same ``(gpu, MIG GI, ts)`` twice in one report (a physical GPU printed once
      per MIG instance) is stored once and counted in ``samples_deduplicated``;
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
-3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`).
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`). An Xid
+   naming a GPU the host does not own refuses the whole report (400, field
+   ``events[i].gpu_uuid``): nothing is stored.
 4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
    (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
    a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
@@ -140,7 +142,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     inventory = body.get("inventory")
     gpus = _host_gpus(host, fresh=isinstance(inventory, dict))
     parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
-    events = _events(host, seq, body.get("events") or [], now)
+    events = _events(host, seq, body.get("events") or [], gpus, now)
     skew = _clock_skew(body.get("sent_at"), now)
     rejected = sum(parsed.rejections.values())
 
@@ -338,7 +340,12 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
     return _Parsed(rows, rejections, deduplicated, min_ts, max_ts)
 
 
-def _events(host: Host, seq: int, events: Any, now: datetime) -> list[XidEvent]:
+def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -> list[XidEvent]:
+    """Xid events of the report. An Xid names the GPU it happened on: one of the host's GPUs
+    (or a MIG device of one, stored as its GPU). A GPU the host does not own is refused —
+    ``InvalidReport("events[i].gpu_uuid")``, so the whole report is refused and nothing is
+    stored: an Xid must never mark (or credit) a GPU of another host, nor the whole host for a
+    GPU it does not have."""
     if not isinstance(events, list):
         raise InvalidReport("events", "events must be a list")
     out = []
@@ -350,10 +357,19 @@ def _events(host: Host, seq: int, events: Any, now: datetime) -> list[XidEvent]:
         if not isinstance(xid, int) or isinstance(xid, bool) or not 0 <= xid < 2**31:
             raise InvalidReport(f"events[{i}].xid", "xid must be a non-negative integer")
         ts = _parse_ts(event.get("ts"), f"events[{i}].ts")
+        gpu_uuid = event.get("gpu_uuid")
+        if isinstance(gpu_uuid, str) and gpu_uuid in gpus.mig_uuids:
+            gpu_uuid = gpus.mig_uuids[gpu_uuid][0]
+        if not isinstance(gpu_uuid, str) or gpu_uuid not in gpus.uuids:
+            raise InvalidReport(
+                f"events[{i}].gpu_uuid",
+                f"GPU {str(gpu_uuid)[:80]!r} is not a GPU of host {host.hostname}; "
+                "the report is refused and nothing of it is stored",
+            )
         out.append(
             XidEvent(
                 host=host,
-                gpu_uuid=str(event.get("gpu_uuid", ""))[:64],
+                gpu_uuid=gpu_uuid,
                 ts=min(ts, newest),
                 xid=xid,
                 message=str(event.get("message", ""))[:2000],
