@@ -259,6 +259,9 @@ class AgentRegisterView(APIView):
                 "host_id": str(host.id),
                 "credential": credential,
                 "report_interval_s": conf.report_interval_s(),
+                # the highest seq accepted from this host: a re-registered agent (state lost)
+                # numbers its reports above it, so they are not taken for duplicates
+                "seq_baseline": host.last_report_seq,
             },
             status=status.HTTP_201_CREATED,
         )
