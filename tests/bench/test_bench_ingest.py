@@ -8,8 +8,9 @@ host credential, increasing ``seq``) by 4 client threads with keep-alive connect
 must be acknowledged with 240 samples stored.
 
 Baseline, in the same run: the same rows (1 µs later: samples are unique per GPU, GI and
-timestamp) COPYed straight into ``fleet_gpusample`` with psycopg 3 in batches of 240 rows, one transaction per batch (the same unit of work as one report: the
-API commits each report once). A single COPY of all rows is printed too, for scale.
+timestamp) COPYed straight into ``fleet_gpusample`` with psycopg 3 in batches of 240 rows, one
+transaction per batch (the same unit of work as one report: the API commits each report once).
+A single COPY of all rows is printed too, for scale.
 
 Run: ``make bench`` (or ``pytest tests/bench/test_bench_ingest.py -s``).
 """
