@@ -123,7 +123,8 @@ def test_without_room_for_both_one_pool_moves_and_the_other_runs_short(
     def settled():
         host = Host.objects.get(pk=busy.pk)
         states = sorted(pool_state(p) for _, p in pools)
-        return host.state == "MAINTENANCE" and states[0][0] == "DEGRADED" and (host, states)
+        phases = [s[0] for s in states]
+        return host.state == "MAINTENANCE" and phases == ["DEGRADED", "RUNNING"] and (host, states)
 
     host, states = wait_for(settled, timeout=90, what="host MAINTENANCE, one pool short")
     assert host.state_reason == "drained to MAINTENANCE: 2 of 2 node(s) moved, none pending"
