@@ -94,6 +94,8 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
             gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
             if delta > 0:
                 quotas.release(pool.tenant_id, nodes=delta, gpus=gpus)
+            else:  # a cancelled scale-down keeps nodes its new spec had given back
+                quotas.reserve(pool.tenant_id, nodes=-delta, gpus=gpus, enforce=False)
             pool.node_count = live
             pool.generation += 1
             pool.save(update_fields=["node_count", "generation", "updated_at"])

@@ -271,6 +271,9 @@ NVKE_CLUSTERAPI_NAMESPACE = env("NVKE_CLUSTERAPI_NAMESPACE", default="nvke")
 NVKE_CLUSTERAPI_INFRASTRUCTURE = env("NVKE_CLUSTERAPI_INFRASTRUCTURE", default="Metal3")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
 NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
+# Node creation: retryable provider errors and placement contention are retried with backoff
+# (jittered, 0.5 s doubling to 30 s) for this long, then the pool goes ERROR saying why.
+NVKE_PROVIDER_RETRY_DEADLINE_S = env.float("NVKE_PROVIDER_RETRY_DEADLINE_S", default=600.0)
 # Default quota of a new tenant (operators change it per tenant: PUT /api/v1/quotas/{tenant}).
 NVKE_DEFAULT_MAX_CLUSTERS = env.int("NVKE_DEFAULT_MAX_CLUSTERS", default=20)
 NVKE_DEFAULT_MAX_NODES = env.int("NVKE_DEFAULT_MAX_NODES", default=200)
