@@ -261,6 +261,11 @@ NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
 # Simulated provider: seconds each machine-creation call takes (0; crash tests make it slow).
 NVKE_SIMULATED_CALL_DELAY_S = env.float("NVKE_SIMULATED_CALL_DELAY_S", default=0.0)
+# SIMULATED infrastructure API latency: when set above NVKE_SIMULATED_CALL_DELAY_S, each
+# machine-creation call takes a uniformly random time between the two (the fault suite and the
+# reconcile benchmark use 0.5-3 s)
+NVKE_SIMULATED_CALL_DELAY_MAX_S = env.float("NVKE_SIMULATED_CALL_DELAY_MAX_S", default=0.0)
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker, however long
 # Cluster API provider ("clusterapi"): the management cluster's kubeconfig file (blank = not
 # configured: the provider then fails its calls with `clusterapi_not_configured`), the
 # namespace NVKE's Cluster API objects live in there, and the infrastructure provider its
