@@ -119,8 +119,9 @@ class Fleet:
     def start_worker(self, name: str) -> subprocess.Popen:
         log = (self.tmp_path / f"{name}.log").open("a")
         proc = subprocess.Popen(
-            [str(BIN / "celery"), "-A", "nvke", "worker", "-Q", QUEUES, "--concurrency", "4", "--hostname", f"{name}@faults", "--without-heartbeat",
-             "--without-mingle", "--without-gossip", "--loglevel", "INFO"],
+            [str(BIN / "celery"), "-A", "nvke", "worker", "-Q", QUEUES, "--concurrency", "4",
+             "--hostname", f"{name}@faults", "--without-heartbeat", "--without-mingle",
+             "--without-gossip", "--loglevel", "INFO"],
             cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         self.workers[name] = proc
@@ -326,17 +327,17 @@ def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private
     rng = random.Random(SEED)
     print(f"seed {SEED}")
     fleet.start()
-    create_objects(principal, rng)
+    creator = Creator(principal, rng)
     client = redis.Redis.from_url(private_redis.url)
-    # mid-rollout: countdown messages held by the workers, pools still provisioning
-    wait_for(
-        lambda: (
-            NodePool.objects.filter(phase="RUNNING").exists()
+
+    def mid_rollout() -> bool:  # some pools RUNNING, others provisioning or not yet created
+        creator.step()
+        return (
+            NodePool.objects.filter(phase="RUNNING").count() >= 3
             and NodePool.objects.exclude(phase="RUNNING").exists()
-        ),
-        timeout=120,
-        what="a rollout in progress",
-    )
+        )
+
+    wait_for(mid_rollout, timeout=120, interval=0.5, what="a rollout in progress")
     scheduled = sum(1 for _ in client.hscan_iter("unacked"))
     os.kill(private_redis.pid, signal.SIGKILL)
     private_redis.process.wait(10)
