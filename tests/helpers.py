@@ -46,3 +46,19 @@ def snapshot() -> dict[str, list[tuple[Any, ...]]]:
             cursor.execute(f"SELECT * FROM {table} ORDER BY 1")
             out[table] = cursor.fetchall()
     return out
+
+
+def child_database_url() -> str:
+    """The test database's URL for child processes (a Unix-socket host in the form
+    dj-database-url reads: ``postgres://user@/%2Fsocket%2Fdir/name``)."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    auth = s["USER"] + (f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else "")
+    host = s.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):
+        return f"postgres://{auth}@/{quote(host, safe='')}/{s['NAME']}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"

@@ -30,6 +30,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.helpers import child_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -41,22 +42,6 @@ SEED = int(os.environ.get("NVKE_FAULT_SEED", random.randrange(1 << 30)))
 MODEL = "h100-sxm5-80gb"
 GPUS_PER_NODE = 4
 QUEUES = "reconcile,telemetry,billing,default"
-
-
-def child_database_url() -> str:
-    """The test database's URL for child processes (a Unix-socket host in the form
-    dj-database-url reads: ``postgres://user@/%2Fsocket%2Fdir/name``)."""
-    from urllib.parse import quote
-
-    from django.db import connection
-
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{quote(s['PASSWORD'], safe='')}" if s.get("PASSWORD") else "")
-    host = s.get("HOST") or "127.0.0.1"
-    if host.startswith("/"):
-        return f"postgres://{auth}@/{quote(host, safe='')}/{s['NAME']}"
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 
 
 @pytest.fixture
