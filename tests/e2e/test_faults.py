@@ -54,6 +54,7 @@ def private_redis(tmp_path, settings):
 
     server = start_redis(tmp_path / "redis")
     settings.REDIS_URL = server.url
+    settings.CELERY_BROKER_URL = server.broker_url
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -284,6 +285,28 @@ def assert_converged() -> None:
     assert quota_drift() == {}
 
 
+def heartbeat_ages() -> dict[str, dict[str, tuple[str, float]]]:
+    """``{kind: {name: (state, age s)}}`` from the /metrics collector."""
+    from nvke.heartbeat import HeartbeatCollector
+
+    out: dict[str, dict[str, tuple[str, float]]] = {"worker": {}, "beat": {}}
+    for family in HeartbeatCollector().collect():
+        for sample in family.samples:
+            labels = sample.labels
+            out.setdefault(labels["kind"], {})[labels["name"]] = (labels["state"], sample.value)
+    return out
+
+
+def message_counts() -> dict[tuple[str, str], float]:
+    from nvke.observability import QueueDepthCollector
+
+    families = {f.name: f for f in QueueDepthCollector().collect()}
+    return {
+        (s.labels["queue"], s.labels["state"]): s.value
+        for s in families["nvke_celery_messages"].samples
+    }
+
+
 def test_workers_sigkilled_repeatedly_while_clusters_converge(fleet, principal):
     rng = random.Random(SEED)
     print(f"seed {SEED}")
@@ -301,6 +324,11 @@ def test_workers_sigkilled_repeatedly_while_clusters_converge(fleet, principal):
     wait_converged(fleet)
     print(f"converged {time.monotonic() - started:.1f} s after the first create")
     assert_converged()
+    # heartbeats an operator can alert on: both workers (the restarted ones) and the beat
+    ages = heartbeat_ages()
+    assert {"w1@faults", "w2@faults"} <= set(ages["worker"]), ages
+    assert [state for state, _age in ages["beat"].values()] == ["active"], ages
+    assert max(age for _s, age in [*ages["worker"].values(), *ages["beat"].values()]) < 10
 
 
 def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private_redis):
@@ -323,7 +351,11 @@ def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private
         )
 
     wait_for(mid_rollout, timeout=120, interval=0.5, what="a rollout in progress")
-    scheduled = sum(1 for _ in client.hscan_iter("unacked"))
+    counts = message_counts()
+    unacked = client.hlen("unacked")
+    held = sum(v for (_q, state), v in counts.items() if state in ("reserved", "scheduled"))
+    assert abs(held - unacked) <= 2, (counts, unacked)  # the workers keep moving meanwhile
+    scheduled = sum(v for (_q, state), v in counts.items() if state == "scheduled")
     os.kill(private_redis.pid, signal.SIGKILL)
     private_redis.process.wait(10)
     down_at = time.monotonic()
@@ -339,7 +371,10 @@ def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private
     restarted = start_redis(private_redis.redis_dir)
     assert restarted.url == private_redis.url
     private_redis.pid, private_redis.process = restarted.pid, restarted.process
-    print(f"Redis down {time.monotonic() - down_at:.1f} s, {scheduled} unacked message(s) then")
+    print(
+        f"Redis down {time.monotonic() - down_at:.1f} s; {unacked} unacked message(s) then, "
+        f"{scheduled:.0f} of them countdowns"
+    )
     creator.finish()
     wait_converged(fleet)
     assert all(fleet.alive().values()), fleet.alive()  # the same workers and beat recovered
