@@ -40,7 +40,7 @@ soak: install
 
 # The fault suite, long form: workers SIGKILLed 10 times, Redis down 60 s and restarted empty,
 # PostgreSQL down 60 s while agents report, 30 clusters x 1-2 pools, 8 reconcile slots, provider
-# latency 0.5-3 s. `make test` runs the same tests shorter (3 kills, 12 s outages).
+# latency 0.5-3 s. `make test` runs the same tests shorter (3 kills, 10 s outages).
 .PHONY: faults
 faults: install
 	NVKE_FAULT_REDIS_OUTAGE_S=$${NVKE_FAULT_REDIS_OUTAGE_S:-60} \

@@ -29,13 +29,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.e2e.conftest import BIN, ROOT, service_env, wait_for
 from tests.helpers import child_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 FAULT_CLUSTERS = int(os.environ.get("NVKE_FAULT_CLUSTERS", "30"))
-REDIS_OUTAGE_S = float(os.environ.get("NVKE_FAULT_REDIS_OUTAGE_S", "12"))
+REDIS_OUTAGE_S = float(os.environ.get("NVKE_FAULT_REDIS_OUTAGE_S", "10"))
 KILL_ROUNDS = int(os.environ.get("NVKE_FAULT_KILL_ROUNDS", "3"))
 CONVERGE_S = float(os.environ.get("NVKE_FAULT_CONVERGE_S", "240"))
 SEED = int(os.environ.get("NVKE_FAULT_SEED", random.randrange(1 << 30)))
@@ -85,22 +85,24 @@ class Fleet:
         self.broker = broker
         self.workers: dict[str, subprocess.Popen] = {}
         self.beat: subprocess.Popen | None = None
+        self.extra: dict[str, str] = {}
 
     def env(self) -> dict[str, str]:
-        return service_env(
-            DATABASE_URL=child_database_url(),
-            REDIS_URL=self.broker.url,
-            CELERY_BROKER_URL=self.broker.broker_url,
-            CELERY_VISIBILITY_TIMEOUT="10",  # a killed worker's messages come back after 10 s
-            CELERY_UNACKED_RESTORE_INTERVAL_S="2",
-            NVKE_RESYNC_INTERVAL_S="2",
-            NVKE_HEARTBEAT_INTERVAL_S="2",
-            NVKE_SIMULATED_CONTROL_PLANE_DELAY_S="0.5",
-            NVKE_SIMULATED_NODE_DELAY_S="0.5",
-            NVKE_SIMULATED_CALL_DELAY_S="0.5",
-            NVKE_SIMULATED_CALL_DELAY_MAX_S="3",
-            LOG_LEVEL="INFO",
-        )
+        values = {
+            "DATABASE_URL": child_database_url(),
+            "REDIS_URL": self.broker.url,
+            "CELERY_BROKER_URL": self.broker.broker_url,
+            "CELERY_VISIBILITY_TIMEOUT": "10",  # a killed worker's messages come back in 10 s
+            "CELERY_UNACKED_RESTORE_INTERVAL_S": "2",
+            "NVKE_RESYNC_INTERVAL_S": "2",
+            "NVKE_HEARTBEAT_INTERVAL_S": "2",
+            "NVKE_SIMULATED_CONTROL_PLANE_DELAY_S": "0.5",
+            "NVKE_SIMULATED_NODE_DELAY_S": "0.5",
+            "NVKE_SIMULATED_CALL_DELAY_S": "0.5",
+            "NVKE_SIMULATED_CALL_DELAY_MAX_S": "3",
+            "LOG_LEVEL": "INFO",
+        }
+        return service_env(**{**values, **self.extra})
 
     def start_worker(self, name: str) -> subprocess.Popen:
         log = (self.tmp_path / f"{name}.log").open("a")
@@ -135,9 +137,11 @@ class Fleet:
         return {name: p is not None and p.poll() is None for name, p in procs.items()}
 
     def stop(self) -> None:
+        """SIGKILL everything (a warm shutdown would wait for countdowns: nothing to keep)."""
         for proc in [*self.workers.values(), self.beat]:
-            if proc is not None:
-                stop(proc)
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
         path = self.tmp_path / f"{name}.log"
@@ -339,15 +343,18 @@ def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private
 
     rng = random.Random(SEED)
     print(f"seed {SEED}")
+    # machines boot in 3 s: the pools' reconcilers wait in countdown messages held by workers
+    fleet.extra = {"NVKE_SIMULATED_NODE_DELAY_S": "3"}
     fleet.start()
     creator = Creator(principal, rng)
     client = redis.Redis.from_url(private_redis.url)
 
-    def mid_rollout() -> bool:  # some pools RUNNING, others provisioning or not yet created
+    def mid_rollout() -> bool:  # pools RUNNING, others provisioning, countdowns in flight
         creator.step()
         return (
             NodePool.objects.filter(phase="RUNNING").count() >= 3
             and NodePool.objects.exclude(phase="RUNNING").exists()
+            and sum(v for (_q, st), v in message_counts().items() if st == "scheduled") >= 1
         )
 
     wait_for(mid_rollout, timeout=120, interval=0.5, what="a rollout in progress")

@@ -5,7 +5,7 @@ Real processes on a PRIVATE embedded PostgreSQL (nvke.embedded.postgres, in the 
 folder, migrated with ``manage.py migrate``) so stopping it never touches the suite's database:
 ``gunicorn`` serving ``nvke.wsgi`` and ``AGENTS`` real ``nvke-agent`` processes (replay source,
 SIMULATED samples of their hosts' GPUs every second, journaled by ``tests/fleet/soak_agent.py``).
-The outage lasts ``NVKE_FAULT_PG_OUTAGE_S`` (12 s in ``make test``, 60 s in ``make faults``).
+The outage lasts ``NVKE_FAULT_PG_OUTAGE_S`` (10 s in ``make test``, 60 s in ``make faults``).
 At the end every agent empties its spool; the ``(gpu, ts)`` pairs spooled must equal the pairs
 stored, as sets, and no pair may be stored twice.
 """
@@ -28,7 +28,7 @@ from tests.fleet.test_soak import GPUS_PER_HOST, SoakAgent, free_port, write_rep
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-OUTAGE_S = float(os.environ.get("NVKE_FAULT_PG_OUTAGE_S", "12"))
+OUTAGE_S = float(os.environ.get("NVKE_FAULT_PG_OUTAGE_S", "10"))
 AGENTS = 3
 RUN_S = 4.0
 
