@@ -37,11 +37,18 @@ def interval_s() -> float:
     return float(getattr(settings, "NVKE_HEARTBEAT_INTERVAL_S", 10.0))
 
 
+_clients: dict[str, Any] = {}
+
+
 def _client() -> Any:
+    """One client per Redis URL and process (short timeouts: a heartbeat never hangs)."""
     import redis
     from django.conf import settings
 
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    url = settings.REDIS_URL
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    return _clients[url]
 
 
 def write(kind: str, name: str, state: str = "alive") -> bool:
