@@ -59,6 +59,10 @@ class NodePool(models.Model):
     conditions = models.JSONField(default=list, blank=True)
     deletion_requested_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    #: retryable provider/placement failures of node creation in a row, and since when
+    #: (the reconciler backs off and gives up after ``NVKE_PROVIDER_RETRY_DEADLINE_S``)
+    provision_failures = models.PositiveIntegerField(default=0)
+    provision_retry_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

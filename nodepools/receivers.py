@@ -11,7 +11,7 @@ from clusters.choices import Phase
 from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
 from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
-from nvke.queueing import enqueue_once
+from nvke.queueing import enqueue_once, send_on_commit
 from tenants.signals import collect_usage
 
 from .models import Node, NodePool
@@ -46,7 +46,7 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
                 deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
             )
         # a direct send: a pending countdown (e.g. a maintenance-window wait) must not delay it
-        transaction.on_commit(lambda pid=pool.id: reconcile_nodepool.delay(str(pid)))
+        send_on_commit(reconcile_nodepool, pool.id)
     return len(pools)
 
 
@@ -84,7 +84,7 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
     pool = NodePool.objects.select_for_update().filter(pk=operation.target_id).first()
     if pool is None:
         return False
-    transaction.on_commit(lambda: reconcile_nodepool.delay(str(pool.id)))
+    send_on_commit(reconcile_nodepool, pool.id)
     if operation.type == OperationType.SET_NODE_POOL_SIZE:
         live = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).count()
         if live != pool.node_count:
@@ -94,6 +94,8 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
             gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
             if delta > 0:
                 quotas.release(pool.tenant_id, nodes=delta, gpus=gpus)
+            else:  # a cancelled scale-down keeps nodes its new spec had given back
+                quotas.reserve(pool.tenant_id, nodes=-delta, gpus=gpus, enforce=False)
             pool.node_count = live
             pool.generation += 1
             pool.save(update_fields=["node_count", "generation", "updated_at"])

@@ -28,9 +28,9 @@ def broker_client():
     import redis
     from django.conf import settings
 
-    from nvke.embedded.redis import redis_url_from_broker_url
+    from nvke.observability import broker_redis_url
 
-    return redis.Redis.from_url(redis_url_from_broker_url(settings.CELERY_BROKER_URL))
+    return redis.Redis.from_url(broker_redis_url(settings.CELERY_BROKER_URL))
 
 
 def drive_cluster(cluster_id, max_steps: int = 20) -> int:
