@@ -47,6 +47,18 @@ soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
 
+# The fault suite, long form: workers SIGKILLed 10 times, Redis down 60 s and restarted empty,
+# PostgreSQL down 60 s while agents report, 30 clusters x 1-2 pools, 8 reconcile slots, provider
+# latency 0.5-3 s. `make test` runs the same tests shorter (3 kills, 10 s outages).
+.PHONY: faults
+faults: install
+	NVKE_FAULT_REDIS_OUTAGE_S=$${NVKE_FAULT_REDIS_OUTAGE_S:-60} \
+	NVKE_FAULT_PG_OUTAGE_S=$${NVKE_FAULT_PG_OUTAGE_S:-60} \
+	NVKE_FAULT_KILL_ROUNDS=$${NVKE_FAULT_KILL_ROUNDS:-10} \
+	NVKE_FAULT_CLUSTERS=$${NVKE_FAULT_CLUSTERS:-30} \
+	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	$(PY) -m pytest tests/e2e/test_faults.py tests/e2e/test_faults_postgres.py -q -s -p no:cacheprovider --timeout 1800
+
 # helm for the chart tests (tests/deploy), built from its Go module into a cache folder outside
 # the repository (nice, one package at a time: it is a big build).
 HELM_VERSION ?= v3.22.0

@@ -41,3 +41,4 @@ urlpatterns = [
 ]
 
 handler404 = "nvke.http.not_found"
+handler500 = "nvke.http.server_error"
