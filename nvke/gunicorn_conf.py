@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 
-bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")
+bind = [os.environ.get("GUNICORN_BIND", "0.0.0.0:8000")]
+# the internal metrics listener (README "Metrics"): /metrics answers only here when set
+if os.environ.get("NVKE_METRICS_PORT"):
+    bind.append(f"0.0.0.0:{int(os.environ['NVKE_METRICS_PORT'])}")
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 timeout = 60

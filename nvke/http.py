@@ -37,10 +37,65 @@ def problem_response(
     return response
 
 
+def is_api(request) -> bool:
+    """True for the paths whose every answer is problem+json when it is an error."""
+    return request.path.startswith("/api/")
+
+
+def _request_id(request) -> dict[str, Any]:
+    rid = getattr(request, "request_id", None)
+    return {"request_id": rid} if rid else {}
+
+
 def not_found(request, exception=None) -> HttpResponse:
     """``handler404``: problem+json for API paths, Django's page elsewhere."""
-    if request.path.startswith("/api/"):
+    if is_api(request):
         return problem_response(404, "not_found", "Not found.")
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
+
+
+def bad_request(request, exception=None) -> HttpResponse:
+    """``handler400`` (SuspiciousOperation: a disallowed Host, too many fields …)."""
+    if is_api(request):
+        return problem_response(
+            400, "bad_request", "The request is malformed.", extra=_request_id(request)
+        )
+    from django.views.defaults import bad_request as django_bad_request
+
+    return django_bad_request(request, exception)
+
+
+def permission_denied(request, exception=None) -> HttpResponse:
+    """``handler403`` for Django's PermissionDenied raised outside DRF."""
+    if is_api(request):
+        return problem_response(403, "permission_denied", "You may not do this.")
+    from django.views.defaults import permission_denied as django_permission_denied
+
+    return django_permission_denied(request, exception)
+
+
+def server_error(request) -> HttpResponse:
+    """``handler500``: any uncaught error (a view, a middleware, outside DRF). The traceback
+    is logged by Django (``django.request``) with the request id that the body names."""
+    if is_api(request):
+        return problem_response(
+            500,
+            "internal_error",
+            "The server failed; the error is logged under this request_id.",
+            retryable=True,
+            extra=_request_id(request),
+        )
+    from django.views.defaults import server_error as django_server_error
+
+    return django_server_error(request)
+
+
+def csrf_failure(request, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: problem+json on API paths (a session caller without the token)."""
+    if is_api(request):
+        return problem_response(403, "csrf_failed", f"CSRF check failed: {reason}")
+    from django.views.csrf import csrf_failure as django_csrf_failure
+
+    return django_csrf_failure(request, reason)

@@ -12,7 +12,10 @@ Apps define their metrics where they live and plug in here:
   cached.
 
 The endpoint takes no credentials, like ``/healthz``: it exposes fleet-wide counts only (no
-tenant names or ids); restrict it at the network edge.
+tenant names or ids). In production set ``NVKE_METRICS_PORT``: gunicorn then also listens on
+that port (``nvke/gunicorn_conf.py``) and ``/metrics`` answers only connections accepted there
+(the local port of the connection's socket, which a client cannot forge, unlike ``Host``);
+on the public port it is a 404. Keep that port out of the Service the ingress reaches.
 """
 
 from __future__ import annotations
@@ -61,8 +64,26 @@ def build_registry(*, include_collectors: bool = True) -> CollectorRegistry:
     return registry
 
 
+def on_metrics_port(request: HttpRequest) -> bool:
+    """True when ``NVKE_METRICS_PORT`` is unset, or the request came in on that port."""
+    from django.conf import settings
+
+    port = settings.NVKE_METRICS_PORT
+    if not port:
+        return True
+    sock = request.META.get("gunicorn.socket")
+    try:
+        return sock is not None and int(sock.getsockname()[1]) == int(port)
+    except (OSError, TypeError, ValueError, IndexError):
+        return False
+
+
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """GET /metrics: the Prometheus text exposition format."""
+    """GET /metrics: the Prometheus text exposition format (404 off the metrics port)."""
+    if not on_metrics_port(request):
+        from django.http import Http404
+
+        raise Http404
     if request.method not in ("GET", "HEAD"):
         return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
     return HttpResponse(generate_latest(build_registry()), content_type=CONTENT_TYPE_LATEST)

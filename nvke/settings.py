@@ -18,10 +18,15 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env("SECRET_KEY", default="nvke-insecure-dev-key-change-me")
+#: the development default; with DEBUG off NVKE refuses to start on it (nvke/secrets_check.py)
+DEFAULT_SECRET_KEY = "nvke-insecure-dev-key-change-me"
+SECRET_KEY = env("SECRET_KEY", default=DEFAULT_SECRET_KEY)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Fernet keys for secrets at rest (kubeconfigs), newest first; see nvke/crypto.py.
 NVKE_SECRET_KEYS = env.list("NVKE_SECRET_KEYS", default=[])
+# Development only (DEBUG on, or NVKE_ALLOW_INSECURE_DEFAULTS=1 for the embedded `make run` and
+# the test suite): start on the default SECRET_KEY / derive the Fernet key from SECRET_KEY.
+NVKE_ALLOW_INSECURE_DEFAULTS = env.bool("NVKE_ALLOW_INSECURE_DEFAULTS", default=False)
 # Behind a TLS-terminating ingress: trust its X-Forwarded-Proto and list the portal's origin
 # (https://nvke.example.com) so logins and forms pass the CSRF check.
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -43,6 +48,8 @@ INSTALLED_APPS = [
     "django_structlog",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "nvke",
     "tenants",
     "catalog",
@@ -55,10 +62,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "nvke.observability.HttpMetricsMiddleware",
     "nvke.middleware.RequestIdMiddleware",
     "django_structlog.middlewares.RequestMiddleware",
+    "nvke.middleware.QueryStringGuardMiddleware",
     "nvke.middleware.BodySizeLimitMiddleware",
     "nvke.middleware.ClientIpMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -66,8 +75,11 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "nvke.idempotency.IdempotencyMiddleware",
     "nvke.audit_middleware.AuditFallbackMiddleware",
+    # last, as django-axes requires: answers a locked-out login attempt
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "nvke.urls"
@@ -109,6 +121,67 @@ CACHES = {
         "KEY_PREFIX": "nvke",
     }
 }
+
+# ---------------------------------------------------------------- security (README "Security")
+AUTHENTICATION_BACKENDS = [
+    # django-axes first: it refuses a locked-out username+IP before any password is checked
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling and lockout (django-axes): after NVKE_LOGIN_FAILURE_LIMIT failed logins of
+# one username from one IP, that pair is locked for NVKE_LOGIN_COOLOFF_MINUTES (429 page; the
+# right password does not help meanwhile). `manage.py axes_reset_username <name>` unlocks.
+AXES_FAILURE_LIMIT = env.int("NVKE_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("NVKE_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "portal/locked_out.html"
+AXES_VERBOSE = False
+AXES_ENABLED = env.bool("NVKE_LOGIN_LOCKOUT", default=True)
+# Every password set (portal forms, API, management commands) passes these validators.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": env.int("NVKE_PASSWORD_MIN_LENGTH", default=10)},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_FAILURE_VIEW = "nvke.http.csrf_failure"
+# Content-Security-Policy (django-csp): scripts only from this origin (htmx, Chart.js and the
+# portal's own files are served from /static/; no inline scripts or handlers); styles from
+# this origin plus inline `style` attributes (bars, heat map cells, htmx's indicator style).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Production behind TLS (NVKE_BEHIND_TLS_PROXY=1): HSTS and HTTPS redirects as well.
+if env.bool("NVKE_BEHIND_TLS_PROXY", default=False):
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # probes and the metrics scrape come in over plain HTTP inside the cluster
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# /metrics: with NVKE_METRICS_PORT set, served only on connections accepted on that port
+# (gunicorn binds it beside the public one; keep it out of the Service/Ingress the public
+# reaches) and 404 on the public port. Unset (development): served on the one port.
+NVKE_METRICS_PORT = env.int("NVKE_METRICS_PORT", default=0)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"

@@ -39,4 +39,7 @@ urlpatterns = [
     path("", include("portal.urls")),
 ]
 
+handler400 = "nvke.http.bad_request"
+handler403 = "nvke.http.permission_denied"
 handler404 = "nvke.http.not_found"
+handler500 = "nvke.http.server_error"

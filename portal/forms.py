@@ -404,6 +404,25 @@ class MemberForm(ApiForm):
     )
 
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        check_password(self, "password", data.get("username") or "", data.get("email") or "")
+        return data
+
+
+def check_password(form: forms.Form, field: str, username: str, email: str) -> None:
+    """Django's ``AUTH_PASSWORD_VALIDATORS`` on a password a form sets (blank: not set)."""
+    from django.contrib.auth.password_validation import validate_password
+
+    password = form.cleaned_data.get(field)
+    if not password:
+        return
+    try:
+        validate_password(password, user=get_user_model()(username=username, email=email))
+    except forms.ValidationError as exc:
+        form.add_error(field, exc)
+
+
 class RoleForm(forms.Form):
     role = forms.ChoiceField(label="Role", choices=Role.choices)
 
@@ -470,7 +489,6 @@ class TenantCreateForm(ApiForm):
         label="Owner's initial password",
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        min_length=8,
     )
     api_fields = {"username": "owner_username", "email": "owner_email"}
 
@@ -479,6 +497,9 @@ class TenantCreateForm(ApiForm):
         for field in ("name", "owner_username", "owner_password"):
             if not data.get(field):
                 self.add_error(field, "required")
+        check_password(
+            self, "owner_password", data.get("owner_username") or "", data.get("owner_email") or ""
+        )
         username = data.get("owner_username")
         if username and get_user_model().objects.filter(username=username).exists():
             self.add_error(

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
+from nvke.validation import BoundedDateTimeField
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -189,8 +190,8 @@ class GpuHealthIntervalSerializer(serializers.ModelSerializer):
 
 class TelemetryQuerySerializer(serializers.Serializer):
     resolution = serializers.ChoiceField(choices=["1m", "1h"], required=False, default="1m")
-    start = serializers.DateTimeField(required=False)
-    end = serializers.DateTimeField(required=False)
+    start = BoundedDateTimeField(required=False)
+    end = BoundedDateTimeField(required=False)
 
 
 class TelemetryPointSerializer(serializers.Serializer):
