@@ -8,8 +8,6 @@ from datetime import timedelta
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from nvke.errors import InvalidInput
-
 from .choices import Role
 from .models import ApiKey
 from .principal import Principal
@@ -70,6 +68,8 @@ def principal_for_key(key: str) -> Principal | None:
 def _tenant_id(value: str, request) -> uuid.UUID:
     """The tenant id a session request names; 400 ``invalid_tenant_header`` when the
     ``X-NVKE-Tenant`` header is not a UUID (a stale session value counts as no choice)."""
+    from nvke.errors import InvalidInput  # not at import: nvke.errors imports DRF's views
+
     try:
         return uuid.UUID(str(value))
     except ValueError:
