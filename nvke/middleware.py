@@ -20,7 +20,9 @@ class RequestIdMiddleware:
         incoming = request.headers.get("X-Request-ID", "")
         rid = incoming if _SANE.match(incoming) else uuid.uuid4().hex
         request.request_id = rid
-        request.META["HTTP_X_REQUEST_ID"] = rid  # django-structlog binds the same id
+        request.META["HTTP_X_REQUEST_ID"] = rid  # django-structlog binds the same id ...
+        # ... reading request.headers, which the line above cached without it: drop the cache
+        request.__dict__.pop("headers", None)
         token = request_id_var.set(rid)
         try:
             response = self.get_response(request)

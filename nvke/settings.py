@@ -174,7 +174,7 @@ CONTENT_SECURITY_POLICY = {
 if env.bool("NVKE_BEHIND_TLS_PROXY", default=False):
     SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
     # probes and the metrics scrape come in over plain HTTP inside the cluster
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
@@ -234,6 +234,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # one name per choice set (several models have a `status`; a host's `state` and its
+    # `drain_target` share HostState), so `check --deploy` is clean and names are stable
+    "ENUM_NAME_OVERRIDES": {
+        "HostStateEnum": "fleet.choices.HostState",
+        "OperationStatusEnum": "clusters.choices.OperationStatus",
+        "InvoiceStatusEnum": "billing.models.InvoiceStatus",
+        "CheckStatusEnum": "fleet.choices.CheckStatus",
+        "ScrubStatusEnum": "fleet.choices.ScrubStatus",
+    },
 }
 
 # ---------------------------------------------------------------- Celery
