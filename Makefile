@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # Tests use their own Redis database number so they never touch a developer's data.
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 
-.PHONY: install run test lint bench
+.PHONY: install run test lint bench fuzz
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,12 @@ lint: install
 
 bench: install
 	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts=
+
+# The schema fuzz run of `make test`, longer: 60 examples per operation and key (~20 min).
+fuzz: install
+	NVKE_FUZZ_EXAMPLES=$${NVKE_FUZZ_EXAMPLES:-60} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	LOG_LEVEL=$${LOG_LEVEL:-ERROR} $(PY) -m pytest tests/api/test_fuzz_schemathesis.py -q \
+	-p no:cacheprovider --timeout 3600
 
 # The soak test: the API is killed for 10 minutes while 5 agents report (and two of them are
 # restarted); not one sample may be lost. `make test` runs the same test with a 30 s outage.
