@@ -130,12 +130,12 @@ def test_an_operator_creates_a_tenant_whose_owner_can_log_in(ops_client):
     assert "this user exists already" in again
     bad_name = ops_client.post(
         "/console/tenants",
-        {"name": "Initech Two", "owner_username": "milton", "owner_password": "x" * 8},
+        {"name": "Initech Two", "owner_username": "milton", "owner_password": "red-stapler-2026"},
     ).content.decode()
     assert "name must be lower-case letters, digits and &#x27;-&#x27;" in bad_name
     assert 'id="id_name-error"' in bad_name
     assert Tenant.objects.count() == 1
-    assert not Client().login(request=HttpRequest(), username="milton", password="x" * 8)
+    assert not Client().login(request=HttpRequest(), username="milton", password="red-stapler-2026")
 
 
 def test_an_operator_sets_a_quota_and_the_change_is_audited(ops_client, tenant_a, catalog):
