@@ -242,6 +242,8 @@ SPECTACULAR_SETTINGS = {
         "InvoiceStatusEnum": "billing.models.InvoiceStatus",
         "CheckStatusEnum": "fleet.choices.CheckStatus",
         "ScrubStatusEnum": "fleet.choices.ScrubStatus",
+        "PhaseEnum": "clusters.choices.Phase",
+        "NodePhaseEnum": "nodepools.choices.NodePhase",
     },
 }
 

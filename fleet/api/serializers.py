@@ -129,7 +129,11 @@ class DrainSerializer(serializers.Serializer):
 
 class MarkHealthySerializer(serializers.Serializer):
     gpu_uuids = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, allow_null=True, default=None
+        child=serializers.CharField(max_length=64),
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=64,  # fleet.formats.MAX_GPUS_PER_HOST
     )
 
 
