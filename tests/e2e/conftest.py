@@ -22,10 +22,10 @@ BIN = Path(sys.executable).parent
 def database_url() -> str:
     s = connection.settings_dict
     host = s.get("HOST") or "127.0.0.1"
-    if host.startswith("/"):
-        host = host.replace("/", "%2F")
-    port = f":{s['PORT']}" if s.get("PORT") else ""
     auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    if host.startswith("/"):  # a Unix socket folder: in the path, as django-environ reads it
+        return f"postgres://{auth}@/{host.replace('/', '%2F')}/{s['NAME']}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
     return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 
 
