@@ -64,13 +64,15 @@ class ClusterSerializer(serializers.ModelSerializer):
 
         if cluster.phase != "RUNNING":
             return []
-        supported = self.context.get("_supported_kubernetes_versions")
-        if supported is None:
-            supported = supported_kubernetes_versions()
-            self.context["_supported_kubernetes_versions"] = supported
-        return available_upgrades(
-            cluster.control_plane_version or cluster.kubernetes_version, supported=supported
-        )
+        current = cluster.control_plane_version or cluster.kubernetes_version
+        offers = self.context.setdefault("_available_upgrades", {})  # per version, per page
+        if current not in offers:
+            supported = self.context.get("_supported_kubernetes_versions")
+            if supported is None:
+                supported = supported_kubernetes_versions()
+                self.context["_supported_kubernetes_versions"] = supported
+            offers[current] = available_upgrades(current, supported=supported)
+        return list(offers[current])
 
 
 class ClusterUpdateSerializer(serializers.Serializer):
