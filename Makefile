@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # that override addopts load it explicitly.
 EMBEDDED := -p nvke.embedded.pytest_plugin
 
-.PHONY: install run test lint bench lock
+.PHONY: install run test lint bench lock fuzz
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,12 @@ lock: install
 	$(VENV)/bin/uv pip compile pyproject.toml agent/pyproject.toml --generate-hashes \
 		--python-version 3.11 --universal -q \
 		-o requirements.lock
+
+# The schema fuzz run of `make test`, longer: 60 examples per operation and key (~20 min).
+fuzz: install
+	NVKE_FUZZ_EXAMPLES=$${NVKE_FUZZ_EXAMPLES:-60} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	LOG_LEVEL=$${LOG_LEVEL:-ERROR} $(PY) -m pytest tests/api/test_fuzz_schemathesis.py -q \
+	-p no:cacheprovider --timeout 3600
 
 # The soak test: the API is killed for 10 minutes while 5 agents report (and two of them are
 # restarted); not one sample may be lost. `make test` runs the same test with a 30 s outage.

@@ -25,6 +25,7 @@ from psycopg.types.range import Range
 
 from catalog.services import CatalogError, get_gpu_model, resolve_mig_profile
 from nvke.errors import Conflict, InvalidInput
+from nvke.validation import BadValue, to_utc
 
 from .models import Price
 from .money import minor_unit
@@ -68,6 +69,28 @@ def set_price(
             code="invalid_price",
             field="hourly_rate",
         )
+    # the table's CHECK constraints, checked first so a bad value is a 400 naming the field,
+    # not an IntegrityError
+    for name, value, low, high, low_open in (
+        ("hourly_rate", hourly_rate, Decimal(0), Decimal("99999999"), False),
+        ("discount_pct", discount_pct, Decimal(0), Decimal(100), False),
+        ("billable_fraction", billable_fraction, Decimal(0), Decimal(1), True),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, Decimal) or not value.is_finite():
+            raise InvalidInput(f"{name} must be a finite number", code="invalid_price", field=name)
+        if value > high or value < low or (low_open and value == low):
+            interval = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+            raise InvalidInput(
+                f"{name} must lie in {interval}", code="price_out_of_range", field=name
+            )
+    for name, value in (("effective_from", effective_from), ("effective_to", effective_to)):
+        if value is not None:
+            try:
+                to_utc(value)
+            except BadValue as exc:
+                raise InvalidInput(str(exc), code=exc.code, field=name) from exc
     if effective_to is not None and effective_to <= effective_from:
         raise InvalidInput(
             "effective_to must be after effective_from", code="invalid_price", field="effective_to"

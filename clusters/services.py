@@ -207,9 +207,7 @@ def update_cluster(
             try:
                 cluster.maintenance_policy = maintenance.validate_policy(maintenance_policy)
             except maintenance.InvalidPolicy as exc:
-                raise InvalidInput(
-                    str(exc), code="invalid_maintenance_policy", field=exc.field
-                ) from exc
+                raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
             fields.append("maintenance_policy")
         upgrade = (
             kubernetes_version is not None and kubernetes_version != cluster.kubernetes_version

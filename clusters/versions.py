@@ -51,10 +51,18 @@ def node_version_problem(control_plane: str, node: str) -> str | None:
     return None
 
 
-def available_upgrades(current: str, today: date | None = None) -> list[str]:
-    """Supported versions the control plane can be upgraded to next (newest first)."""
+def available_upgrades(
+    current: str,
+    today: date | None = None,
+    *,
+    supported: list[KubernetesVersion] | None = None,
+) -> list[str]:
+    """Supported versions the control plane can be upgraded to next (newest first).
+    ``supported``: the catalog's supported versions when the caller has read them already."""
     out = []
-    for version in supported_kubernetes_versions(today):
+    if supported is None:
+        supported = supported_kubernetes_versions(today)
+    for version in supported:
         name = version.version
         if minor(name) > minor(current) and control_plane_upgrade_problem(current, name) is None:
             out.append(name)

@@ -46,7 +46,9 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import conf, health, hygiene, metrics, topology
+from nvke.validation import BadValue, to_utc
+
+from . import conf, formats, health, hygiene, metrics, topology
 from .choices import GpuHealth, HealthReason, HostEventKind
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
@@ -86,6 +88,10 @@ NUMERIC_FIELDS = (
     ("clocks_event_reasons", int),
 )
 _INT64 = 2**63 - 1
+#: the integer range of each measurement's column (SAMPLE_TYPES: int4 clocks, int8 the rest);
+#: a value outside is refused (binary COPY would otherwise wrap it)
+_INT4_MAX = 2**31 - 1
+_INT_BOUNDS = {"sm_clock_mhz": _INT4_MAX, "memory_clock_mhz": _INT4_MAX}
 
 UNKNOWN_GPU = "unknown_gpu"
 TS_IN_FUTURE = "ts_in_future"
@@ -93,11 +99,21 @@ TS_TOO_OLD = "ts_older_than_retention"
 
 
 class InvalidReport(ValueError):
-    """The report body breaks the wire format; ``field`` names where."""
+    """The report body breaks the wire format; ``field`` names where, ``code`` says what
+    (``invalid_report`` unless a more exact one applies: ``number_out_of_range``,
+    ``datetime_out_of_range``, ``too_many_samples``, ``invalid_gpu_uuid`` …)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, code: str = "invalid_report") -> None:
         self.field = field
+        self.code = code
         super().__init__(message)
+
+
+#: the most entries one report may carry (the agent sends at most 10,000 samples a report)
+MAX_SAMPLES_PER_REPORT = 20_000
+MAX_EVENTS_PER_REPORT = 1_000
+MAX_SCRUB_RESULTS_PER_REPORT = 64
+MAX_SCRUB_STEPS = 32
 
 
 @dataclass(frozen=True)
@@ -144,6 +160,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         raise InvalidReport("host_id", "host_id does not match the credential's host")
     inventory = body.get("inventory")
     gpus = _host_gpus(host, fresh=isinstance(inventory, dict))
+    _check_batches(body, inventory, gpus)
     parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
     events = _events(host, seq, body.get("events") or [], gpus, now)
     skew = _clock_skew(body.get("sent_at"), now)
@@ -219,7 +236,10 @@ def _parse_ts(value: Any, field: str) -> datetime:
         ts = None
     if ts is None or ts.tzinfo is None:
         raise InvalidReport(field, "timestamps must be RFC 3339 with a UTC offset")
-    return ts.astimezone(UTC)
+    try:
+        return to_utc(ts)
+    except BadValue as exc:
+        raise InvalidReport(field, str(exc), exc.code) from exc
 
 
 @dataclass(frozen=True)
@@ -258,26 +278,35 @@ def _read_host_gpus(host: Host) -> _HostGpus:
     mig: dict[str, tuple[str, int]] = {}
     for row in rows:
         for device in row["mig_devices"] or []:
-            if device.get("uuid") and device.get("gpu_instance_id") is not None:
-                mig[device["uuid"]] = (row["uuid"], int(device["gpu_instance_id"]))
+            gi = device.get("gpu_instance_id") if isinstance(device, dict) else None
+            if isinstance(device.get("uuid") if gi is not None else None, str) and (
+                type(gi) is int
+            ):
+                mig[device["uuid"]] = (row["uuid"], gi)
     return _HostGpus(frozenset(r["uuid"] for r in rows), mig, rows)
 
 
 _NAMES = tuple(name for name, _kind in NUMERIC_FIELDS)
 _KINDS = tuple(kind for _name, kind in NUMERIC_FIELDS)
+_HIGHS = tuple(_INT_BOUNDS.get(name, _INT64) for name in _NAMES)
 _INF = (math.inf, -math.inf)
 
 
-def _number(value: Any, kind: type, where: str, name: str) -> int | float:
+def _number(value: Any, kind: type, where: str, name: str, high: int = _INT64) -> int | float:
     """The slow path of :func:`_sample_rows`: convert or refuse one measurement."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidReport(where, f"{name} must be a finite number or null")
+        raise InvalidReport(where, f"{name} must be a finite number or null", "invalid_number")
     if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidReport(where, f"{name} must be a finite number or null")
-    converted = kind(value)
-    if kind is int and not -_INT64 <= converted <= _INT64:
-        raise InvalidReport(where, f"{name} is out of range")
-    return converted
+        raise InvalidReport(where, f"{name} must be a finite number or null", "invalid_number")
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise InvalidReport(where, f"{name} must be an integer", "invalid_number")
+    if kind is int and not -high - 1 <= value <= high:
+        raise InvalidReport(
+            where,
+            f"{name} is out of its column's range [{-high - 1}, {high}]",
+            "number_out_of_range",
+        )
+    return kind(value)
 
 
 def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime) -> _Parsed:
@@ -306,11 +335,20 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
         if ts is None or ts.tzinfo is None:
             raise InvalidReport(f"samples[{i}].ts", "timestamps must be RFC 3339 with a UTC offset")
         if ts.utcoffset():
-            ts = ts.astimezone(UTC)
+            try:
+                ts = ts.astimezone(UTC)
+            except OverflowError:  # year 1 or 9999 with an offset: outside any window
+                reason = TS_TOO_OLD if ts.year < 2000 else TS_IN_FUTURE
+                rejections[reason] = rejections.get(reason, 0) + 1
+                continue
         uuid = get("gpu_uuid")
         gi = get("mig_gpu_instance_id")
-        if gi is not None and type(gi) is not int:
-            raise InvalidReport(f"samples[{i}].mig_gpu_instance_id", "must be an integer or null")
+        if gi is not None and (type(gi) is not int or not 0 <= gi <= _INT4_MAX):
+            raise InvalidReport(
+                f"samples[{i}].mig_gpu_instance_id",
+                "must be an integer in [0, 2147483647] or null",
+                "number_out_of_range" if type(gi) is int else "invalid_report",
+            )
         values = [get(name) for name in _NAMES]
         for j, value in enumerate(values):
             if value is None:
@@ -318,10 +356,10 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
             kind = _KINDS[j]
             if type(value) is kind and (
                 (kind is float and value not in _INF and value == value)  # finite (not NaN)
-                or (kind is int and -_INT64 <= value <= _INT64)
+                or (kind is int and -_HIGHS[j] - 1 <= value <= _HIGHS[j])
             ):
                 continue
-            values[j] = _number(value, kind, f"samples[{i}].{_NAMES[j]}", _NAMES[j])
+            values[j] = _number(value, kind, f"samples[{i}].{_NAMES[j]}", _NAMES[j], _HIGHS[j])
         if uuid not in known:
             parent = mig_uuids.get(uuid) if type(uuid) is str else None
             if parent is None:
@@ -387,16 +425,56 @@ def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -
 
 
 def _clock_skew(sent_at: Any, now: datetime) -> float | None:
-    """``sent_at`` minus ``now`` in seconds (None when absent or unreadable)."""
+    """``sent_at`` minus ``now`` in seconds (None when absent, unreadable or absurd)."""
     if not isinstance(sent_at, str):
         return None
     try:
-        ts = datetime.fromisoformat(sent_at)
-    except ValueError:
-        return None
-    if ts.tzinfo is None:
+        ts = to_utc(datetime.fromisoformat(sent_at))
+    except (ValueError, OverflowError):  # BadValue is a ValueError
         return None
     return (ts - now).total_seconds()
+
+
+def _check_batches(body: dict[str, Any], inventory: Any, gpus: _HostGpus) -> None:
+    """Types and bounds of the report's collections, before anything is written: a
+    malformed inventory is refused whole (never half applied), so nothing stored can make
+    the host's later, good reports fail."""
+    for key, limit, code in (
+        ("samples", MAX_SAMPLES_PER_REPORT, "too_many_samples"),
+        ("events", MAX_EVENTS_PER_REPORT, "too_many_events"),
+        ("scrub_results", MAX_SCRUB_RESULTS_PER_REPORT, "too_many_scrub_results"),
+    ):
+        value = body.get(key)
+        if isinstance(value, list) and len(value) > limit:
+            raise InvalidReport(key, f"at most {limit} {key} per report", code)
+    if body.get("scrub_results") is not None:
+        results = body["scrub_results"]
+        if not isinstance(results, list):
+            raise InvalidReport("scrub_results", "scrub_results must be a list")
+        for i, result in enumerate(results):
+            where = f"scrub_results[{i}]"
+            if not isinstance(result, dict):
+                raise InvalidReport(where, "each scrub result is an object")
+            scrub_id = result.get("scrub_id")
+            if isinstance(scrub_id, bool) or not isinstance(scrub_id, int):
+                raise InvalidReport(f"{where}.scrub_id", "scrub_id must be an integer")
+            if not 1 <= scrub_id <= _INT64:
+                raise InvalidReport(f"{where}.scrub_id", "out of range", "number_out_of_range")
+            executor = result.get("executor")
+            if executor is not None and (not isinstance(executor, str) or len(executor) > 100):
+                raise InvalidReport(f"{where}.executor", "a string of at most 100 characters")
+            steps = result.get("steps")
+            if steps is not None and (not isinstance(steps, list) or len(steps) > MAX_SCRUB_STEPS):
+                raise InvalidReport(f"{where}.steps", f"a list of at most {MAX_SCRUB_STEPS}")
+    for key in ("driver_version", "cuda_version", "agent_version", "sent_at"):
+        value = body.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidReport(key, f"{key} must be a string")
+    if inventory is not None:
+        try:
+            formats.check_inventory(inventory, known_uuids=gpus.uuids)
+        except formats.FormatError as exc:
+            raise InvalidReport(exc.field, str(exc), exc.code) from exc
 
 
 # --- writing ------------------------------------------------------------------------------------

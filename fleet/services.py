@@ -33,7 +33,7 @@ from catalog.models import GpuModel
 from catalog.services import match_product_name
 from nvke.errors import Conflict, InvalidInput
 
-from . import hygiene, topology
+from . import formats, hygiene, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
 from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
@@ -68,10 +68,16 @@ def import_host(
     AVAILABLE at once, with any GPU that fails the check unhealthy.
 
     Raises InvalidInput (400: ``invalid_nvidia_smi_xml``, ``unknown_gpu_product``,
-    ``mixed_gpu_models``, ``no_gpus``, ``invalid_nvidia_smi_topo``) or Conflict (409:
+    ``mixed_gpu_models``, ``no_gpus``, ``invalid_nvidia_smi_topo``, and the format checks of
+    :func:`fleet.formats.check_smi_report`: ``too_many_gpus``, ``invalid_gpu_uuid``,
+    ``duplicate_gpu_uuid``, ``value_too_long`` …) or Conflict (409:
     ``duplicate_hostname``, ``duplicate_gpu_uuid``). Nothing is written when any check fails.
     """
     report = _parse(nvidia_smi_xml)
+    try:
+        formats.check_smi_report(report)
+    except formats.FormatError as exc:
+        raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
     model = _single_model(report)
     topo = _topology(nvidia_smi_topo, len(report.gpus)) if nvidia_smi_topo.strip() else {}
     islands = topology.island_of(topo)

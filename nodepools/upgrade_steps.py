@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from clusters.choices import OperationType
-from clusters.maintenance import in_window, next_window_start
+from clusters.maintenance import next_window_start
 from clusters.models import finish_operation, progress_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
@@ -76,12 +76,13 @@ def step_upgrade(
         pending = []  # finish the nodes in flight, start none
     elif pool.upgrade.get("state") == "paused":
         return STOP
-    if (
-        not busy
-        and not pool.upgrade.get("urgent")
-        and not in_window(pool.cluster.maintenance_policy, now)
-    ):
-        opens = next_window_start(pool.cluster.maintenance_policy, now)
+    # the policy is evaluated once per step: next_window_start answers "now" inside a window
+    opens = (
+        next_window_start(pool.cluster.maintenance_policy, now)
+        if not busy and not pool.upgrade.get("urgent")
+        else now
+    )
+    if opens != now:
         message = f"waiting for the maintenance window ({opens.isoformat() if opens else 'none'})"
         _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)

@@ -6,4 +6,5 @@ class NvkeConfig(AppConfig):
     verbose_name = "NVKE core"
 
     def ready(self) -> None:
-        from . import observability, schema  # noqa: F401  (metrics, drf-spectacular extensions)
+        # metrics, drf-spectacular extensions, the `check --deploy` secrets check
+        from . import observability, schema, secrets_check  # noqa: F401

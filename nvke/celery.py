@@ -34,3 +34,11 @@ def _tracing(**kwargs) -> None:
     from nvke.tracing import setup_tracing
 
     setup_tracing("nvke-worker")
+
+
+@signals.worker_init.connect
+def _refuse_development_secrets(**kwargs) -> None:
+    """A worker does not start on development secrets with DEBUG off (nvke/secrets_check.py)."""
+    from nvke.secrets_check import require_production_secrets
+
+    require_production_secrets()

@@ -11,6 +11,11 @@ import os
 
 # one or more addresses, space-separated (the Helm chart: public 8000, internal 9000)
 bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000").split()
+# the internal listener: /metrics and /admin/ answer only there when set (nvke/internal_port.py)
+if os.environ.get("NVKE_INTERNAL_PORT"):
+    _internal = f"0.0.0.0:{int(os.environ['NVKE_INTERNAL_PORT'])}"
+    if not any(b.endswith(f":{int(os.environ['NVKE_INTERNAL_PORT'])}") for b in bind):
+        bind.append(_internal)
 workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 timeout = 60

@@ -12,7 +12,9 @@ Apps define their metrics where they live and plug in here:
   cached.
 
 The endpoint takes no credentials, like ``/healthz``: it exposes fleet-wide counts only (no
-tenant names or ids); restrict it at the network edge.
+tenant names or ids). In production set ``NVKE_INTERNAL_PORT``: ``/metrics`` (and ``/admin/``)
+then answer only connections accepted on that port (:mod:`nvke.internal_port`) and are a 404
+on the public one. Keep that port out of the Service the ingress reaches.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def build_registry(*, include_collectors: bool = True) -> CollectorRegistry:
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """GET /metrics: the Prometheus text exposition format."""
+    """GET /metrics: the Prometheus text exposition format (404 off the internal port, by
+    :class:`nvke.internal_port.InternalPortMiddleware`)."""
     if request.method not in ("GET", "HEAD"):
         return HttpResponse(status=405, headers={"Allow": "GET, HEAD"})
     return HttpResponse(generate_latest(build_registry()), content_type=CONTENT_TYPE_LATEST)

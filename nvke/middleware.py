@@ -20,7 +20,9 @@ class RequestIdMiddleware:
         incoming = request.headers.get("X-Request-ID", "")
         rid = incoming if _SANE.match(incoming) else uuid.uuid4().hex
         request.request_id = rid
-        request.META["HTTP_X_REQUEST_ID"] = rid  # django-structlog binds the same id
+        request.META["HTTP_X_REQUEST_ID"] = rid  # django-structlog binds the same id ...
+        # ... reading request.headers, which the line above cached without it: drop the cache
+        request.__dict__.pop("headers", None)
         token = request_id_var.set(rid)
         try:
             response = self.get_response(request)
@@ -71,3 +73,34 @@ class BodySizeLimitMiddleware:
                 413, "request_too_large", f"the request body is over {limit} bytes"
             )
         return self.get_response(request)
+
+
+class QueryStringGuardMiddleware:
+    """400 for a query parameter PostgreSQL cannot take as text (a NUL byte, from
+    ``%00``): problem+json ``invalid_character`` naming the parameter on ``/api/`` paths, a
+    plain 400 elsewhere. Runs before any view, so no filter, form or lookup ever sees one."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.http import HttpResponseBadRequest
+
+        from .http import is_api, problem_response
+        from .validation import BadValue, check_text
+
+        bad = None  # (a NUL in the path matches no route: 404, tests/tenants/test_found_by_review)
+        for name, values in request.GET.lists():
+            try:
+                check_text(name)
+                for value in values:
+                    check_text(value)
+            except BadValue:
+                bad = name if "\x00" not in name else name.replace("\x00", "")
+                break
+        if bad is None:
+            return self.get_response(request)
+        detail = f"{bad}: text may not contain NUL bytes"
+        if is_api(request):
+            return problem_response(400, "invalid_character", detail, field=bad)
+        return HttpResponseBadRequest(detail, content_type="text/plain")

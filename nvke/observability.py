@@ -54,8 +54,25 @@ TASK_LATENCY = Histogram(
 )
 
 
+#: the methods that get their own label value; any other (``FOO``, ``PROPFIND`` …) is
+#: counted as ``OTHER``, so a client cannot create new series by inventing methods
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def method_label(method: str | None) -> str:
+    """``"GET"`` -> ``"GET"``; anything outside :data:`KNOWN_METHODS` -> ``"OTHER"``."""
+    return method if method in KNOWN_METHODS else "OTHER"
+
+
+def status_label(status: int) -> str:
+    """A status code as a label: one of the codes HTTP defines (100..599), else ``"other"``."""
+    return str(status) if 100 <= status <= 599 else "other"
+
+
 class HttpMetricsMiddleware:
-    """Counts and times every request by route pattern, method and status."""
+    """Counts and times every request by route pattern, method and status. Every label has a
+    bounded set of values: routes are URL patterns (or ``unmatched``), methods
+    :data:`KNOWN_METHODS` or ``OTHER``, statuses 100..599."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -65,8 +82,9 @@ class HttpMetricsMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = (match.route if match else None) or "unmatched"
-        HTTP_REQUESTS.labels(route, request.method, str(response.status_code), PROCESS).inc()
-        HTTP_LATENCY.labels(route, request.method).observe(time.perf_counter() - started)
+        method = method_label(request.method)
+        HTTP_REQUESTS.labels(route, method, status_label(response.status_code), PROCESS).inc()
+        HTTP_LATENCY.labels(route, method).observe(time.perf_counter() - started)
         return response
 
 

@@ -18,10 +18,15 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
 DEBUG = env.bool("DEBUG", default=False)
-SECRET_KEY = env("SECRET_KEY", default="nvke-insecure-dev-key-change-me")
+#: the development default; with DEBUG off NVKE refuses to start on it (nvke/secrets_check.py)
+DEFAULT_SECRET_KEY = "nvke-insecure-dev-key-change-me"
+SECRET_KEY = env("SECRET_KEY", default=DEFAULT_SECRET_KEY)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
 # Fernet keys for secrets at rest (kubeconfigs), newest first; see nvke/crypto.py.
 NVKE_SECRET_KEYS = env.list("NVKE_SECRET_KEYS", default=[])
+# Development only (DEBUG on, or NVKE_ALLOW_INSECURE_DEFAULTS=1 for the embedded `make run` and
+# the test suite): start on the default SECRET_KEY / derive the Fernet key from SECRET_KEY.
+NVKE_ALLOW_INSECURE_DEFAULTS = env.bool("NVKE_ALLOW_INSECURE_DEFAULTS", default=False)
 # Behind a TLS-terminating ingress: trust its X-Forwarded-Proto and list the portal's origin
 # (https://nvke.example.com) so logins and forms pass the CSRF check.
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -43,6 +48,8 @@ INSTALLED_APPS = [
     "django_structlog",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
+    "csp",
     "nvke",
     "tenants",
     "catalog",
@@ -57,10 +64,12 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "nvke.internal_port.InternalPortMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "nvke.observability.HttpMetricsMiddleware",
     "nvke.middleware.RequestIdMiddleware",
     "django_structlog.middlewares.RequestMiddleware",
+    "nvke.middleware.QueryStringGuardMiddleware",
     "nvke.middleware.BodySizeLimitMiddleware",
     "nvke.middleware.ClientIpMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -68,8 +77,11 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "nvke.idempotency.IdempotencyMiddleware",
     "nvke.audit_middleware.AuditFallbackMiddleware",
+    # last, as django-axes requires: answers a locked-out login attempt
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "nvke.urls"
@@ -111,6 +123,63 @@ CACHES = {
         "KEY_PREFIX": "nvke",
     }
 }
+
+# ---------------------------------------------------------------- security (README "Security")
+AUTHENTICATION_BACKENDS = [
+    # django-axes first: it refuses a locked-out username+IP before any password is checked
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling and lockout (django-axes): after NVKE_LOGIN_FAILURE_LIMIT failed logins of
+# one username from one IP, that pair is locked for NVKE_LOGIN_COOLOFF_MINUTES (429 page; the
+# right password does not help meanwhile). `manage.py axes_reset_username <name>` unlocks.
+AXES_FAILURE_LIMIT = env.int("NVKE_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("NVKE_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "portal/locked_out.html"
+AXES_VERBOSE = False
+AXES_ENABLED = env.bool("NVKE_LOGIN_LOCKOUT", default=True)
+# Every password set (portal forms, API, management commands) passes these validators.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": env.int("NVKE_PASSWORD_MIN_LENGTH", default=10)},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+CSRF_FAILURE_VIEW = "nvke.http.csrf_failure"
+# Content-Security-Policy (django-csp): scripts only from this origin (htmx, Chart.js and the
+# portal's own files are served from /static/; no inline scripts or handlers); styles from
+# this origin plus inline `style` attributes (bars, heat map cells, htmx's indicator style).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "font-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Production behind TLS (NVKE_BEHIND_TLS_PROXY=1): HSTS and HTTPS redirects as well.
+if env.bool("NVKE_BEHIND_TLS_PROXY", default=False):
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=True)
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    # probes and the metrics scrape come in over plain HTTP inside the cluster
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
@@ -163,8 +232,18 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # one name per choice set (several models have a `status`; a host's `state` and its
+    # `drain_target` share HostState), so `check --deploy` is clean and names are stable
+    "ENUM_NAME_OVERRIDES": {
+        "HostStateEnum": "fleet.choices.HostState",
+        "OperationStatusEnum": "clusters.choices.OperationStatus",
+        "InvoiceStatusEnum": "billing.models.InvoiceStatus",
+        "CheckStatusEnum": "fleet.choices.CheckStatus",
+        "ScrubStatusEnum": "fleet.choices.ScrubStatus",
+        "PhaseEnum": "clusters.choices.Phase",
+        "NodePhaseEnum": "nodepools.choices.NodePhase",
+    },
     # Problem component, protocol headers, examples, valid defaults (nvke/openapi.py).
-    "ENUM_NAME_OVERRIDES": {"InvoiceStatusEnum": "billing.models.InvoiceStatus"},
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "nvke.openapi.postprocess",
@@ -378,5 +457,6 @@ NVKE_WEBHOOK_BACKOFF_S = env.float("NVKE_WEBHOOK_BACKOFF_S", default=5.0)
 NVKE_WEBHOOK_BACKOFF_MAX_S = env.float("NVKE_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
 NVKE_WEBHOOK_DEADLINE_S = env.int("NVKE_WEBHOOK_DEADLINE_S", default=86400)
 NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=10.0)
-# /metrics and /admin/ only on this port when set (nvke/internal_port.py; the Helm chart: 9000).
+# /metrics and /admin/ only on connections accepted on this port when set (gunicorn binds it
+# beside the public one; nvke/internal_port.py; the Helm chart: 9000). Unset: every port.
 NVKE_INTERNAL_PORT = env.int("NVKE_INTERNAL_PORT", default=0)

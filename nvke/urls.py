@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
 from nvke.health import healthz, readyz
@@ -23,7 +23,9 @@ api_v1 = [
     ),
     path(
         "docs/",
-        SpectacularSwaggerView.as_view(
+        # the split view serves Swagger UI's start-up script as a file: no inline script, so
+        # the page works under the Content-Security-Policy
+        SpectacularSwaggerSplitView.as_view(
             url_name="schema", authentication_classes=[], permission_classes=[AllowAny]
         ),
         name="docs",
@@ -40,5 +42,7 @@ urlpatterns = [
     path("", include("portal.urls")),
 ]
 
+handler400 = "nvke.http.bad_request"
+handler403 = "nvke.http.permission_denied"
 handler404 = "nvke.http.not_found"
 handler500 = "nvke.http.server_error"

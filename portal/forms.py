@@ -22,7 +22,34 @@ from catalog.models import GpuModel, MigProfile, VgpuProfile
 from fleet.choices import HostState
 from nodepools.choices import IsolationMode
 from nvke.errors import ApiError, flatten_validation_errors
+from nvke.validation import DATETIME_MAX, DATETIME_MIN, BadValue, to_utc
 from tenants.choices import Role
+
+
+class BoundedDateField(forms.DateField):
+    """A date between 1970-01-01 and 2199-12-31 (year 1 or 9999 would overflow the window
+    arithmetic behind it: ``last + 1 day``)."""
+
+    def clean(self, value: Any):  # type: ignore[override]
+        day = super().clean(value)
+        if day is not None and not DATETIME_MIN.date() <= day < DATETIME_MAX.date():
+            raise forms.ValidationError(
+                "give a date between 1970-01-01 and 2199-12-31", code="datetime_out_of_range"
+            )
+        return day
+
+
+class BoundedDateTimeField(forms.DateTimeField):
+    """A date and time between 1970-01-01 and 2200-01-01 UTC (:func:`nvke.validation.to_utc`)."""
+
+    def clean(self, value: Any):  # type: ignore[override]
+        moment = super().clean(value)
+        if moment is not None:
+            try:
+                to_utc(moment)
+            except BadValue as exc:
+                raise forms.ValidationError(str(exc), code=exc.code) from exc
+        return moment
 
 
 class ApiForm(forms.Form):
@@ -136,7 +163,7 @@ class ClusterForm(ApiForm):
         return {k: self.data.get(k, "") for k in ("name", "kubernetes_version", "region")}
 
 
-LAYOUT_ITEM = re.compile(r"^\s*([0-9a-z.+]+)\s*(?:[=:x*]\s*(\d+))?\s*$", re.I)
+LAYOUT_ITEM = re.compile(r"^\s*([0-9a-z.+]+)\s*(?:[=:x*]\s*([0-9]{1,6}))?\s*$", re.I)
 
 
 def parse_layout(text: str) -> dict[str, int] | None:
@@ -383,7 +410,7 @@ class ApiKeyForm(ApiForm):
 
     name = forms.CharField(label="Name", max_length=50, required=False)
     role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
-    expiry_date = forms.DateTimeField(
+    expiry_date = BoundedDateTimeField(
         label="Expires (optional, UTC)",
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
@@ -403,6 +430,24 @@ class MemberForm(ApiForm):
         help_text="give it to the person; an existing user keeps their own password",
     )
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        check_password(self, "password", data.get("username") or "", data.get("email") or "")
+        return data
+
+
+def check_password(form: forms.Form, field: str, username: str, email: str) -> None:
+    """Django's ``AUTH_PASSWORD_VALIDATORS`` on a password a form sets (blank: not set)."""
+    from django.contrib.auth.password_validation import validate_password
+
+    password = form.cleaned_data.get(field)
+    if not password:
+        return
+    try:
+        validate_password(password, user=get_user_model()(username=username, email=email))
+    except forms.ValidationError as exc:
+        form.add_error(field, exc)
+
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(label="Role", choices=Role.choices)
@@ -417,10 +462,10 @@ class AuditFilterForm(forms.Form):
         help_text="e.g. cluster.create, nodepool.set_size, apikey.create",
     )
     target_type = forms.CharField(label="Target type", required=False)
-    since = forms.DateField(
+    since = BoundedDateField(
         label="Since (UTC)", required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
-    until = forms.DateField(
+    until = BoundedDateField(
         label="Until (UTC, exclusive)",
         required=False,
         widget=forms.DateInput(attrs={"type": "date"}),
@@ -430,10 +475,10 @@ class AuditFilterForm(forms.Form):
 class WindowForm(forms.Form):
     """A reporting window in whole UTC days: ``start`` inclusive, ``end`` inclusive."""
 
-    start = forms.DateField(
+    start = BoundedDateField(
         label="From (UTC)", required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
-    end = forms.DateField(
+    end = BoundedDateField(
         label="To (UTC, inclusive)", required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
 
@@ -473,7 +518,6 @@ class TenantCreateForm(ApiForm):
         label="Owner's initial password",
         required=False,
         widget=forms.PasswordInput(render_value=False),
-        min_length=8,
     )
     api_fields = {"username": "owner_username", "email": "owner_email"}
 
@@ -482,6 +526,9 @@ class TenantCreateForm(ApiForm):
         for field in ("name", "owner_username", "owner_password"):
             if not data.get(field):
                 self.add_error(field, "required")
+        check_password(
+            self, "owner_password", data.get("owner_username") or "", data.get("owner_email") or ""
+        )
         username = data.get("owner_username")
         if username and get_user_model().objects.filter(username=username).exists():
             self.add_error(
@@ -508,7 +555,8 @@ class QuotaForm(ApiForm):
             if not line.strip():
                 continue
             slug, sep, count = line.partition("=")
-            if not sep or not count.strip().isdigit():
+            count = count.strip()
+            if not sep or not (count.isascii() and count.isdigit()) or len(count) > 9:
                 raise forms.ValidationError(f"{line.strip()!r} is not slug=count")
             out[slug.strip()] = int(count)
         return out
@@ -533,7 +581,7 @@ class PriceForm(ApiForm):
         decimal_places=2,
     )
     currency = forms.CharField(label="Currency (ISO 4217)", max_length=3, initial="USD")
-    effective_from = forms.DateTimeField(
+    effective_from = BoundedDateTimeField(
         label="Effective from (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
     tenant = forms.ChoiceField(label="Tenant (blank: list price)", required=False)

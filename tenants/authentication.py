@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 from django.utils import timezone
@@ -64,6 +65,26 @@ def principal_for_key(key: str) -> Principal | None:
     )
 
 
+def _tenant_id(value: str, request) -> uuid.UUID:
+    """The tenant id a session request names; 400 ``invalid_tenant_header`` when the
+    ``X-NVKE-Tenant`` header is not a UUID (a stale session value counts as no choice)."""
+    from nvke.errors import InvalidInput  # not at import: nvke.errors imports DRF's views
+
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        if request.headers.get("X-NVKE-Tenant"):
+            raise InvalidInput(
+                "X-NVKE-Tenant must be a tenant id (a UUID)",
+                code="invalid_tenant_header",
+                field="X-NVKE-Tenant",
+            ) from None
+        raise exceptions.AuthenticationFailed(
+            "choose a tenant (X-NVKE-Tenant header or the portal's tenant switcher)",
+            code="tenant_required",
+        ) from None
+
+
 class SessionPrincipalAuthentication(authentication.SessionAuthentication):
     """A logged-in Django user (portal session, CSRF enforced) as a :class:`Principal`.
 
@@ -86,7 +107,7 @@ class SessionPrincipalAuthentication(authentication.SessionAuthentication):
             "nvke_tenant_id"
         )
         if wanted:
-            memberships = memberships.filter(tenant_id=wanted)
+            memberships = memberships.filter(tenant_id=_tenant_id(wanted, request))
         rows = list(memberships[:2])
         if len(rows) != 1:
             raise exceptions.AuthenticationFailed(

@@ -124,6 +124,21 @@ def revoke_api_key(*, principal: Principal, tenant: Tenant | None, prefix: str) 
                 "this is the tenant's last owner credential (no owner member, no other owner key)",
                 code="last_owner",
             )
+        if tenant is None and row.is_operator and not row.revoked:
+            # serialise revocations of operator keys: two concurrent revocations of the last
+            # two keys would otherwise each see the other one still valid
+            others = list(
+                ApiKey.objects.select_for_update()
+                .filter(is_operator=True, revoked=False)
+                .exclude(pk=row.pk)
+                .values_list("expiry_date", flat=True)
+            )
+            now = timezone.now()
+            if not [e for e in others if e is None or e > now]:
+                raise Conflict(
+                    "this is the last valid operator key; create another one first",
+                    code="last_operator_key",
+                )
         if not row.revoked:
             row.revoked = True
             row.save(update_fields=["revoked"])

@@ -7,8 +7,13 @@ host (UUIDs ``GPU-sim-…``), for tests that need more GPUs than the real captur
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
+
+# Servers and workers the tests start (gunicorn, celery) inherit this: the suite runs on the
+# development SECRET_KEY (nvke/secrets_check.py refuses that outside development).
+os.environ.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
 
 import pytest
 

@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.response import Response
@@ -25,6 +24,7 @@ from billing.usage import cluster_usage
 from clusters.models import Cluster
 from nvke.errors import InvalidInput
 from nvke.scoping import get_scoped_or_404, scope_queryset
+from nvke.validation import BadValue, parse_aware_datetime, parse_float, parse_int
 from nvke.viewsets import TenantScopedMixin
 from tenants.permissions import IsOperator
 
@@ -43,16 +43,18 @@ from .serializers import (
 
 
 def _parse_time(value: str | None, name: str):
+    """An RFC 3339 query parameter (offset required, 1970..2200) or None when absent."""
     if value is None or value == "":
         return None
-    parsed = parse_datetime(value.replace(" ", "+"))
-    if parsed is None or parsed.tzinfo is None:
+    try:
+        return parse_aware_datetime(value)
+    except BadValue as exc:
         raise InvalidInput(
-            f"{name} must be an RFC 3339 timestamp with a UTC offset, e.g. 2026-11-29T10:00:00Z",
-            code="invalid_time",
+            f"{name} must be an RFC 3339 timestamp with a UTC offset, e.g. "
+            f"2026-11-29T10:00:00Z ({exc})",
+            code="invalid_time" if exc.code == "invalid_datetime" else exc.code,
             field=name,
-        )
-    return parsed
+        ) from exc
 
 
 def _window(request, default_days: int = 31) -> tuple[datetime, datetime]:
@@ -294,15 +296,19 @@ class UtilizationView(APIView):
                 code="invalid_group_by",
                 field="group_by",
             )
+        params = request.query_params
         try:
-            threshold = float(request.query_params.get("idle_threshold_pct", 5))
-            min_hours = int(request.query_params.get("idle_min_hours", 1))
-        except ValueError:
+            threshold = parse_float(params.get("idle_threshold_pct", "5"), low=0, high=100)
+        except BadValue as exc:
             raise InvalidInput(
-                "idle_threshold_pct must be a number and idle_min_hours an integer",
-                code="invalid_field",
-                field="idle_threshold_pct",
-            ) from None
+                f"idle_threshold_pct: {exc}", code=exc.code, field="idle_threshold_pct"
+            ) from exc
+        try:
+            min_hours = parse_int(params.get("idle_min_hours", "1"), low=0, high=24 * 366)
+        except BadValue as exc:
+            raise InvalidInput(
+                f"idle_min_hours: {exc}", code=exc.code, field="idle_min_hours"
+            ) from exc
         ledger = scope_queryset(LedgerEntry.objects.all(), request.user)
         report = utilization(
             scoped_ledger_ids(ledger, start, end),

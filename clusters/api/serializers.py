@@ -54,12 +54,25 @@ class ClusterSerializer(serializers.ModelSerializer):
         ]
 
     def get_available_upgrades(self, cluster: Cluster) -> list[str]:
-        """Versions the control plane can be upgraded to now (one minor at a time)."""
+        """Versions the control plane can be upgraded to now (one minor at a time).
+
+        The supported versions are read once per response (kept in the serializer context,
+        which a list's child serializers share): a page of 50 clusters runs one catalog
+        query, not 50."""
+        from catalog.services import supported_kubernetes_versions
         from clusters.versions import available_upgrades
 
         if cluster.phase != "RUNNING":
             return []
-        return available_upgrades(cluster.control_plane_version or cluster.kubernetes_version)
+        current = cluster.control_plane_version or cluster.kubernetes_version
+        offers = self.context.setdefault("_available_upgrades", {})  # per version, per page
+        if current not in offers:
+            supported = self.context.get("_supported_kubernetes_versions")
+            if supported is None:
+                supported = supported_kubernetes_versions()
+                self.context["_supported_kubernetes_versions"] = supported
+            offers[current] = available_upgrades(current, supported=supported)
+        return list(offers[current])
 
 
 class ClusterUpdateSerializer(serializers.Serializer):

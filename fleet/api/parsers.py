@@ -13,6 +13,8 @@ import orjson
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
 
+from nvke.parsers import reject_bad_text
+
 
 class OrjsonParser(BaseParser):
     """``application/json`` bodies parsed with orjson."""
@@ -20,7 +22,13 @@ class OrjsonParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        raw = stream.read()
         try:
-            return orjson.loads(stream.read())
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise ParseError(f"JSON parse error - {exc}") from exc
+        # orjson refuses lone surrogates but not NUL (\u0000), which PostgreSQL cannot store;
+        # the byte search keeps the walk off the hot path of every clean report
+        if b"\\u0000" in raw:
+            reject_bad_text(data)
+        return data

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
+from nvke.validation import BoundedDateTimeField
 
 
 class GpuSerializer(serializers.ModelSerializer):
@@ -133,7 +134,11 @@ class DrainSerializer(serializers.Serializer):
 
 class MarkHealthySerializer(serializers.Serializer):
     gpu_uuids = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, allow_null=True, default=None
+        child=serializers.CharField(max_length=64),
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=64,  # fleet.formats.MAX_GPUS_PER_HOST
     )
 
 
@@ -194,8 +199,8 @@ class GpuHealthIntervalSerializer(serializers.ModelSerializer):
 
 class TelemetryQuerySerializer(serializers.Serializer):
     resolution = serializers.ChoiceField(choices=["1m", "1h"], required=False, default="1m")
-    start = serializers.DateTimeField(required=False)
-    end = serializers.DateTimeField(required=False)
+    start = BoundedDateTimeField(required=False)
+    end = BoundedDateTimeField(required=False)
 
 
 class TelemetryPointSerializer(serializers.Serializer):

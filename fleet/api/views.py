@@ -281,5 +281,5 @@ class AgentReportView(APIView):
         try:
             ack = ingest.ingest_report(request.user.host, request.data)
         except ingest.InvalidReport as exc:
-            raise InvalidInput(str(exc), code="invalid_report", field=exc.field) from exc
+            raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
         return Response(ack.as_dict())

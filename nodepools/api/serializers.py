@@ -32,10 +32,24 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
+class PoolNodesSerializer(serializers.ListSerializer):
+    """A pool's nodes (from the prefetched ``pool.nodes``); the DELETED ones only once the
+    pool itself is DELETED. Declared once on :class:`NodePoolSerializer`, so a page of 50
+    pools builds the node fields once, not 50 times (DRF builds a serializer's fields per
+    instance: a serializer made inside a method field cost ~10 ms a pool)."""
+
+    def to_representation(self, data):  # type: ignore[override]
+        pool = getattr(data, "instance", None)
+        nodes = list(data.all()) if hasattr(data, "all") else list(data)
+        if pool is None or pool.phase != "DELETED":
+            nodes = [n for n in nodes if n.phase != "DELETED"]
+        return [self.child.to_representation(n) for n in nodes]
+
+
 class NodePoolSerializer(serializers.ModelSerializer):
     cluster_id = serializers.UUIDField(read_only=True)
     gpu_model = serializers.CharField(source="gpu_model_id", read_only=True)
-    nodes = serializers.SerializerMethodField()
+    nodes = PoolNodesSerializer(child=NodeSerializer(), read_only=True)
 
     class Meta:
         model = NodePool
@@ -64,14 +78,6 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "deleted_at",
             "nodes",
         ]
-
-    def get_nodes(self, pool: NodePool) -> list[dict]:
-        nodes = (
-            [n for n in pool.nodes.all() if n.phase != "DELETED"]
-            if pool.phase != "DELETED"
-            else list(pool.nodes.all())
-        )
-        return NodeSerializer(nodes, many=True).data
 
 
 class NodePoolCreateSerializer(serializers.Serializer):

@@ -43,6 +43,23 @@ def _result(request, result) -> Response:
     return accepted(request, result)
 
 
+#: the Node columns the pool serializer reads (NodeSerializer's fields + the prefetch key)
+NODE_LIST_FIELDS = (
+    "id",
+    "name",
+    "phase",
+    "host_id",
+    "zone",
+    "gpu_uuids",
+    "gpu_layout",
+    "config_state",
+    "created_at",
+    "ready_at",
+    "released_at",
+    "nodepool_id",
+)
+
+
 class NodePoolViewSet(
     TenantScopedMixin,
     mixins.ListModelMixin,
@@ -51,13 +68,21 @@ class NodePoolViewSet(
 ):
     """Node pools of one cluster. Create and delete answer 202 with an Operation."""
 
+    # the nodes with only the columns NodeSerializer shows (a host row carries JSON topology
+    # and warnings that a list would decode 100 times a page for one hostname)
     queryset = NodePool.objects.select_related("gpu_model").prefetch_related(
-        Prefetch("nodes", queryset=Node.objects.select_related("host"))
+        Prefetch(
+            "nodes",
+            queryset=Node.objects.select_related("host").only(*NODE_LIST_FIELDS, "host__hostname"),
+        )
     )
     serializer_class = NodePoolSerializer
 
     def get_queryset(self):
-        return super().get_queryset().filter(cluster_id=self.kwargs["cluster_pk"])
+        qs = super().get_queryset().filter(cluster_id=self.kwargs["cluster_pk"])
+        if self.action == "list":  # the serializer reads gpu_model_id only; actions need more
+            qs = qs.select_related(None)
+        return qs
 
     def _cluster(self) -> Cluster:
         return get_scoped_or_404(

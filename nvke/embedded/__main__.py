@@ -91,6 +91,8 @@ def child_env(service_env: dict[str, str], data_dir: Path, port: int) -> dict[st
     env.update(service_env)
     env.setdefault("STATIC_ROOT", str(data_dir / "static"))
     env.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
+    # a development installation: the default SECRET_KEY and a derived Fernet key are fine
+    env.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
     env["NVKE_DATA_DIR"] = str(data_dir)
     env["PORT"] = str(port)
     env["PYTHONUNBUFFERED"] = "1"

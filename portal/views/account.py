@@ -317,8 +317,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         if data.get("until"):
             events = events.filter(ts__lt=datetime.combine(data["until"], time(), UTC))
     before = request.GET.get("before")
-    if before and before.isdigit():
-        events = events.filter(id__lt=int(before))
+    if before and before.isascii() and before.isdigit() and len(before) <= 18:
+        events = events.filter(id__lt=int(before))  # ASCII only: int("²") raises
     page = list(events.order_by("-id")[: AUDIT_PAGE + 1])
     older = page[AUDIT_PAGE - 1].id if len(page) > AUDIT_PAGE else None
     query = request.GET.copy()

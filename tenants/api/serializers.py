@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from nvke.validation import BoundedDateTimeField
 from tenants.choices import Role
 from tenants.models import ApiKey, AuditEvent, Membership, Tenant
 
@@ -44,7 +45,7 @@ class ApiKeySerializer(serializers.ModelSerializer):
 class ApiKeyCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=50)
     role = serializers.ChoiceField(choices=Role.choices, default=Role.ADMIN)
-    expiry_date = serializers.DateTimeField(required=False, allow_null=True)
+    expiry_date = BoundedDateTimeField(required=False, allow_null=True)
 
 
 class MemberSerializer(serializers.ModelSerializer):

@@ -349,18 +349,58 @@ def test_an_xid_the_catalog_does_not_know_marks_the_gpu_unhealthy(agent):
 
 
 @pytest.mark.parametrize(
-    "inventory",
+    ("inventory", "field", "code"),
     [
-        {"gpus": [{"uuid": ["not", "a", "string"]}]},
-        {"gpus": [{"uuid": A10G, "health": "HEALTHY", "attributes": [1], "mig_devices": "x"}]},
-        {"gpus": "all of them"},
-        {"gpus": [{"uuid": A10G}], "topology": {"links": "NV18"}},
-        ["not", "an", "object"],
+        (
+            {"gpus": [{"uuid": ["not", "a", "string"]}]},
+            "inventory.gpus[0].uuid",
+            "invalid_gpu_uuid",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": "HEALTHY", "attributes": [1], "mig_devices": "x"}]},
+            "inventory.gpus[0].mig_devices",
+            "invalid_type",
+        ),
+        ({"gpus": "all of them"}, "inventory.gpus", "invalid_type"),
+        (
+            {"gpus": [{"uuid": A10G}], "topology": {"links": "NV18"}},
+            "inventory.topology.links",
+            "invalid_type",
+        ),
+        (["not", "an", "object"], "inventory", "invalid_type"),
+        (
+            {"gpus": [{"uuid": A10G, "mig_devices": [{"uuid": None, "gpu_instance_id": "1"}]}]},
+            "inventory.gpus[0].mig_devices[0].gpu_instance_id",
+            "invalid_type",
+        ),
+        ({"gpus": [{"uuid": "GPU-" + "f" * 5000}]}, "inventory.gpus[0].uuid", "invalid_gpu_uuid"),
+        (
+            {"gpus": [{"uuid": A10G, "attributes": {"serial": 7}}]},
+            "inventory.gpus[0].attributes.serial",
+            "invalid_type",
+        ),
     ],
 )
-def test_odd_inventories_never_break_ingestion(agent, inventory):
+def test_a_malformed_inventory_is_refused_whole_and_the_next_good_report_is_accepted(
+    agent, inventory, field, code
+):
+    from fleet.models import AgentReport, Gpu
+
     client, host_id = agent
-    assert report(client, host_id, 1, [], inventory=inventory).status_code == 200
+    before = list(Gpu.objects.values_list("uuid", "mig_devices", "attributes", "health_counters"))
+    bad = report(client, host_id, 1, [], inventory=inventory)
+    assert bad.status_code == 400, bad.content
+    assert (bad.json()["field"], bad.json()["code"]) == (field, code)
+    # refused whole: no report row, no GPU changed
+    assert not AgentReport.objects.exists()
+    assert (
+        list(Gpu.objects.values_list("uuid", "mig_devices", "attributes", "health_counters"))
+        == before
+    )
+    good = report(client, host_id, 2, [], inventory={"gpus": [{"uuid": A10G, "mig_mode": None}]})
+    assert good.status_code == 200, good.content
+    assert good.json()["seq"] == 2
+    assert AgentReport.objects.get().seq == 2
 
 
 def test_the_agents_topology_sets_the_nvlink_islands(make_host, anonymous, operator):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.http import HttpRequest
 from django.test import Client
 
 from tests.helpers import drive_cluster, drive_pool
@@ -114,7 +115,7 @@ def test_owners_add_members_who_can_log_in_and_the_last_owner_stays(alice_client
     )
     assert response.status_code == 302
     bob = Client()
-    assert bob.login(username="bob", password="s3cret-pw!")
+    assert bob.login(request=HttpRequest(), username="bob", password="s3cret-pw!")
     assert bob.get("/clusters").status_code == 200
     assert AuditEvent.objects.filter(action="member.add", target_id="bob").count() == 1
     # role change, and the last owner cannot be demoted or removed

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.http import HttpRequest
 from django.test import Client
 
 from tests.portal.conftest import PASSWORD
@@ -120,7 +121,7 @@ def test_an_operator_creates_a_tenant_whose_owner_can_log_in(ops_client):
     assert response["Location"] == f"/console/tenants/{tenant.id}"
     assert Membership.objects.get(tenant=tenant).role == "owner"
     peter = Client()
-    assert peter.login(username="peter", password="tps-report-2026")
+    assert peter.login(request=HttpRequest(), username="peter", password="tps-report-2026")
     assert peter.get("/clusters").status_code == 200
     again = ops_client.post(
         "/console/tenants",
@@ -129,12 +130,12 @@ def test_an_operator_creates_a_tenant_whose_owner_can_log_in(ops_client):
     assert "this user exists already" in again
     bad_name = ops_client.post(
         "/console/tenants",
-        {"name": "Initech Two", "owner_username": "milton", "owner_password": "x" * 8},
+        {"name": "Initech Two", "owner_username": "milton", "owner_password": "red-stapler-2026"},
     ).content.decode()
     assert "name must be lower-case letters, digits and &#x27;-&#x27;" in bad_name
     assert 'id="id_name-error"' in bad_name
     assert Tenant.objects.count() == 1
-    assert not Client().login(username="milton", password="x" * 8)
+    assert not Client().login(request=HttpRequest(), username="milton", password="red-stapler-2026")
 
 
 def test_an_operator_sets_a_quota_and_the_change_is_audited(ops_client, tenant_a, catalog):
@@ -203,7 +204,7 @@ def test_the_operator_also_sees_every_tenants_clusters_in_the_portal(
     html = ops_client.get("/clusters").content.decode()
     assert 'data-cluster="alpha"' in html and 'data-cluster="beta"' in html
     assert "<td>tenant-a</td>" in html and "<td>tenant-b</td>" in html
-    assert Client().login(username="ops", password=PASSWORD)
+    assert Client().login(request=HttpRequest(), username="ops", password=PASSWORD)
 
 
 def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_path):
@@ -234,7 +235,9 @@ def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_p
     for login, landing in (("operator", "/console/"), ("demo", "/clusters")):
         password = tmp_path / f"portal-{login}-password"
         client = Client()
-        assert client.login(username=login, password=password.read_text().strip())
+        assert client.login(
+            request=HttpRequest(), username=login, password=password.read_text().strip()
+        )
         assert client.get("/")["Location"] == landing
     assert oct((tmp_path / "portal-demo-password").stat().st_mode)[-3:] == "600"
 

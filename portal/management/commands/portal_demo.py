@@ -23,7 +23,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from billing.models import Price
@@ -81,6 +83,11 @@ class Command(BaseCommand):
         if user is not None:
             self.stdout.write(f"login {username} exists (password unchanged)")
             return user
+        if password:  # a chosen password passes AUTH_PASSWORD_VALIDATORS like any other
+            try:
+                validate_password(password, user=User(username=username))
+            except ValidationError as exc:
+                raise CommandError(f"--password: {' '.join(exc.messages)}") from exc
         password = password or secrets.token_urlsafe(12)
         if staff:
             user = User.objects.create_superuser(username=username, password=password)

@@ -1,0 +1,79 @@
+"""Refuse to run production on development secrets.
+
+With ``DEBUG`` off, a web process (``nvke/wsgi.py``) and a Celery worker (``worker_init``) do
+not start when
+
+* ``SECRET_KEY`` is unset (the development default ``DEFAULT_SECRET_KEY``) or shorter than 32
+  characters: sessions, CSRF tokens and password-reset links would be forgeable;
+* ``NVKE_SECRET_KEYS`` is empty: the Fernet key encrypting kubeconfigs at rest would be derived
+  from ``SECRET_KEY`` (``nvke/crypto.py``), so one leaked setting opens both.
+
+``NVKE_ALLOW_INSECURE_DEFAULTS=1`` lifts the refusal for development and tests (the embedded
+``make run`` and the test suite set it). ``manage.py check --deploy`` reports the same problems
+(check ids ``nvke.E001`` / ``nvke.E002``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+
+def insecure_defaults() -> list[tuple[str, str]]:
+    """``[(check id, message)]`` for each development secret production would run on."""
+    problems = []
+    key = settings.SECRET_KEY or ""
+    if key == settings.DEFAULT_SECRET_KEY or len(key) < 32:
+        problems.append(
+            (
+                "nvke.E001",
+                "SECRET_KEY is the development default or shorter than 32 characters; set a "
+                "random one (python -c 'import secrets; print(secrets.token_urlsafe(50))')",
+            )
+        )
+    if not [k for k in settings.NVKE_SECRET_KEYS if k.strip()]:
+        problems.append(
+            (
+                "nvke.E002",
+                "NVKE_SECRET_KEYS is empty, so the key encrypting kubeconfigs would be derived "
+                "from SECRET_KEY; set a Fernet key (python -c 'from cryptography.fernet import "
+                "Fernet; print(Fernet.generate_key().decode())')",
+            )
+        )
+    return problems
+
+
+def require_production_secrets() -> None:
+    """Raise ImproperlyConfigured when DEBUG is off and a development secret is in use."""
+    allowed = settings.NVKE_ALLOW_INSECURE_DEFAULTS or os.environ.get(
+        "NVKE_ALLOW_INSECURE_DEFAULTS", ""
+    ).lower() in ("1", "true", "yes")
+    if settings.DEBUG or allowed:
+        return
+    problems = insecure_defaults()
+    if problems:
+        raise ImproperlyConfigured(
+            "refusing to start with development secrets (DEBUG is off): "
+            + "; ".join(message for _id, message in problems)
+            + " — or set NVKE_ALLOW_INSECURE_DEFAULTS=1 for development"
+        )
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_production_secrets(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """``manage.py check --deploy``: the secrets above, and /metrics kept internal."""
+    out: list[checks.CheckMessage] = [
+        checks.Error(message, id=check_id) for check_id, message in insecure_defaults()
+    ]
+    if not settings.NVKE_INTERNAL_PORT:
+        out.append(
+            checks.Warning(
+                "/metrics and /admin/ are served on the public port; set NVKE_INTERNAL_PORT "
+                "to serve them only on an internal one",
+                id="nvke.W003",
+            )
+        )
+    return out

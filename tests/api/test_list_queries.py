@@ -1,0 +1,65 @@
+"""Lists run a fixed number of queries whatever the page size (issue 15: the cluster list ran
+one catalog query per cluster through ``available_upgrades``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.list_rows import seed_lists
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def rows(tenant_a, make_host):
+    return seed_lists(tenant_a, make_host("a10g", gpus=8), n=50)
+
+
+@pytest.mark.parametrize(
+    ("path", "queries"),
+    [
+        # the API key, count, page, the catalog's supported versions (once, not per cluster)
+        ("/api/v1/clusters", 4),
+        # the API key, the cluster (scoped), count, page, the nodes with their hosts
+        ("/api/v1/clusters/{cluster}/nodepools", 5),
+        # the API key, count, page
+        ("/api/v1/operations", 3),
+    ],
+)
+def test_a_page_of_50_runs_as_many_queries_as_a_page_of_1(
+    owner, rows, path, queries, django_assert_num_queries
+):
+    path = path.format(cluster=rows.first_cluster_id)
+    owner.get(path)  # the key's last_used_at is written at most once a minute: not measured
+    for limit in (1, 50):
+        with django_assert_num_queries(queries):
+            resp = owner.get(path, {"limit": limit})
+        assert resp.status_code == 200, resp.content
+        assert len(resp.json()["results"]) == limit
+        assert resp.json()["count"] == 50
+
+
+def test_the_cluster_list_offers_the_same_upgrades_as_the_catalog(owner, rows):
+    from clusters.versions import available_upgrades
+
+    expected = available_upgrades("1.34")
+    assert expected  # the vendored catalog supports a newer minor than 1.34
+    page = owner.get("/api/v1/clusters", {"limit": 50}).json()["results"]
+    assert {tuple(c["available_upgrades"]) for c in page} == {tuple(expected)}
+
+
+def test_the_request_id_in_the_logs_is_the_one_echoed(owner, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="django_structlog.middlewares.request")
+    resp = owner.get("/healthz")
+    echoed = resp["X-Request-ID"]
+    logged = {
+        r.msg.get("request_id")
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") in ("request_started", "request_finished")
+    }
+    assert logged == {echoed}
+    assert len(echoed) == 32
+    sent = owner.get("/healthz", HTTP_X_REQUEST_ID="client-chosen-1")
+    assert sent["X-Request-ID"] == "client-chosen-1"

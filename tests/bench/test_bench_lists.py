@@ -1,0 +1,207 @@
+"""Benchmark: API list pages against a bare Django view running the same queries (issue 15:
+lists at framework speed; targets >= 0.5x the bare view's throughput and p99 < 100 ms).
+
+One real ``gunicorn`` (gthread workers) on 127.0.0.1 serves both, in the same run, on the test
+database: pages of 50 clusters, 50 node pools (2 nodes each, on a SIMULATED host) and 50
+operations of one tenant. 8 client threads with keep-alive connections send GET requests for
+a fixed time per endpoint; the API requests carry the tenant's API key (authentication,
+throttling, DRF, serializers, pagination), the bare view gets the tenant id as a parameter
+(``tests/bench/bench_urls.py``). Each pair is measured in alternating rounds; the best round
+counts (other work on a shared machine only slows).
+
+Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The throttle is the
+issue-14 engineer's (``nvke/throttling.py``); its cost is part of the API column.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.api.list_rows import seed_lists
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = 8
+WORKERS, THREADS = int(os.environ.get("BENCH_WORKERS", 3)), int(os.environ.get("BENCH_THREADS", 3))
+SECONDS = float(os.environ.get("BENCH_LIST_SECONDS", 4))
+ROUNDS = int(os.environ.get("BENCH_LIST_ROUNDS", 2))
+TARGET_RATIO = 0.5
+TARGET_P99_MS = 100.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def database_url() -> str:
+    from django.db import connection
+
+    s = connection.settings_dict
+    host = s.get("HOST") or "127.0.0.1"
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    if host.startswith("/"):  # a Unix socket folder (the embedded PostgreSQL), as env.sh has it
+        return f"postgres://{auth}@/{host.replace('/', '%2F')}/{s['NAME']}"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+def load(port: int, path: str, headers: dict[str, str], seconds: float) -> list[float]:
+    """CLIENTS threads GET ``path`` for ``seconds``; returns every latency (s)."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+    errors: list[str] = []
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        mine = []
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            mine.append(time.perf_counter() - started)
+            if resp.status != 200:
+                errors.append(f"{path}: HTTP {resp.status} {body[:300]!r}")
+                break
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    return latencies
+
+
+def summary(latencies: list[float], seconds: float) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "rps": len(ordered) / seconds,
+        "p50": ordered[len(ordered) // 2] * 1000,
+        "p99": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000,
+    }
+
+
+def get_json(port: int, path: str, headers: dict[str, str]) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path, headers=headers)
+    resp = conn.getresponse()
+    body = resp.read()
+    assert resp.status == 200, body[:500]
+    return json.loads(body)
+
+
+def test_list_pages_against_a_bare_view(tenant_a, make_host, tmp_path):
+    from tenants.services import create_api_key
+
+    rows = seed_lists(tenant_a, make_host("a10g", gpus=8, hostname="bench-a10g"), n=50)
+    key = create_api_key(tenant=tenant_a, name="bench", role="viewer")[1]
+    auth = {"Authorization": f"Bearer {key}"}
+    tenant = str(tenant_a.pk)
+    cluster = rows.first_cluster_id
+    cases = [
+        ("clusters", "/api/v1/clusters?limit=50", f"/bare/clusters?tenant={tenant}"),
+        (
+            "node pools",
+            f"/api/v1/clusters/{cluster}/nodepools?limit=50",
+            f"/bare/clusters/{cluster}/nodepools?tenant={tenant}",
+        ),
+        ("operations", "/api/v1/operations?limit=50", f"/bare/operations?tenant={tenant}"),
+    ]
+
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.bench.bench_settings",
+        "LOG_LEVEL": "WARNING",
+        # the throttle still runs (its cost is measured); its limits are above the load
+        "NVKE_THROTTLE_PRINCIPAL": "10000000/min",
+        "NVKE_THROTTLE_TENANT": "10000000/min",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log = (tmp_path / "gunicorn.log").open("w")
+    server = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("gunicorn")),
+            "nvke.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(WORKERS),
+            "--threads",
+            str(THREADS),
+            "--worker-class",
+            "gthread",
+            "--access-logfile",
+            "/dev/null",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    results = []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                get_json(port, "/healthz", {})
+                break
+            except (OSError, AssertionError, json.JSONDecodeError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for name, api, bare in cases:
+            # the same rows, in the same order, from both
+            api_ids = [r["id"] for r in get_json(port, api, auth)["results"]]
+            bare_ids = [str(r["id"]) for r in get_json(port, bare, {})["results"]]
+            assert len(api_ids) == 50 and api_ids == bare_ids, name
+            load(port, api, auth, 0.5)  # warm-up: every worker's imports and connections
+            load(port, bare, {}, 0.5)
+            best_api, best_bare = None, None
+            for _ in range(ROUNDS):
+                a = summary(load(port, api, auth, SECONDS), SECONDS)
+                b = summary(load(port, bare, {}, SECONDS), SECONDS)
+                best_api = a if best_api is None or a["rps"] > best_api["rps"] else best_api
+                best_bare = b if best_bare is None or b["rps"] > best_bare["rps"] else best_bare
+            results.append((name, best_api, best_bare))
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(30)
+
+    print()
+    print(
+        f"List pages of 50, {CLIENTS} concurrent clients, gunicorn {WORKERS} workers x "
+        f"{THREADS} threads on 127.0.0.1, {os.cpu_count()} CPUs, best of {ROUNDS} x {SECONDS:g} s"
+    )
+    print(
+        f"{'list':<12} {'API req/s':>10} {'bare req/s':>11} {'ratio':>6} "
+        f"{'API p50 ms':>11} {'API p99 ms':>11} {'bare p99 ms':>12}"
+    )
+    for name, a, b in results:
+        print(
+            f"{name:<12} {a['rps']:>10.0f} {b['rps']:>11.0f} {a['rps'] / b['rps']:>6.2f} "
+            f"{a['p50']:>11.1f} {a['p99']:>11.1f} {b['p99']:>12.1f}"
+        )
+    for name, a, b in results:
+        assert a["rps"] >= TARGET_RATIO * b["rps"], (name, a, b)
+        assert a["p99"] < TARGET_P99_MS, (name, a)
