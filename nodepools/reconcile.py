@@ -42,6 +42,7 @@ from clusters.providers import ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
+from . import observed
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -101,6 +102,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
     waits: list[float] = []
+    unverified: list[str] = []
     for node in live:
         if node.phase != NodePhase.PROVISIONING:
             continue
@@ -108,13 +110,25 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         if not status.ready:
             waits.append(status.retry_after_s)
             continue
+        # READY only when the host's agent reports what the node must run (observed.py)
+        verdict, problem = observed.gate(
+            pool, node, observed.expectation(pool), what="to become READY", now=now
+        )
+        if verdict == observed.FAILED:
+            return _fail(pool, "observed_state_mismatch", problem, retryable=True, now=now)
+        if verdict == observed.WAITING:
+            unverified.append(problem)
+            waits.append(OBSERVED_POLL_S)
+            continue
         node.phase = NodePhase.READY
         node.ready_at = now
         try:
             report = provider.node_config_status(spec, node_spec(node), now)
-        except ProviderError:  # a provider that cannot report it: the layout stays unknown
+        except ProviderError:  # a provider that cannot report it: sharing stays unknown
             report = None
-        node.gpu_layout = list(report.gpu_layout) if report and report.state == "success" else []
+        node.gpu_layout = observed_layout(
+            node, list(report.gpu_layout) if report and report.state == "success" else []
+        )
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         node_ready.send(sender=Node, node=node)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
@@ -123,6 +137,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             pool,
             now,
             ("Ready", False, "NodesProvisioning", f"{ready} of {pool.node_count} nodes ready"),
+            _verified(unverified),
         )
         progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)
         return min(waits)
@@ -155,6 +170,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         f"{ready} of {pool.node_count} nodes ready",
         now,
     )
+    pool.conditions = set_condition(pool.conditions, *_verified([]), now)
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
     finish_operation(
         pool.id,
@@ -199,6 +215,7 @@ def _scale_up(
                 node.gpu_uuids = list(placed.gpu_uuids)
                 node.applied_config = config_hash(pool.gpu_config)  # what it boots with
                 node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
+                observed.start_wait(node, now)  # READY needs a report after it boots
     except InsufficientCapacity as exc:
         if surge:  # no room for surge nodes: upgrade in place instead
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
@@ -301,6 +318,7 @@ def _rollout_node(
     if node.config_state == "draining":  # 2. repartition / reconfigure
         if not provider.drain_node(spec, node_spec(node)):
             return 1.0
+        observed.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))
         node.phase = NodePhase.CORDONED
         node.config_state = "validating"
@@ -310,15 +328,26 @@ def _rollout_node(
     report = provider.node_config_status(spec, node_spec(node), now)  # 3. validate
     if report.state == "pending":
         return report.retry_after_s
-    problem = report.message if report.state != "success" else None
-    if problem is None:
-        problem = validate_layout(pool, node, list(report.gpu_layout))
+    if report.state != "success":
+        return _node_config_failed(pool, node, report.message, now)
+    # what the GPUs run is the host agent's to say (a wedged MIG Manager still says success)
+    verdict, problem = observed.gate(
+        pool, node, observed.expectation(pool), what="after the isolation change", now=now
+    )
+    if verdict == observed.WAITING:
+        _set_conditions(pool, now, _verified([problem]))
+        return OBSERVED_POLL_S
+    if verdict == observed.FAILED:
+        return _node_config_failed(pool, node, problem.split(": ", 1)[-1], now)
+    layout = observed_layout(node, list(report.gpu_layout))
+    problem = validate_layout(pool, node, layout)
     if problem is not None:
         return _node_config_failed(pool, node, problem, now)
+    _set_conditions(pool, now, _verified([]))
     node.phase = NodePhase.READY
     node.config_state = ""
     node.applied_config = desired
-    node.gpu_layout = list(report.gpu_layout)
+    node.gpu_layout = layout
     node.save(update_fields=["phase", "config_state", "applied_config", "gpu_layout"])
     pool.rollout["done"] = _done(pool) + 1
     pool.save(update_fields=["rollout", "updated_at"])
@@ -334,8 +363,47 @@ def _progress(pool: NodePool, stage: str, total: int, now: datetime) -> None:
     progress_operation(pool.id, stage=stage, done=_done(pool), total=max(total, 1), now=now)
 
 
-def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | None:
-    """None when ``observed`` (a provider's per-GPU report) matches the pool's config on every
+#: how often a node waiting for its host's agent is looked at again (s)
+OBSERVED_POLL_S = 2.0
+
+
+def _verified(problems: list[str]) -> tuple:
+    """The pool condition ``NodesVerified``: False naming every node that waits for its
+    host's agent (expected vs reported), True when none does."""
+    if problems:
+        return ("NodesVerified", False, "ObservedStateMismatch", "; ".join(problems)[:1000])
+    return ("NodesVerified", True, "AgentReportsAgree", "")
+
+
+def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
+    """``Node.gpu_layout``: per GPU the MIG devices the host's agent reports (profile,
+    start, size) and the sharing / vGPU devices the provider's device plugin config says."""
+    from fleet.observed import host_facts
+
+    facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
+    by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
+    out = []
+    for gpu_uuid in node.gpu_uuids:
+        gpu = facts.gpus.get(gpu_uuid) if facts else None
+        extra = by_gpu.get(gpu_uuid) or {}
+        out.append(
+            {
+                "gpu_uuid": gpu_uuid,
+                "mig_devices": [
+                    {"profile": p, "start": st, "size": sz} for p, st, sz in gpu.instances
+                ]
+                if gpu
+                else [],
+                "sharing": extra.get("sharing"),
+                "vgpu_devices": extra.get("vgpu_devices") or {},
+            }
+        )
+    return out
+
+
+def validate_layout(pool: NodePool, node: Node, layout: list[dict]) -> str | None:
+    """None when ``layout`` (per GPU: the MIG devices the agent reports, the sharing and vGPU
+    devices the provider reports) matches the pool's config on every
     GPU of the node: the same MIG instances (profile multiset) at placements valid by the
     catalog's table and not overlapping, the same sharing and vGPU devices; else why not.
 
@@ -346,7 +414,7 @@ def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | N
 
     config = pool.gpu_config
     wanted = sorted(d["profile"] for d in config.get("mig_layout") or [])
-    by_gpu = {g.get("gpu_uuid"): g for g in observed}
+    by_gpu = {g.get("gpu_uuid"): g for g in layout}
     table = MigTable.from_gpu_model(pool.gpu_model) if wanted else None
     for gpu_id in node.gpu_uuids:
         gpu = by_gpu.get(gpu_id)

@@ -38,12 +38,15 @@ class ControlPlaneStatus:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node (machine) of a pool: its id (the GPU holder id), name and GPUs (once placed)."""
+    """One node (machine) of a pool: its id (the GPU holder id), name, GPUs (once placed),
+    host (once placed) and the Kubernetes version its kubelet is to run."""
 
     id: uuid.UUID
     name: str
     created_at: datetime
     gpu_uuids: tuple[str, ...] = ()
+    host_id: uuid.UUID | None = None
+    kubernetes_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -177,6 +180,13 @@ class Provider(abc.ABC):
             f"provider {self.name!r} cannot report node versions",
             retryable=False,
             code="not_supported",
+        )
+
+    def reboot_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """Restart a drained node's machine (auto-repair); its GPUs are reset on the way.
+        Whether it worked is the host's agent's to say, not the provider's."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot reboot nodes", retryable=False, code="not_supported"
         )
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
