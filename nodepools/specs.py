@@ -28,4 +28,5 @@ def node_spec(node: Node) -> NodeSpec:
         gpu_uuids=tuple(node.gpu_uuids),
         host_id=node.host_id,
         kubernetes_version=node.kubernetes_version,
+        driver_version=node.driver_version,
     )

@@ -39,7 +39,8 @@ class ControlPlaneStatus:
 @dataclass(frozen=True)
 class NodeSpec:
     """One node (machine) of a pool: its id (the GPU holder id), name, GPUs (once placed),
-    host (once placed) and the Kubernetes version its kubelet is to run."""
+    host (once placed), the Kubernetes version its kubelet is to run and its pinned NVIDIA
+    driver ("" = the GPU Operator's default)."""
 
     id: uuid.UUID
     name: str
@@ -47,6 +48,7 @@ class NodeSpec:
     gpu_uuids: tuple[str, ...] = ()
     host_id: uuid.UUID | None = None
     kubernetes_version: str = ""
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)

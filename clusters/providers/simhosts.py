@@ -345,3 +345,44 @@ def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
     }
     ingest_report(Host.objects.get(pk=host.pk), body)
     return True
+
+
+def create_simulated_host(*, hostname: str, zone: str, gpu_model: str, gpus: int) -> Any:
+    """A fleet host that exists only in the simulation (no capture to import it from): its
+    GPUs get UUIDs ``GPU-sim-…`` derived from the hostname (so a re-run finds the same ones),
+    its state file is written at once. Idempotent: an existing host is returned as it is."""
+    from catalog.models import GpuModel
+    from fleet.models import Gpu, Host, region_of_zone
+
+    existing = Host.objects.filter(hostname=hostname).first()
+    if existing is not None:
+        ensure(existing)
+        return existing
+    model = GpuModel.objects.get(slug=gpu_model)
+    host = Host.objects.create(
+        hostname=hostname,
+        zone=zone,
+        region=region_of_zone(zone),
+        gpu_model=model,
+        gpu_count=gpus,
+        driver_version="570.172.08",
+        cuda_version="12.8",
+        warnings=[f"{SIMULATED_NOTE}: created by the demo, not imported from a capture"],
+    )
+    Gpu.objects.bulk_create(
+        [
+            Gpu(
+                uuid=f"GPU-sim-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'{hostname}/{i}')}",
+                host=host,
+                index=i,
+                pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+                gpu_model=model,
+                product_name=(model.product_names or [model.name])[0],
+                memory_total_bytes=(model.memory_mib or 0) * 2**20 or None,
+                mig_mode="disabled" if model.mig_capable else None,
+            )
+            for i in range(gpus)
+        ]
+    )
+    ensure(host)
+    return host

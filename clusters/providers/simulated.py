@@ -192,11 +192,13 @@ def _host(node: NodeSpec):
 
 
 def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
-    """First boot of the node's machine on the host: MIG Manager applies the pool's config,
-    the kubelet starts. False when it had booted already."""
+    """First boot of the node's machine on the host: the driver container installs the
+    node's pinned driver, MIG Manager applies the pool's config, the kubelet starts. False
+    when it had booted already."""
     if str(node.id) in state["kubelet"]:
         return False
     state["kubelet"][str(node.id)] = node.kubernetes_version or pool.cluster.kubernetes_version
+    simhosts.install_driver(state, node.driver_version)
     _mig_manager(state, pool, node)
     return True
 

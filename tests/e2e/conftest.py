@@ -38,6 +38,7 @@ def service_env(**extra: str) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="nvke.settings",
         NVKE_SIMULATED_CONTROL_PLANE_DELAY_S="0.5",
         NVKE_SIMULATED_NODE_DELAY_S="0.5",
+        NVKE_SIMULATED_HOSTS_DIR=str(settings.NVKE_SIMULATED_HOSTS_DIR),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
