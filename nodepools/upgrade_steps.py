@@ -113,7 +113,9 @@ def step_upgrade(
         total=total,
         now=now,
     )
-    _condition(pool, now, "Upgrading", True, "RollingUpgrade", f"{_done(pool)} of {total} nodes")
+    waiting = [n.observed_problem for n in busy if n.observed_problem]
+    message = "; ".join([f"{_done(pool)} of {total} nodes", *waiting])
+    _condition(pool, now, "Upgrading", True, "RollingUpgrade", message)
     return min(waits) if waits else 0.0
 
 
@@ -181,8 +183,7 @@ def _step_node(
         return _rollback_failed(pool, node, problem, now)
     if verdict == observed.FAILED:
         return _roll_back(pool, node, provider, spec, problem, now)
-    _condition(pool, now, "Upgrading", True, "WaitingForNode", problem)
-    return DRAIN_POLL_S
+    return DRAIN_POLL_S  # the gate wrote ``observed_problem``: the condition names it
 
 
 def _previous(pool: NodePool) -> tuple[str, str]:

@@ -45,6 +45,14 @@ def service_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def _redis_py_url(url: str) -> str:
+    """kombu's ``redis+socket:///path?virtual_host=N`` (the embedded services' broker URL) as
+    redis-py spells it (``unix:///path?db=N``); other URLs unchanged."""
+    if url.startswith("redis+socket://"):
+        return "unix://" + url[len("redis+socket://") :].replace("virtual_host=", "db=")
+    return url
+
+
 def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
     """SIGTERM the process group, then SIGKILL whatever is left."""
     if proc.poll() is None:
@@ -59,7 +67,17 @@ def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
 @pytest.fixture
 def worker(transactional_db, tmp_path):
     """A real ``celery worker`` on every queue, consuming from a flushed broker DB."""
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    proc, log = start_worker(tmp_path)
+    yield proc
+    stop(proc)
+    log.close()
+    print((tmp_path / "worker.log").read_text()[-5000:])
+
+
+def start_worker(tmp_path: Path, **extra_env: str):
+    """Start the worker of :func:`worker` with ``extra_env`` on top of :func:`service_env`;
+    returns ``(process, open log file)``."""
+    redis.Redis.from_url(_redis_py_url(settings.CELERY_BROKER_URL)).flushdb()
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(
         [
@@ -78,15 +96,12 @@ def worker(transactional_db, tmp_path):
             "--without-gossip",
         ],
         cwd=ROOT,
-        env=service_env(),
+        env=service_env(**extra_env),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    yield proc
-    stop(proc)
-    log.close()
-    print((tmp_path / "worker.log").read_text()[-5000:])
+    return proc, log
 
 
 def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str = "condition"):
