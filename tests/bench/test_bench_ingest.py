@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import database_url
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,14 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def database_url() -> str:
-    from django.db import connection
-
-    s = connection.settings_dict
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgres://{auth}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
 
 
 def make_hosts(make_host) -> list[tuple[str, str, list[str]]]:

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.helpers import broker_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,15 +36,13 @@ def _free_port() -> int:
 
 
 def test_500_clusters_x_2_pools_to_running(catalog, make_host, tmp_path):
-    import redis
-    from django.conf import settings
 
     from clusters.models import Cluster, Operation
     from nodepools.models import NodePool
     from tenants import quotas
     from tenants.services import create_api_key, create_tenant
 
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    broker_client().flushdb()
     for _ in range(HOSTS):
         make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
     keys = []

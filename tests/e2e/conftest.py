@@ -11,22 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
-from django.db import connection
+
+from tests.helpers import broker_client, database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    host = s.get("HOST") or "127.0.0.1"
-    if host.startswith("/"):
-        host = host.replace("/", "%2F")
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 
 
 def service_env(**extra: str) -> dict[str, str]:
@@ -43,14 +33,6 @@ def service_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
-
-
-def _redis_py_url(url: str) -> str:
-    """kombu's ``redis+socket:///path?virtual_host=N`` (the embedded services' broker URL) as
-    redis-py spells it (``unix:///path?db=N``); other URLs unchanged."""
-    if url.startswith("redis+socket://"):
-        return "unix://" + url[len("redis+socket://") :].replace("virtual_host=", "db=")
-    return url
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
@@ -77,7 +59,7 @@ def worker(transactional_db, tmp_path):
 def start_worker(tmp_path: Path, **extra_env: str):
     """Start the worker of :func:`worker` with ``extra_env`` on top of :func:`service_env`;
     returns ``(process, open log file)``."""
-    redis.Redis.from_url(_redis_py_url(settings.CELERY_BROKER_URL)).flushdb()
+    broker_client().flushdb()
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(
         [
