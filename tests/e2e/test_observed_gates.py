@@ -140,6 +140,18 @@ def finished(world, op_id: str) -> dict:
     )
 
 
+def seen_pool(seen: list, pool: dict) -> dict:
+    """Keep the last pool read (for the failure message) and return it."""
+    seen.append(
+        {
+            "phase": pool["phase"],
+            "conditions": pool["conditions"],
+            "nodes": [(n["name"], n["phase"], n["gpu_uuids"]) for n in pool["nodes"]],
+        }
+    )
+    return pool
+
+
 def host_warnings(world) -> list[str]:
     return world["operator"]("GET", f"/api/v1/fleet/hosts/{world['host'].id}", 200)["warnings"]
 
@@ -147,7 +159,8 @@ def host_warnings(world) -> list[str]:
 def test_a_mig_relayout_the_host_does_not_apply_rolls_back_then_passes_when_it_does(world):
     tenant = world["tenant"]
     pool_url, op_id = create_pool(world, "mig", {"mode": "mig", "mig_profile": "1g.10gb"})
-    assert finished(world, op_id)["status"] == "DONE"  # the agent reports 7 x 1g.10gb
+    done = finished(world, op_id)
+    assert done["status"] == "DONE", done  # the agent reports 7 x 1g.10gb
     (node,) = tenant("GET", pool_url, 200)["nodes"]
     assert [d["start"] for d in node["gpu_layout"][0]["mig_devices"]] == [0, 1, 2, 3, 4, 5, 6]
 
@@ -180,7 +193,8 @@ def test_a_mig_relayout_the_host_does_not_apply_rolls_back_then_passes_when_it_d
     op = tenant(
         "PATCH", pool_url, 202, json={"isolation": {"mode": "mig", "mig_profile": "3g.40gb"}}
     )
-    assert finished(world, op["id"])["status"] == "DONE"
+    done = finished(world, op["id"])
+    assert done["status"] == "DONE", done
     (node,) = tenant("GET", pool_url, 200)["nodes"]
     assert [(d["profile"], d["start"]) for d in node["gpu_layout"][0]["mig_devices"]] == [
         ("3g.40gb", 0),
@@ -192,14 +206,17 @@ def test_a_mig_relayout_the_host_does_not_apply_rolls_back_then_passes_when_it_d
 def test_a_driver_upgrade_the_host_does_not_take_rolls_back_then_passes(world):
     tenant = world["tenant"]
     pool_url, op_id = create_pool(world, "whole", {"mode": "exclusive"})
-    assert finished(world, op_id)["status"] == "DONE"
+    done = finished(world, op_id)
+    assert done["status"] == "DONE", done
     (node,) = tenant("GET", pool_url, 200)["nodes"]
 
     fault(world["host"], "driver-not-taken")
     op = tenant("POST", f"{pool_url}/upgrade", 202, json={"driver_version": "580.95.05"})
     difference = "driver expected 580.95.05, reported 570.172.08"
     wait_for(
-        lambda: difference in condition(tenant("GET", pool_url, 200), "Upgrading")["message"],
+        lambda: (
+            difference in condition(tenant("GET", pool_url, 200), "Upgrading").get("message", "")
+        ),
         what="the Upgrading condition naming the difference",
     )
     failed = finished(world, op["id"])
@@ -212,7 +229,8 @@ def test_a_driver_upgrade_the_host_does_not_take_rolls_back_then_passes(world):
 
     fault(world["host"], "driver-not-taken", on=False)
     op = tenant("POST", f"{pool_url}/upgrade", 202, json={"driver_version": "580.95.05"})
-    assert finished(world, op["id"])["status"] == "DONE"
+    done = finished(world, op["id"])
+    assert done["status"] == "DONE", done
     host = world["operator"]("GET", f"/api/v1/fleet/hosts/{world['host'].id}", 200)
     assert host["driver_version"] == "580.95.05"  # as the agent reports it
 
@@ -223,7 +241,8 @@ def test_a_reboot_that_leaves_a_remap_pending_fences_the_gpu_and_replaces_the_no
 
     tenant, host = world["tenant"], world["host"]
     pool_url, op_id = create_pool(world, "whole", {"mode": "exclusive"})
-    assert finished(world, op_id)["status"] == "DONE"
+    done = finished(world, op_id)
+    assert done["status"] == "DONE", done
     (node,) = tenant("GET", pool_url, 200)["nodes"]
     (bad,) = node["gpu_uuids"]
     (good,) = set(host.gpus.values_list("uuid", flat=True)) - {bad}
@@ -238,16 +257,20 @@ def test_a_reboot_that_leaves_a_remap_pending_fences_the_gpu_and_replaces_the_no
         timeout=60,
         what="the rebooted node waiting with the pending remap named",
     )
-    pool = wait_for(
-        lambda: (
-            (p := tenant("GET", pool_url, 200))["phase"] == "RUNNING"
-            and [n["gpu_uuids"] for n in p["nodes"] if n["phase"] == "READY"] == [[good]]
-            and p
-        ),
-        timeout=90,
-        what="the node replaced on the healthy GPU",
-    )
-    assert {n["id"]: n["phase"] for n in pool["nodes"]}[node["id"]] == "DELETED"
+    seen: list = []
+    try:
+        pool = wait_for(
+            lambda: (
+                (p := seen_pool(seen, tenant("GET", pool_url, 200)))["phase"] == "RUNNING"
+                and [n["gpu_uuids"] for n in p["nodes"] if n["phase"] == "READY"] == [[good]]
+                and p
+            ),
+            timeout=90,
+            what="the node replaced on the healthy GPU",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last pool: {seen[-1:]}") from exc
+    assert node["id"] not in {n["id"] for n in pool["nodes"]}  # released
     fenced = Gpu.objects.get(uuid=bad)
     assert fenced.health == "UNHEALTHY"
     assert fenced.health_reason.startswith(f"not repaired by a reboot: node {node['name']}")
@@ -314,6 +337,7 @@ def test_a_whole_gpu_pool_whose_gpu_reports_mig_on_fails_then_passes(world):
 
     fault(host, "mig-stays-enabled", on=False)
     pool_url, op_id = create_pool(world, "whole2", {"mode": "exclusive"})
-    assert finished(world, op_id)["status"] == "DONE"
+    done = finished(world, op_id)
+    assert done["status"] == "DONE", done
     (node,) = tenant("GET", pool_url, 200)["nodes"]
     assert host.gpus.get(uuid=node["gpu_uuids"][0]).mig_mode == "disabled"  # the agent says
