@@ -47,5 +47,6 @@ def hosts_follow_their_gpu_operator(pool_id) -> None:
     spec = nodepool_spec(pool)
     for node in pool.nodes.exclude(phase="DELETED").exclude(host=None):
         host = Host.objects.get(pk=node.host_id)
-        simhosts.change(host, lambda state, n=node_spec(node): _mig_manager(state, spec, n))
+        node_as_spec = node_spec(node)
+        simhosts.change(host, lambda state, n=node_as_spec: _mig_manager(state, spec, n))
         simhosts.report_in_process(host)
