@@ -23,8 +23,9 @@ inventory, and the results of commands. In one transaction:
    host (:func:`fleet.hygiene.check_from_inventory`); a topology fills ``Host.topology``.
 5. Scrub results and DCGM diagnostics are applied; liveness, versions, the source's error
    (``source_error``: NVML does not initialise …, kept in ``Host.agent_source_error`` and
-   shown as a host warning) and the inventory clock (``inventory_at``/``inventory_count``,
-   read by the observed-state gates) are updated last, so the host row is locked only for
+   shown as a host warning) and the inventory clock (``inventory_at``/``inventory_count``:
+   reports that read the GPUs, or say why they could not; read by the observed-state gates)
+   are updated last, so the host row is locked only for
    the end of the transaction.
 
 The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
@@ -188,7 +189,13 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
                 f"agent source: {source_error} (report seq {seq})" if source_error else None,
             )
         scrubs_pending = _update_host(
-            host, body, seq, warnings, now, source_error=source_error, inventory=inventoried
+            host,
+            body,
+            seq,
+            warnings,
+            now,
+            source_error=source_error,
+            inventory=inventoried or bool(source_error),
         )
         health.host_reported(host, now)
         commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []

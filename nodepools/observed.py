@@ -87,7 +87,7 @@ def driver_matches(wanted: str, reported: str) -> bool:
     except ValueError:
         return wanted == reported
     if want.exact is None:
-        return want.major == have.major
+        return want.branch == have.branch
     return want.exact == have.exact
 
 
