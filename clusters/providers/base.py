@@ -101,7 +101,8 @@ class NodeConfigStatus:
 
 @dataclass(frozen=True)
 class NodeVersions:
-    """A node's versions as reported after an upgrade (``""`` when unknown)."""
+    """A node's versions as its provider reports them after an upgrade (``""`` when unknown);
+    only ``kubernetes_version`` is used (driver and NVML come from the host's agent)."""
 
     kubernetes_version: str
     driver_version: str
@@ -176,8 +177,9 @@ class Provider(abc.ABC):
         )
 
     def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
-        """What the node reports after an upgrade: kubelet version, the driver the node's agent
-        sees, and whether NVML initialises."""
+        """The node's kubelet version as the Kubernetes Node object says it. (The driver and
+        NVML are NOT taken from here: the reconciler reads them from the host's agent,
+        :mod:`nodepools.observed`; providers may leave them blank.)"""
         raise ProviderError(
             f"provider {self.name!r} cannot report node versions",
             retryable=False,
@@ -209,7 +211,9 @@ class Provider(abc.ABC):
     def node_config_status(
         self, pool: NodePoolSpec, node: NodeSpec, now: datetime
     ) -> NodeConfigStatus:
-        """Whether the node's GPUs run ``pool.gpu_config`` and what they run."""
+        """What the GPU Operator says of the node's config (``mig.config.state``: pending,
+        success, failed) and the sharing / vGPU devices its device plugin runs. The MIG
+        geometry is NOT taken from here: the reconciler reads it from the host's agent."""
         raise ProviderError(
             f"provider {self.name!r} cannot report node GPU config",
             retryable=False,
