@@ -269,7 +269,13 @@ def test_a_reboot_that_leaves_a_remap_pending_fences_the_gpu_and_replaces_the_no
             what="the node replaced on the healthy GPU",
         )
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; last pool: {seen[-1:]}") from exc
+        gpus = list(
+            Gpu.objects.filter(host=host).values_list(
+                "uuid", "health", "health_reason", "scrub_state", "missing_since", "holder_id"
+            )
+        )
+        state = host.__class__.objects.values_list("state", "state_reason").get(pk=host.pk)
+        raise AssertionError(f"{exc}; last pool: {seen[-1:]}; GPUs {gpus}; host {state}") from exc
     assert node["id"] not in {n["id"] for n in pool["nodes"]}  # released
     fenced = Gpu.objects.get(uuid=bad)
     assert fenced.health == "UNHEALTHY"
