@@ -85,12 +85,20 @@ class Placement:
 
 
 class InsufficientCapacity(Exception):
-    """No schedulable host can take a request (nothing was claimed by the caller's batch)."""
+    """No schedulable host can take a request (nothing was claimed by the caller's batch).
 
-    def __init__(self, request: GpuRequest, placed: int, total: int) -> None:
+    ``contended`` is true when a host that would have fitted was skipped because another
+    transaction held its row (an agent report being stored, another claim): trying again
+    shortly can succeed, so callers should not treat it as the fleet being full.
+    """
+
+    def __init__(
+        self, request: GpuRequest, placed: int, total: int, *, contended: bool = False
+    ) -> None:
         self.request = request
         self.placed = placed
         self.total = total
+        self.contended = contended
         where = f"zone {request.zone!r}" if request.zone else f"region {request.region!r}"
         super().__init__(
             f"no free host with {request.gpus} x {request.gpu_model} GPU(s) in {where} "
@@ -492,11 +500,14 @@ def _claim_batch(
     by_holder = {r.holder_id: r for r in requests}
     planner = Planner(load_host_views(requests))
     locked: set[uuid.UUID] = set()
+    skipped = False  # a fitting host was skipped because its row was locked
     for _round in range(MAX_REPLANS + 1):
         try:
             plan = planner.place_all(requests)
         except InsufficientCapacity as exc:
-            raise InsufficientCapacity(exc.request, placed=done + exc.placed, total=total) from None
+            raise InsufficientCapacity(
+                exc.request, placed=done + exc.placed, total=total, contended=skipped
+            ) from None
         hosts = {p.host_id for p in plan}
         wanted = hosts - locked
         got = set(
@@ -504,6 +515,7 @@ def _claim_batch(
             .filter(pk__in=wanted, state__in=SCHEDULABLE_HOST_STATES)
             .values_list("pk", flat=True)
         )
+        skipped = skipped or bool(wanted - got)
         locked |= got
         # Under the lock nobody else can claim on these hosts; check what we read is still so.
         fresh = {v.id: v for v in _views_for_hosts(hosts & locked)}
@@ -518,7 +530,7 @@ def _claim_batch(
             if host_id in fresh and host_id in locked:
                 planner.add(fresh[host_id])
     # Still contended after several rounds: report it as capacity, which callers retry.
-    raise InsufficientCapacity(requests[0], placed=done, total=total)
+    raise InsufficientCapacity(requests[0], placed=done, total=total, contended=True)
 
 
 def _still_fits(

@@ -217,6 +217,9 @@ def _scale_up(
                 node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
                 observed.start_wait(node, now)  # READY needs a report after it boots
     except InsufficientCapacity as exc:
+        if exc.contended:  # a fitting host was busy (an agent report being stored): retry
+            log.info("pool %s: placement contended, retrying: %s", pool.id, exc)
+            return CONTENDED_RETRY_S
         if surge:  # no room for surge nodes: upgrade in place instead
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
             pool.save(update_fields=["upgrade", "updated_at"])
@@ -365,6 +368,8 @@ def _progress(pool: NodePool, stage: str, total: int, now: datetime) -> None:
 
 #: how often a node waiting for its host's agent is looked at again (s)
 OBSERVED_POLL_S = 2.0
+#: retry delay after a placement that found a fitting host's row locked (s)
+CONTENDED_RETRY_S = 0.5
 
 
 def _verified(problems: list[str]) -> tuple:

@@ -122,9 +122,11 @@ class ProviderError(Exception):
 
 
 class InsufficientCapacity(ProviderError):
-    """No capacity for the requested machines; nothing was placed."""
+    """No capacity for the requested machines; nothing was placed. ``contended``: a host
+    that fits was busy (its row locked) — worth trying again in a moment."""
 
     code = "insufficient_capacity"
+    contended = False
 
 
 class Provider(abc.ABC):

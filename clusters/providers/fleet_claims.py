@@ -26,4 +26,6 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     try:
         return placement.claim_gpus(requests)
     except placement.InsufficientCapacity as exc:
-        raise InsufficientCapacity(str(exc), retryable=True) from exc
+        error = InsufficientCapacity(str(exc), retryable=True)
+        error.contended = exc.contended
+        raise error from exc
