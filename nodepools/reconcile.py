@@ -11,12 +11,17 @@ save status, return the requeue delay (None when converged):
    all or none: on ``InsufficientCapacity`` nothing is kept, the pool goes to ``ERROR`` and its
    operation FAILS with code ``insufficient_capacity``;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
-5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``);
+5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
+   host's agent reports, after the node booted, what the node must run
+   (:mod:`nodepools.observed`); until then the node waits with ``observed_problem`` and the
+   pool's ``NodesVerified`` condition naming expected vs reported, and past
+   ``NVKE_OBSERVED_STATE_TIMEOUT_S`` the operation FAILS with ``observed_state_mismatch``;
 6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config
    (``Node.applied_config``) differs from the pool's is drained (``DRAINING``), reconfigured
-   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports what
-   its GPUs run and NVKE checks it against the pool's config (same MIG instances per GPU at
-   valid placements, same sharing / vGPU devices); then ``READY`` with ``gpu_layout``. A node
+   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports the
+   GPU Operator's state and sharing / vGPU devices, the host's agent what the GPUs run (MIG
+   mode and instances at their placements, a report after the change, waited for up to
+   ``NVKE_OBSERVED_STATE_TIMEOUT_S``); then ``READY`` with ``gpu_layout``. A node
    that fails validation starts a rollback: the pool's previous isolation and GPU config are
    restored and every changed node (the failed one first) goes back the same way, one at a
    time; the operation then FAILS with ``isolation_validation_failed``. A failure while
