@@ -282,6 +282,7 @@ def test_a_reboot_that_leaves_a_remap_pending_fences_the_gpu_and_replaces_the_no
     assert fenced.health_reason.startswith(f"not repaired by a reboot: node {node['name']}")
     assert pending in fenced.health_reason
     assert GpuHealthInterval.objects.get(gpu_uuid=bad).ended_at is None  # still fenced
+    assert not any(node["name"] in w for w in host_warnings(world))  # gone with the node
 
     fault(host, "reboot-leaves-remap-pending", on=False)  # the same fault, a reboot that works
     (replacement,) = [n for n in pool["nodes"] if n["phase"] == "READY"]
