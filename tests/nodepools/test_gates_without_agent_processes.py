@@ -1,4 +1,4 @@
-"""The observed-state gates without agent processes (the e2e tests run them with real ones):
+"""The observed-state gates without agent processes (tests/e2e/test_observed_gates.py runs them with real ones):
 hosts are SIMULATED INFRASTRUCTURE (``make_host``); with no agent registered their agent
 report runs in-process — the ``simulated`` source over the host's state file, stored by
 ``fleet.ingest.ingest_report``. Switching that off shows that nothing else makes a node
