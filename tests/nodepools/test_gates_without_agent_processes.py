@@ -1,8 +1,8 @@
-"""The observed-state gates without agent processes (tests/e2e/test_observed_gates.py runs them with real ones):
-hosts are SIMULATED INFRASTRUCTURE (``make_host``); with no agent registered their agent
-report runs in-process — the ``simulated`` source over the host's state file, stored by
-``fleet.ingest.ingest_report``. Switching that off shows that nothing else makes a node
-READY: the provider's own answer is never taken for the host's."""
+"""The observed-state gates without agent processes (tests/e2e/test_observed_gates.py runs
+them with real ones): hosts are SIMULATED INFRASTRUCTURE (``make_host``); with no agent
+registered their agent report runs in-process — the ``simulated`` source over the host's
+state file, stored by ``fleet.ingest.ingest_report``. Switching that off shows that nothing
+else makes a node READY: the provider's own answer is never taken for the host's."""
 
 from __future__ import annotations
 
