@@ -26,8 +26,12 @@ inventory, and the results of commands. In one transaction:
    (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
    a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
    host (:func:`fleet.hygiene.check_from_inventory`); a topology fills ``Host.topology``.
-5. Scrub results and DCGM diagnostics are applied; liveness and versions are updated last, so
-   the host row is locked only for the end of the transaction.
+5. Scrub results and DCGM diagnostics are applied; liveness, versions, the source's error
+   (``source_error``: NVML does not initialise …, kept in ``Host.agent_source_error`` and
+   shown as a host warning) and the inventory clock (``inventory_at``/``inventory_count``:
+   reports that read the GPUs, or say why they could not; read by the observed-state gates)
+   are updated last, so the host row is locked only for
+   the end of the transaction.
 
 The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
 "samples_deduplicated", "rejections": {reason: count}, "commands": [...]}``; ``commands``
@@ -184,7 +188,8 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             for event in events:
                 health.handle_xid(host, event, now)
         warnings = None
-        if isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list):
+        inventoried = isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list)
+        if inventoried:
             warnings = _apply_inventory(host, inventory, gpus, now)
             _GPU_CACHE.pop(host.id, None)  # MIG devices or missing flags may have changed
         if body.get("scrub_results"):
@@ -201,7 +206,23 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             warnings = _with_warning(
                 warnings if warnings is not None else host.warnings, "agent clock:", None
             )
-        scrubs_pending = _update_host(host, body, seq, warnings, now)
+        source_error = body.get("source_error")
+        source_error = str(source_error)[:300] if source_error else ""
+        if source_error != host.agent_source_error:
+            warnings = _with_warning(
+                warnings if warnings is not None else host.warnings,
+                "agent source:",
+                f"agent source: {source_error} (report seq {seq})" if source_error else None,
+            )
+        scrubs_pending = _update_host(
+            host,
+            body,
+            seq,
+            warnings,
+            now,
+            source_error=source_error,
+            inventory=inventoried or bool(source_error),
+        )
         health.host_reported(host, now)
         commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []
     metrics.REPORTS.labels(outcome="stored").inc()
@@ -707,12 +728,27 @@ def _apply_inventory(
 
 
 def _update_host(
-    host: Host, body: dict[str, Any], seq: int, warnings: list[str] | None, now: datetime
+    host: Host,
+    body: dict[str, Any],
+    seq: int,
+    warnings: list[str] | None,
+    now: datetime,
+    *,
+    source_error: str = "",
+    inventory: bool = False,
 ) -> bool:
-    """Liveness, versions and warnings of the host, in one UPDATE that also answers whether a
-    scrub of its GPUs is waiting for the agent (so most reports need no extra query)."""
-    sets = ["last_seen_at = %s", "last_report_seq = GREATEST(last_report_seq, %s)"]
-    params: list[Any] = [now, seq]
+    """Liveness, versions, the source's error, the inventory clock and warnings of the host, in
+    one UPDATE that also answers whether a scrub of its GPUs is waiting for the agent (so most
+    reports need no extra query)."""
+    sets = [
+        "last_seen_at = %s",
+        "last_report_seq = GREATEST(last_report_seq, %s)",
+        "agent_source_error = %s",
+    ]
+    params: list[Any] = [now, seq, source_error]
+    if inventory:
+        sets += ["inventory_at = %s", "inventory_count = inventory_count + 1"]
+        params.append(now)
     for key in ("driver_version", "cuda_version", "agent_version"):
         value = body.get(key)
         limit = 16 if key == "cuda_version" else 32

@@ -74,6 +74,14 @@ class Host(models.Model):
     registered_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     last_report_seq = models.BigIntegerField(default=0)
+    #: what the agent's source said failed in its latest report ("" = it read the GPUs; e.g.
+    #: "NVML: Driver/library version mismatch" when NVML does not initialise)
+    agent_source_error = models.CharField(max_length=300, blank=True)
+    #: when the latest report that read the GPUs (an inventory, or the source's error saying
+    #: why it could not) was stored, and how many have been: the observed-state gates
+    #: (nodepools/observed.py) wait for one made after an action
+    inventory_at = models.DateTimeField(null=True, blank=True)
+    inventory_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     # Summary of the host's GPUs for placement's candidate query, kept by a PostgreSQL trigger
     # on fleet_gpu (migration 0003), whatever code changed the GPUs: usable free GPUs, GPUs

@@ -129,6 +129,13 @@ class Node(models.Model):
     #: cannot be evicted), ``moved`` (released; kept on the DELETED row for the count)
     move_state = models.CharField(max_length=16, blank=True)
     drain_started_at = models.DateTimeField(null=True, blank=True)
+    #: the observed-state gate (nodepools/observed.py): what the host's agent reports
+    #: differently from what the node must run ("" = it agrees or nothing is waited for),
+    #: since when the node waits, and the host's inventory count before the last action (a
+    #: newer report is needed)
+    observed_problem = models.CharField(max_length=500, blank=True)
+    observed_since = models.DateTimeField(null=True, blank=True)
+    observed_after = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)

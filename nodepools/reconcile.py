@@ -15,12 +15,17 @@ save status, return the requeue delay (None when converged):
    backoff, condition ``Ready=False`` naming it, until ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after
    the first failure, then ``ERROR`` with the last error and how long it was retried;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
-5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``);
+5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
+   host's agent reports, after the node booted, what the node must run
+   (:mod:`nodepools.observed`); until then the node waits with ``observed_problem`` and the
+   pool's ``NodesVerified`` condition naming expected vs reported, and past
+   ``NVKE_OBSERVED_STATE_TIMEOUT_S`` the operation FAILS with ``observed_state_mismatch``;
 6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config
    (``Node.applied_config``) differs from the pool's is drained (``DRAINING``), reconfigured
-   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports what
-   its GPUs run and NVKE checks it against the pool's config (same MIG instances per GPU at
-   valid placements, same sharing / vGPU devices); then ``READY`` with ``gpu_layout``. A node
+   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports the
+   GPU Operator's state and sharing / vGPU devices, the host's agent what the GPUs run (MIG
+   mode and instances at their placements, a report after the change, waited for up to
+   ``NVKE_OBSERVED_STATE_TIMEOUT_S``); then ``READY`` with ``gpu_layout``. A node
    that fails validation starts a rollback: the pool's previous isolation and GPU config are
    restored and every changed node (the failed one first) goes back the same way, one at a
    time; the operation then FAILS with ``isolation_validation_failed``. A failure while
@@ -47,7 +52,7 @@ from clusters.providers import ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
-from . import host_moves
+from . import host_moves, observed
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -118,6 +123,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
     waits: list[float] = []
+    unverified: list[str] = []
     for node in live:
         if node.phase != NodePhase.PROVISIONING:
             continue
@@ -125,13 +131,25 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         if not status.ready:
             waits.append(status.retry_after_s)
             continue
+        # READY only when the host's agent reports what the node must run (observed.py)
+        verdict, problem = observed.gate(
+            pool, node, observed.expectation(pool), what="to become READY", now=now
+        )
+        if verdict == observed.FAILED:
+            return _fail(pool, "observed_state_mismatch", problem, retryable=True, now=now)
+        if verdict == observed.WAITING:
+            unverified.append(problem)
+            waits.append(OBSERVED_POLL_S)
+            continue
         node.phase = NodePhase.READY
         node.ready_at = now
         try:
             report = provider.node_config_status(spec, node_spec(node), now)
-        except ProviderError:  # a provider that cannot report it: the layout stays unknown
+        except ProviderError:  # a provider that cannot report it: sharing stays unknown
             report = None
-        node.gpu_layout = list(report.gpu_layout) if report and report.state == "success" else []
+        node.gpu_layout = observed_layout(
+            node, list(report.gpu_layout) if report and report.state == "success" else []
+        )
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         node_ready.send(sender=Node, node=node)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
@@ -140,6 +158,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             pool,
             now,
             ("Ready", False, "NodesProvisioning", f"{ready} of {pool.node_count} nodes ready"),
+            _verified(unverified),
         )
         progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)
         return min(waits)
@@ -181,6 +200,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         f"{ready} of {pool.node_count} nodes ready",
         now,
     )
+    pool.conditions = set_condition(pool.conditions, *_verified([]), now)
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
     finish_operation(
         pool.id,
@@ -233,6 +253,7 @@ def _scale_up(
                 node.gpu_uuids = list(placed.gpu_uuids)
                 node.applied_config = config_hash(pool.gpu_config)  # what it boots with
                 node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
+                observed.start_wait(node, now)  # READY needs a report after it boots
     except InsufficientCapacity as exc:
         if surge:  # no room for surge nodes: upgrade in place instead
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
@@ -386,6 +407,7 @@ def _rollout_node(
     if node.config_state == "draining":  # 2. repartition / reconfigure
         if not provider.drain_node(spec, node_spec(node)):
             return 1.0
+        observed.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))
         node.phase = NodePhase.CORDONED
         node.config_state = "validating"
@@ -395,15 +417,26 @@ def _rollout_node(
     report = provider.node_config_status(spec, node_spec(node), now)  # 3. validate
     if report.state == "pending":
         return report.retry_after_s
-    problem = report.message if report.state != "success" else None
-    if problem is None:
-        problem = validate_layout(pool, node, list(report.gpu_layout))
+    if report.state != "success":
+        return _node_config_failed(pool, node, report.message, now)
+    # what the GPUs run is the host agent's to say (a wedged MIG Manager still says success)
+    verdict, problem = observed.gate(
+        pool, node, observed.expectation(pool), what="after the isolation change", now=now
+    )
+    if verdict == observed.WAITING:
+        _set_conditions(pool, now, _verified([problem]))
+        return OBSERVED_POLL_S
+    if verdict == observed.FAILED:
+        return _node_config_failed(pool, node, problem.split(": ", 1)[-1], now)
+    layout = observed_layout(node, list(report.gpu_layout))
+    problem = validate_layout(pool, node, layout)
     if problem is not None:
         return _node_config_failed(pool, node, problem, now)
+    _set_conditions(pool, now, _verified([]))
     node.phase = NodePhase.READY
     node.config_state = ""
     node.applied_config = desired
-    node.gpu_layout = list(report.gpu_layout)
+    node.gpu_layout = layout
     node.save(update_fields=["phase", "config_state", "applied_config", "gpu_layout"])
     pool.rollout["done"] = _done(pool) + 1
     pool.save(update_fields=["rollout", "updated_at"])
@@ -419,8 +452,48 @@ def _progress(pool: NodePool, stage: str, total: int, now: datetime) -> None:
     progress_operation(pool.id, stage=stage, done=_done(pool), total=max(total, 1), now=now)
 
 
-def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | None:
-    """None when ``observed`` (a provider's per-GPU report) matches the pool's config on every
+#: how often a node waiting for its host's agent is looked at again (s)
+OBSERVED_POLL_S = 2.0
+#: retry delay after a placement that found a fitting host's row locked (s)
+
+
+def _verified(problems: list[str]) -> tuple:
+    """The pool condition ``NodesVerified``: False naming every node that waits for its
+    host's agent (expected vs reported), True when none does."""
+    if problems:
+        return ("NodesVerified", False, "ObservedStateMismatch", "; ".join(problems)[:1000])
+    return ("NodesVerified", True, "AgentReportsAgree", "")
+
+
+def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
+    """``Node.gpu_layout``: per GPU the MIG devices the host's agent reports (profile,
+    start, size) and the sharing / vGPU devices the provider's device plugin config says."""
+    from fleet.observed import host_facts
+
+    facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
+    by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
+    out = []
+    for gpu_uuid in node.gpu_uuids:
+        gpu = facts.gpus.get(gpu_uuid) if facts else None
+        extra = by_gpu.get(gpu_uuid) or {}
+        out.append(
+            {
+                "gpu_uuid": gpu_uuid,
+                "mig_devices": [
+                    {"profile": p, "start": st, "size": sz} for p, st, sz in gpu.instances
+                ]
+                if gpu
+                else [],
+                "sharing": extra.get("sharing"),
+                "vgpu_devices": extra.get("vgpu_devices") or {},
+            }
+        )
+    return out
+
+
+def validate_layout(pool: NodePool, node: Node, layout: list[dict]) -> str | None:
+    """None when ``layout`` (per GPU: the MIG devices the agent reports, the sharing and vGPU
+    devices the provider reports) matches the pool's config on every
     GPU of the node: the same MIG instances (profile multiset) at placements valid by the
     catalog's table and not overlapping, the same sharing and vGPU devices; else why not.
 
@@ -431,7 +504,7 @@ def validate_layout(pool: NodePool, node: Node, observed: list[dict]) -> str | N
 
     config = pool.gpu_config
     wanted = sorted(d["profile"] for d in config.get("mig_layout") or [])
-    by_gpu = {g.get("gpu_uuid"): g for g in observed}
+    by_gpu = {g.get("gpu_uuid"): g for g in layout}
     table = MigTable.from_gpu_model(pool.gpu_model) if wanted else None
     for gpu_id in node.gpu_uuids:
         gpu = by_gpu.get(gpu_id)
@@ -658,7 +731,11 @@ def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
             with contextlib.suppress(ProviderError):
                 provider.drain_node(nodepool_spec(pool), node_spec(node))
     provider.delete_machines(nodepool_spec(pool), [node_spec(n) for n in nodes])
+    from fleet.observed import set_host_warning
+
     for node in nodes:
+        if node.host_id:  # a gate's warning about this node ends with it (GPUs keep theirs)
+            set_host_warning(node.host_id, f"observed state: node {node.name} ", None)
         was_ready = node.ready_at is not None
         node.phase = NodePhase.DELETED
         node.released_at = now

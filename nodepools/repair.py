@@ -4,7 +4,11 @@ A node is repaired when one of its GPUs reports an Xid whose catalog action need
 or the machine restarted (``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``: the node is
 *rebooted* in place), or one that needs hardware attention (``CHECK_MECHANICALS``,
 ``CONTACT_SUPPORT`` …: the node is *replaced* on healthy GPUs), and when its host stays
-``NOT_READY`` for ``NVKE_NODE_REPAIR_TIMEOUT_S`` (replaced). Repairs run as a REPAIR_NODES
+``NOT_READY`` for ``NVKE_NODE_REPAIR_TIMEOUT_S`` (replaced). A rebooted node returns to
+service only when a report of its host's agent made after the reboot is clean (NVML
+initialises, no pending row remap, no failed health check: :mod:`nodepools.observed`);
+otherwise, after ``NVKE_OBSERVED_STATE_TIMEOUT_S``, its unhealthy GPUs stay fenced with the
+reason shown and the node is replaced on healthy GPUs. Repairs run as a REPAIR_NODES
 operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
 Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
 an operator's problem, not something to repair the whole pool into (condition
@@ -20,9 +24,11 @@ from django.conf import settings
 
 from clusters.choices import OperationType, TargetType
 from clusters.models import Operation, finish_operation, progress_operation
+from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
+from . import observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
@@ -30,6 +36,8 @@ from .signals import node_repaired
 REBOOT_ACTIONS = frozenset({"RESET_GPU", "RESTART_BM", "RESTART_VM", "RESTART_APP"})
 MAX_UNHEALTHY_FRACTION = 0.4
 REBOOT_S = 5.0
+#: how often a rebooted node waiting for a clean agent report is looked at again (s)
+OBSERVED_POLL_S = 2.0
 
 
 def repair_action_for(catalog_action: str) -> str | None:
@@ -69,21 +77,47 @@ def step_repair(
     _condition(pool, now, "RepairsPaused", False, "WithinLimit", "")
     _ensure_operation(pool, len(unhealthy), now)
     node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
+    if node.repair_action == "reboot" and node.repair_state == "requested":
+        provider.drain_node(spec, _spec(node))
+        observed.start_wait(node, now)  # back in service only on a report after the reboot
+        try:
+            provider.reboot_node(spec, _spec(node))
+        except ProviderError as exc:
+            if exc.retryable:
+                return REBOOT_S
+            node.repair_action = "replace"  # a provider that cannot reboot: replace it
+            node.repair_reason = f"{node.repair_reason}; cannot reboot: {exc}"[:200]
+            node.save(update_fields=["repair_action", "repair_reason"])
+            return 0.0
+        node.repair_state = "rebooting"
+        node.phase = NodePhase.REPAIRING
+        node.save(update_fields=["repair_state", "phase"])
+        progress_operation(pool.id, stage=f"rebooting {node.name}", total=len(unhealthy), now=now)
+        return REBOOT_S
     if node.repair_action == "reboot":
-        if node.repair_state == "requested":
-            provider.drain_node(spec, _spec(node))
-            node.repair_state = "rebooting"
-            node.phase = NodePhase.REPAIRING
-            node.save(update_fields=["repair_state", "phase"])
+        verdict, problem = observed.gate(
+            pool,
+            node,
+            observed.expectation(pool, clean=True),
+            what="after its repair reboot",
+            now=now,
+        )
+        if verdict == observed.WAITING:
+            _condition(pool, now, "NodesVerified", False, "ObservedStateMismatch", problem)
             progress_operation(
-                pool.id, stage=f"rebooting {node.name}", total=len(unhealthy), now=now
+                pool.id, stage=f"verifying {node.name}: {problem}", total=len(unhealthy), now=now
             )
-            return REBOOT_S
+            return OBSERVED_POLL_S
+        if verdict == observed.FAILED:
+            return _fence_and_replace(pool, node, live, problem, now)
         from fleet.health import close_unhealthy
         from fleet.models import Gpu
 
         for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY"):
-            close_unhealthy(gpu, at=now, ended_by="auto-repair: node rebooted")
+            close_unhealthy(
+                gpu, at=now, ended_by="auto-repair: rebooted, the agent's report is clean"
+            )
+        _condition(pool, now, "NodesVerified", True, "AgentReportsAgree", "")
         reason = node.repair_reason
         node.repair_state = node.repair_action = node.repair_reason = ""
         node.repair_requested_at = None
@@ -105,6 +139,25 @@ def step_repair(
         reason = node.repair_reason
         release_nodes(pool, [node], now)
         node_repaired.send_robust(sender=Node, node=node, action="replace", reason=reason)
+    if not [n for n in live if n.repair_state and n.pk != node.pk]:
+        finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
+    return 0.0
+
+
+def _fence_and_replace(
+    pool: NodePool, node: Node, live: list[Node], problem: str, now: datetime
+) -> float:
+    """The reboot did not repair the node: its unhealthy GPUs stay fenced (their interval
+    stays open, the reason says why) and the node is replaced on healthy GPUs."""
+    from fleet.models import Gpu
+
+    from .reconcile import release_nodes
+
+    reason = f"not repaired by a reboot: {problem}"[:300]
+    Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY").update(health_reason=reason)
+    _condition(pool, now, "NodesVerified", False, "RepairNotVerified", problem)
+    progress_operation(pool.id, stage=f"replacing {node.name}: {problem}", now=now)
+    release_nodes(pool, [node], now)
     if not [n for n in live if n.repair_state and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0

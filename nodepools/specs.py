@@ -22,5 +22,11 @@ def nodepool_spec(pool: NodePool) -> NodePoolSpec:
 
 def node_spec(node: Node) -> NodeSpec:
     return NodeSpec(
-        id=node.id, name=node.name, created_at=node.created_at, gpu_uuids=tuple(node.gpu_uuids)
+        id=node.id,
+        name=node.name,
+        created_at=node.created_at,
+        gpu_uuids=tuple(node.gpu_uuids),
+        host_id=node.host_id,
+        kubernetes_version=node.kubernetes_version,
+        driver_version=node.driver_version,
     )

@@ -16,14 +16,13 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
+from . import observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
 
 STOP = -1.0
 DRAIN_POLL_S = 2.0
-#: how long a node may take to report its new versions before the rollout pauses on it
-VERIFY_TIMEOUT_S = 600
 
 
 def _target(pool: NodePool) -> tuple[str, str]:
@@ -54,7 +53,11 @@ def step_upgrade(
     total = len([n for n in live if _current(n) != target]) + int(pool.upgrade.get("done", 0))
     if not pending and not busy:
         return _finish(pool, now)
-    if pool.upgrade.get("state") == "cancelled":
+    if pool.upgrade.get("state") == "failed":
+        if not busy:
+            return _finish_failed(pool, live, target, now)
+        pending = []  # finish the node rolling back, start none
+    elif pool.upgrade.get("state") == "cancelled":
         if not busy:  # nodes already upgraded stay upgraded; the rest keep their versions
             if not any(_current(n) == target for n in live):  # none upgraded: old spec back
                 pool.kubernetes_version = pool.upgrade.get("from_kubernetes_version", "")
@@ -111,7 +114,9 @@ def step_upgrade(
         total=total,
         now=now,
     )
-    _condition(pool, now, "Upgrading", True, "RollingUpgrade", f"{_done(pool)} of {total} nodes")
+    waiting = [n.observed_problem for n in busy if n.observed_problem]
+    message = "; ".join([f"{_done(pool)} of {total} nodes", *waiting])
+    _condition(pool, now, "Upgrading", True, "RollingUpgrade", message)
     return min(waits) if waits else 0.0
 
 
@@ -133,6 +138,7 @@ def _step_node(
             return _pause(pool, node, "drain blocked", blockers, now)
         if outcome == WAITING:
             return DRAIN_POLL_S
+        observed.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]
         )
@@ -140,8 +146,22 @@ def _step_node(
         node.drain_started_at = now  # from now: the verification clock
         node.save(update_fields=["upgrade_state", "drain_started_at"])
         return 0.0
-    reported = provider.node_versions(spec, node_spec(node))
-    if (reported.kubernetes_version, reported.driver_version) == target and reported.nvml_ok:
+    rolling_back = node.upgrade_state == "rolling-back"
+    wanted = _previous(pool) if rolling_back else target
+    what = "after rolling its upgrade back" if rolling_back else "after the upgrade"
+    # the driver and NVML are the host agent's to report; the kubelet the provider's
+    verdict, problem = observed.gate(
+        pool, node, observed.expectation(pool, driver=wanted[1]), what=what, now=now
+    )
+    kubelet = provider.node_versions(spec, node_spec(node)).kubernetes_version
+    if verdict == observed.OK and wanted[0] and kubelet != wanted[0]:
+        verdict = observed.WAITING
+        problem = f"node {node.name} {what}: kubelet expected {wanted[0]}, reported {kubelet}"
+        if now - (node.drain_started_at or now) >= timedelta(seconds=observed.timeout_s()):
+            verdict = observed.FAILED
+    if verdict == observed.OK and rolling_back:
+        return _rolled_back(pool, node, wanted, now)
+    if verdict == observed.OK:
         node.kubernetes_version, node.driver_version = target
         node.upgrade_state = ""
         node.drain_started_at = None
@@ -158,14 +178,79 @@ def _step_node(
         pool.upgrade = {**pool.upgrade, "done": _done(pool) + 1}
         pool.save(update_fields=["upgrade", "updated_at"])
         return None
-    if now - (node.drain_started_at or now) >= timedelta(seconds=VERIFY_TIMEOUT_S):
-        problem = (
-            "NVML does not initialise"
-            if not reported.nvml_ok
-            else f"reports {reported.kubernetes_version}/{reported.driver_version or 'default'}"
-        )
-        return _pause(pool, node, f"verification failed: {problem}", [], now)
-    return DRAIN_POLL_S
+    if verdict == observed.FAILED and rolling_back:
+        return _rollback_failed(pool, node, problem, now)
+    if verdict == observed.FAILED:
+        return _roll_back(pool, node, provider, spec, problem, now)
+    return DRAIN_POLL_S  # the gate wrote ``observed_problem``: the condition names it
+
+
+def _previous(pool: NodePool) -> tuple[str, str]:
+    return (
+        pool.upgrade.get("from_kubernetes_version", ""),
+        pool.upgrade.get("from_driver_version", ""),
+    )
+
+
+def _roll_back(
+    pool: NodePool,
+    node: Node,
+    provider: Provider,
+    spec: NodePoolSpec,
+    problem: str,
+    now: datetime,
+) -> float:
+    """The node did not take the upgrade before the deadline: the rollout stops (the
+    operation will FAIL with ``upgrade_verification_failed``) and the node gets its previous
+    versions back, verified the same way."""
+    error = {"code": "upgrade_verification_failed", "message": problem, "retryable": False}
+    pool.upgrade = {**pool.upgrade, "state": "failed", "error": error}
+    pool.save(update_fields=["upgrade", "updated_at"])
+    _condition(pool, now, "UpgradeBlocked", True, "UpgradeVerificationFailed", problem)
+    previous = _previous(pool)
+    observed.start_wait(node, now)
+    provider.upgrade_node(
+        spec, node_spec(node), kubernetes_version=previous[0], driver_version=previous[1]
+    )
+    node.upgrade_state = "rolling-back"
+    node.drain_started_at = now
+    node.save(update_fields=["upgrade_state", "drain_started_at"])
+    progress_operation(
+        pool.id, stage=f"rolling back {node.name}: {problem}", done=_done(pool),
+        total=pool.node_count, now=now,
+    )  # fmt: skip
+    return 0.0
+
+
+def _rolled_back(pool: NodePool, node: Node, previous: tuple[str, str], now: datetime) -> None:
+    """The node runs its previous versions again (verified): back in service."""
+    node.kubernetes_version, node.driver_version = previous
+    node.upgrade_state = ""
+    node.drain_started_at = None
+    node.phase = NodePhase.READY
+    node.save(
+        update_fields=[
+            "kubernetes_version",
+            "driver_version",
+            "upgrade_state",
+            "drain_started_at",
+            "phase",
+        ]
+    )
+    return None
+
+
+def _rollback_failed(pool: NodePool, node: Node, problem: str, now: datetime) -> float:
+    """The previous versions do not come back either: the node stays out of service and is
+    replaced on healthy GPUs (auto-repair); the rollout stays failed."""
+    from .repair import request_repair
+
+    node.upgrade_state = ""
+    node.drain_started_at = None
+    node.phase = NodePhase.NOT_READY
+    node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
+    request_repair(node.id, action="replace", reason=f"upgrade rollback failed: {problem}", at=now)
+    return 0.0
 
 
 #: outcomes of :func:`drain_outcome`
@@ -225,6 +310,28 @@ def _finish(pool: NodePool, now: datetime) -> None:
     pool.conditions = set_condition(pool.conditions, "UpgradeBlocked", False, "Upgraded", "", now)
     pool.save(update_fields=["upgrade", "conditions", "updated_at"])
     finish_operation(pool.id, types=(OperationType.UPGRADE_NODES,), now=now)
+    return None
+
+
+def _finish_failed(
+    pool: NodePool, live: list[Node], target: tuple[str, str], now: datetime
+) -> None:
+    """A node failed verification and was rolled back: the operation FAILS naming it. Nodes
+    already upgraded stay upgraded; with none upgraded the pool's spec versions go back."""
+    error = pool.upgrade.get("error") or {"code": "upgrade_verification_failed"}
+    if not any(_current(n) == target for n in live):
+        pool.kubernetes_version, pool.driver_version = _previous(pool)
+    pool.upgrade = {}
+    message = error.get("message", "")
+    pool.conditions = set_condition(
+        pool.conditions, "Upgrading", False, "UpgradeVerificationFailed", message, now
+    )
+    pool.conditions = set_condition(
+        pool.conditions, "UpgradeBlocked", False, "UpgradeVerificationFailed", message, now
+    )
+    fields = ["kubernetes_version", "driver_version", "upgrade", "conditions", "updated_at"]
+    pool.save(update_fields=fields)
+    finish_operation(pool.id, types=(OperationType.UPGRADE_NODES,), error=error, now=now)
     return None
 
 

@@ -353,6 +353,17 @@ NVKE_SIMULATED_CALL_DELAY_S = env.float("NVKE_SIMULATED_CALL_DELAY_S", default=0
 # reconcile benchmark use 0.5-3 s)
 NVKE_SIMULATED_CALL_DELAY_MAX_S = env.float("NVKE_SIMULATED_CALL_DELAY_MAX_S", default=0.0)
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker, however long
+# SIMULATED hosts (clusters/providers/simhosts.py): the folder of their hardware state files
+# (read by `nvke-agent --source simulated`), and whether a host with no agent registered gets
+# its agent report in-process (the same simulated source, the same ingestion function).
+NVKE_SIMULATED_HOSTS_DIR = env(
+    "NVKE_SIMULATED_HOSTS_DIR",
+    default=str(Path(env("NVKE_DATA_DIR", default=str(BASE_DIR / ".nvke"))) / "simulated-hosts"),
+)
+NVKE_SIMULATED_IN_PROCESS_AGENT = env.bool("NVKE_SIMULATED_IN_PROCESS_AGENT", default=True)
+# Observed-state gates (nodepools/observed.py): how long a node may wait for its host's agent
+# to report what it must run before the operation fails or rolls back (s).
+NVKE_OBSERVED_STATE_TIMEOUT_S = env.float("NVKE_OBSERVED_STATE_TIMEOUT_S", default=300.0)
 # Cluster API provider ("clusterapi"): the management cluster's kubeconfig file (blank = not
 # configured: the provider then fails its calls with `clusterapi_not_configured`), the
 # namespace NVKE's Cluster API objects live in there, and the infrastructure provider its

@@ -8,6 +8,7 @@ host (UUIDs ``GPU-sim-…``), for tests that need more GPUs than the real captur
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def pytest_configure(config):
     try:
         settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 0
         settings.NVKE_SIMULATED_NODE_DELAY_S = 0
+        # the SIMULATED hosts' hardware state of this run (clusters/providers/simhosts.py)
+        settings.NVKE_SIMULATED_HOSTS_DIR = tempfile.mkdtemp(prefix="nvke-simulated-hosts-")
     except ImproperlyConfigured:  # run without Django (agent tests with -p no:django)
         pass
 

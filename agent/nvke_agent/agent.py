@@ -14,6 +14,7 @@ Report body (wire format, field names fixed with the server)::
 
     {"host_id", "seq", "agent_version", "source", "sent_at", "driver_version", "cuda_version",
      "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...],
+     "source_error": str | null (the source failed this round: NVML does not initialise …),
      "scrub_results": [...] (when some finished), "diagnostics": {...} (once, when run)}
 
 Commands on an acknowledgement (scrubs) run on a background thread
@@ -186,17 +187,20 @@ class Agent:
     def produce(self) -> list[int]:
         """Collect once and spool the resulting report(s); returns their seqs."""
         now = self._clock()
+        source_error: str | None = None
         try:
             samples: list[Sample] = self.source.collect(now)
             events: list[Event] = self.source.events()
         except SourceError as exc:
             log.error("collection failed: %s", exc)
             samples, events = [], []
+            source_error = str(exc)
         try:
             inventory = self.source.inventory()
         except SourceError as exc:
             log.error("inventory failed: %s", exc)
             inventory = None
+            source_error = source_error or str(exc)
         if inventory is not None:
             self._driver_version = inventory["driver_version"]
             self._cuda_version = inventory["cuda_version"]
@@ -214,6 +218,7 @@ class Agent:
                 samples=chunk,
                 events=events if position == 0 else [],
             )
+            body["source_error"] = source_error
             if position == 0 and scrub_results:
                 body["scrub_results"] = scrub_results
             if position == 0 and diagnostics is not None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nvke_agent import __version__
-from nvke_agent.agent import Agent
+from nvke_agent.agent import DEFAULT_INVENTORY_EVERY, Agent
 from nvke_agent.client import ApiClient, Backoff, RegistrationRefused, Stopped
 from nvke_agent.commands import dcgm_diagnostics
 from nvke_agent.config_keys import unknown_keys
@@ -170,6 +170,7 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     )
     _option(parser, "--xml", help="nvidia-smi -q -x file (re-read every interval)")
     _option(parser, "--replay", help="replay file written by `nvke-agent record`")
+    _option(parser, "--sim-state", help="simulated: the SIMULATED host's state file")
     _option(
         parser,
         "--no-rebase",
@@ -211,6 +212,13 @@ def build_parser(config: dict[str, Any] | None = None) -> argparse.ArgumentParse
     _option(run, "--hostname", default=socket.gethostname(), help="name to register")
     _option(run, "--max-reports", type=_positive_int, help="stop after N reports (flushed)")
     _option(run, "--loop", action="store_true", help="replay: start over when the file ends")
+    _option(
+        run,
+        "--inventory-every",
+        type=_positive_int,
+        default=DEFAULT_INVENTORY_EVERY,
+        help="send the inventory at least every N-th report (and whenever it changes)",
+    )
     _option(
         run,
         "--spool-max-bytes",
@@ -308,6 +316,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                     ),
                     stop=stop,
                     max_reports=args.max_reports,
+                    inventory_every=args.inventory_every,
                     diagnostics=(
                         (lambda: dcgm_diagnostics(args.dcgm_diag)) if args.dcgm_diag else None
                     ),
@@ -416,6 +425,7 @@ def _open_source(args: argparse.Namespace, *, loop: bool | None = None) -> Sourc
             replay=args.replay,
             rebase=not args.no_rebase,
             loop=getattr(args, "loop", False) if loop is None else loop,
+            sim_state=args.sim_state,
         )
     except SourceUnavailable as exc:
         _say(f"cannot start source {args.source}: {exc}")

@@ -38,12 +38,17 @@ class ControlPlaneStatus:
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node (machine) of a pool: its id (the GPU holder id), name and GPUs (once placed)."""
+    """One node (machine) of a pool: its id (the GPU holder id), name, GPUs (once placed),
+    host (once placed), the Kubernetes version its kubelet is to run and its pinned NVIDIA
+    driver ("" = the GPU Operator's default)."""
 
     id: uuid.UUID
     name: str
     created_at: datetime
     gpu_uuids: tuple[str, ...] = ()
+    host_id: uuid.UUID | None = None
+    kubernetes_version: str = ""
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,8 @@ class NodeConfigStatus:
 
 @dataclass(frozen=True)
 class NodeVersions:
-    """A node's versions as reported after an upgrade (``""`` when unknown)."""
+    """A node's versions as its provider reports them after an upgrade (``""`` when unknown);
+    only ``kubernetes_version`` is used (driver and NVML come from the host's agent)."""
 
     kubernetes_version: str
     driver_version: str
@@ -116,7 +122,8 @@ class ProviderError(Exception):
 
 
 class InsufficientCapacity(ProviderError):
-    """No capacity for the requested machines; nothing was placed."""
+    """No capacity for the requested machines; nothing was placed (a host busy with another
+    claim or an agent report is a retryable ``placement_contended`` ProviderError instead)."""
 
     code = "insufficient_capacity"
 
@@ -171,12 +178,20 @@ class Provider(abc.ABC):
         )
 
     def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
-        """What the node reports after an upgrade: kubelet version, the driver the node's agent
-        sees, and whether NVML initialises."""
+        """The node's kubelet version as the Kubernetes Node object says it. (The driver and
+        NVML are NOT taken from here: the reconciler reads them from the host's agent,
+        :mod:`nodepools.observed`; providers may leave them blank.)"""
         raise ProviderError(
             f"provider {self.name!r} cannot report node versions",
             retryable=False,
             code="not_supported",
+        )
+
+    def reboot_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """Restart a drained node's machine (auto-repair); its GPUs are reset on the way.
+        Whether it worked is the host's agent's to say, not the provider's."""
+        raise ProviderError(
+            f"provider {self.name!r} cannot reboot nodes", retryable=False, code="not_supported"
         )
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
@@ -197,7 +212,9 @@ class Provider(abc.ABC):
     def node_config_status(
         self, pool: NodePoolSpec, node: NodeSpec, now: datetime
     ) -> NodeConfigStatus:
-        """Whether the node's GPUs run ``pool.gpu_config`` and what they run."""
+        """What the GPU Operator says of the node's config (``mig.config.state``: pending,
+        success, failed) and the sharing / vGPU devices its device plugin runs. The MIG
+        geometry is NOT taken from here: the reconciler reads it from the host's agent."""
         raise ProviderError(
             f"provider {self.name!r} cannot report node GPU config",
             retryable=False,

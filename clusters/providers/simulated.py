@@ -1,17 +1,23 @@
 """The ``simulated`` provider (the embedded default) — SIMULATED INFRASTRUCTURE.
 
 It simulates only the infrastructure: a control plane that becomes ready after
-``NVKE_SIMULATED_CONTROL_PLANE_DELAY_S`` and machines that join after
+``NVKE_SIMULATED_CONTROL_PLANE_DELAY_S`` and machines that boot after
 ``NVKE_SIMULATED_NODE_DELAY_S`` (0 in tests). Placement is real: machines are placed on the
 fleet inventory in the database (:mod:`fleet.placement`), so capacity, regions and GPU UUIDs
 are those of real imported hosts. Everything above the provider is the real control plane.
 
-GPU reconfiguration (an isolation change): draining is immediate; applying a config "creates"
-the MIG devices of the config's mig-parted entry with the catalog's placement rules, as MIG
-Manager would on the hardware (a layout the rules refuse fails like ``mig.config.state=failed``),
-and GPUs named in ``settings.NVKE_SIMULATED_FAILING_GPUS`` fail their reconfiguration, to
-exercise rollbacks: a list of GPU UUIDs (every config fails), or ``{uuid: [mig.config names]}``
-(only those configs fail; ``"*"`` = all). Default: none.
+It acts only on SIMULATED HOSTS (:mod:`clusters.providers.simhosts`): a machine that boots
+gets its pool's GPU config from MIG Manager (MIG mode, GPU instances at the catalog's
+placements) and its kubelet; an isolation change re-applies the mig-parted config; an
+upgrade installs the driver and kubelet; a repair reboots the machine. What NVKE then
+believes comes from the host's agent (a ``simulated``-source agent process, or the same
+source run in-process for hosts with no agent registered), never from this class: it does
+not tell NVKE what NVKE told it. Faults are injected on the hosts (``manage.py simulate``).
+
+Kept for tests: GPUs named in ``settings.NVKE_SIMULATED_FAILING_GPUS`` fail their
+reconfiguration (MIG Manager reports ``mig.config.state=failed`` and changes nothing): a list
+of GPU UUIDs (every config fails), or ``{uuid: [mig.config names]}`` (only those; ``"*"`` =
+all); GPUs in ``NVKE_SIMULATED_FAILING_UPGRADES`` lose NVML after a driver install.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
 from catalog.models import GpuModel
 from fleet import placement
 
+from . import simhosts
 from .base import (
     ClusterSpec,
     ControlPlaneStatus,
@@ -85,11 +92,19 @@ class SimulatedProvider(Provider):
                 message="machine booting (simulated)",
                 retry_after_s=max((ready_at - now).total_seconds(), 0.1),
             )
+        host = _host(node)
+        if host is not None:
+            booted = simhosts.change(host, lambda state: _boot(state, pool, node))
+            if booted:  # first boot: MIG Manager applied the pool's config on the host
+                simhosts.report_in_process(host)
         return MachineStatus(node.id, ready=True)
 
     def delete_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> None:
         for node in nodes:
             placement.release_gpus(node.id)
+            host = _host(node)
+            if host is not None:
+                simhosts.change(host, lambda state, n=node: _forget(state, n))
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
         return not self.drain_blockers(pool, node)
@@ -101,64 +116,60 @@ class SimulatedProvider(Provider):
     def upgrade_node(
         self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
     ) -> None:
-        # the simulated machine installs the versions at once; failures can be injected
+        """The simulated machine installs the driver and the kubelet on its host."""
         failing = getattr(settings, "NVKE_SIMULATED_FAILING_UPGRADES", None) or []
-        nvml_ok = not any(uuid in failing for uuid in node.gpu_uuids)
-        cache.set(
-            _versions_key(node.id),
-            {"k8s": kubernetes_version, "driver": driver_version, "nvml_ok": nvml_ok},
-            timeout=None,
-        )
+        breaks = any(uuid in failing for uuid in node.gpu_uuids)
+
+        def install(state: dict) -> None:
+            simhosts.install_driver(state, driver_version)
+            simhosts.set_kubelet(state, node.id, kubernetes_version)
+            if breaks:
+                state["nvml_error"] = simhosts.NVML_MISMATCH
+
+        host = _host(node)
+        if host is not None:
+            simhosts.change(host, install)
+            simhosts.report_in_process(host)
 
     def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
-        state = cache.get(_versions_key(node.id)) or {}
+        """The kubelet version the node's machine runs (as the Kubernetes Node object would
+        say). Driver and NVML are the agent's to report: NVKE reads them from the fleet."""
+        host = _host(node)
+        state = (simhosts.read(host.id) if host is not None else None) or {}
         return NodeVersions(
-            kubernetes_version=state.get("k8s", ""),
-            driver_version=state.get("driver", ""),
-            nvml_ok=bool(state.get("nvml_ok", True)),
+            kubernetes_version=(state.get("kubelet") or {}).get(str(node.id), ""),
+            driver_version="",
+            nvml_ok=True,
         )
 
+    def reboot_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """The machine restarts (its GPUs are reset, unless a fault says otherwise)."""
+        host = _host(node)
+        if host is not None:
+            simhosts.change(host, simhosts.reboot)
+            simhosts.report_in_process(host)
+
     def apply_node_config(self, pool: NodePoolSpec, node: NodeSpec) -> None:
-        return None  # the status below is computed from the pool's config when asked
+        """MIG Manager / the device plugin apply ``pool.gpu_config`` on the node's host."""
+        host = _host(node)
+        if host is not None:
+            simhosts.change(host, lambda state: _mig_manager(state, pool, node))
+            simhosts.report_in_process(host)
 
     def node_config_status(
         self, pool: NodePoolSpec, node: NodeSpec, now: datetime
     ) -> NodeConfigStatus:
+        """What the GPU Operator's labels say (``mig.config.state``) and the sharing / vGPU
+        config the device plugin runs. The MIG geometry is NOT taken from here: NVKE reads
+        it from the host's agent (a wedged MIG Manager may still say ``success``)."""
+        host = _host(node)
+        state = (simhosts.read(host.id) if host is not None else None) or {}
+        record = (state.get("mig_manager") or {}).get(str(node.id)) or {}
+        if record.get("state") == "failed":
+            return NodeConfigStatus(node.id, "failed", message=record.get("message", ""))
         config = pool.gpu_config
-        failing = getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", None) or {}
-        if not isinstance(failing, dict):  # a list of UUIDs: every config fails on them
-            failing = {uuid: ["*"] for uuid in failing}
-        label = (config.get("labels") or {}).get("nvidia.com/mig.config", "")
-        broken = [
-            uuid
-            for uuid in node.gpu_uuids
-            if uuid in failing and ("*" in failing[uuid] or label in failing[uuid])
-        ]
-        if broken:
-            return NodeConfigStatus(
-                node.id,
-                "failed",
-                message=f"MIG Manager reported mig.config.state=failed on {', '.join(broken)} "
-                "(simulated failure)",
-            )
-        devices = _mig_devices(config)
-        placements: list[dict] = []
-        if devices:
-            table = MigTable.from_gpu_model(GpuModel.objects.get(slug=pool.gpu_model))
-            try:
-                created = place_layout(devices, table)
-            except LayoutDoesNotFit as exc:
-                return NodeConfigStatus(node.id, "failed", message=f"mig-parted: {exc.reason}")
-            placements = [{"profile": p.profile, "start": p.start, "size": p.size} for p in created]
-        sharing = _sharing(config)
-        vgpu = _vgpu_devices(config)
         layout = tuple(
-            {
-                "gpu_uuid": uuid,
-                "mig_devices": placements,
-                "sharing": sharing,
-                "vgpu_devices": vgpu,
-            }
+            {"gpu_uuid": uuid, "sharing": _sharing(config), "vgpu_devices": _vgpu_devices(config)}
             for uuid in node.gpu_uuids
         )
         return NodeConfigStatus(node.id, "success", layout)
@@ -177,6 +188,68 @@ class SimulatedProvider(Provider):
     @staticmethod
     def _endpoint(cluster: ClusterSpec) -> str:
         return f"https://{cluster.id}.simulated.nvke.invalid:6443"
+
+
+def _host(node: NodeSpec):
+    from fleet.models import Host
+
+    return Host.objects.filter(pk=node.host_id).first() if node.host_id else None
+
+
+def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
+    """First boot of the node's machine on the host: the driver container installs the
+    node's pinned driver, MIG Manager applies the pool's config, the kubelet starts. False
+    when it had booted already."""
+    if str(node.id) in state["kubelet"]:
+        return False
+    state["kubelet"][str(node.id)] = node.kubernetes_version or pool.cluster.kubernetes_version
+    simhosts.install_driver(state, node.driver_version)
+    _mig_manager(state, pool, node)
+    return True
+
+
+def _forget(state: dict, node: NodeSpec) -> None:
+    state["kubelet"].pop(str(node.id), None)
+    (state.get("mig_manager") or {}).pop(str(node.id), None)
+
+
+def _mig_manager(state: dict, pool: NodePoolSpec, node: NodeSpec) -> None:
+    """MIG Manager on the host applies the mig-parted entry the node's label names to the
+    node's GPUs (placements by the catalog's table, as mig-parted creates them), and records
+    the ``mig.config.state`` it would label the node with."""
+    config = pool.gpu_config
+    label = (config.get("labels") or {}).get("nvidia.com/mig.config", "")
+    failing = getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", None) or {}
+    if not isinstance(failing, dict):  # a list of UUIDs: every config fails on them
+        failing = {uuid: ["*"] for uuid in failing}
+    broken = [
+        uuid
+        for uuid in node.gpu_uuids
+        if uuid in failing and ("*" in failing[uuid] or label in failing[uuid])
+    ]
+    records = state.setdefault("mig_manager", {})
+    if broken:
+        records[str(node.id)] = {
+            "state": "failed",
+            "message": f"MIG Manager reported mig.config.state=failed on {', '.join(broken)} "
+            "(simulated failure)",
+        }
+        return
+    if not label:  # a GPU without MIG: nothing for MIG Manager to do
+        records[str(node.id)] = {"state": "success"}
+        return
+    devices = _mig_devices(config)
+    placements: list[dict] = []
+    if devices:
+        table = MigTable.from_gpu_model(GpuModel.objects.get(slug=pool.gpu_model))
+        try:
+            created = place_layout(devices, table)
+        except LayoutDoesNotFit as exc:
+            records[str(node.id)] = {"state": "failed", "message": f"mig-parted: {exc.reason}"}
+            return
+        placements = [{"profile": p.profile, "start": p.start, "size": p.size} for p in created]
+    simhosts.apply_mig(state, node.gpu_uuids, bool(devices), placements)
+    records[str(node.id)] = {"state": "success", "label": label}
 
 
 def _mig_devices(config: dict) -> dict[str, int]:
@@ -211,10 +284,6 @@ def _vgpu_devices(config: dict) -> dict[str, int]:
 
 def _blockers_key(node_id) -> str:
     return f"simulated:drain-blockers:{node_id}"
-
-
-def _versions_key(node_id) -> str:
-    return f"simulated:node-versions:{node_id}"
 
 
 def simulate_drain_blockers(node_id, pods: list[str]) -> None:

@@ -26,6 +26,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_layout",
             "config_state",
             "move_state",
+            "observed_problem",
             "created_at",
             "ready_at",
             "released_at",

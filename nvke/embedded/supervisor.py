@@ -89,6 +89,8 @@ class AgentSpec:
     xml: str
     state_dir: str
     bootstrap_token: str | None = None
+    #: a SIMULATED host's state file: the agent runs ``--source simulated`` over it
+    sim_state: str = ""
 
 
 def project_root() -> Path:
@@ -141,7 +143,8 @@ def run_setup(
 
 
 def load_agents(data_dir: Path) -> list[AgentSpec]:
-    """Read ``agents.json`` (a list of ``{"name", "xml", "bootstrap_token", "state_dir"}``)."""
+    """Read ``agents.json`` (a list of ``{"name", "xml", "bootstrap_token", "state_dir",
+    "sim_state"}``)."""
     path = data_dir / "agents.json"
     if not path.exists():
         log.warning("%s not found: no demo agents will run", path)
@@ -155,6 +158,7 @@ def load_agents(data_dir: Path) -> list[AgentSpec]:
             xml=str(e["xml"]),
             state_dir=str(e["state_dir"]),
             bootstrap_token=e.get("bootstrap_token") or None,
+            sim_state=str(e.get("sim_state") or ""),
         )
         for e in entries
     ]
@@ -216,8 +220,11 @@ def default_processes(
             *agent, "run",
             "--server", f"http://127.0.0.1:{port}",
             "--state-dir", a.state_dir,
-            "--source", "nvidia-smi-xml",
-            "--xml", a.xml,
+            *(
+                ("--source", "simulated", "--sim-state", a.sim_state, "--inventory-every", "1")
+                if a.sim_state
+                else ("--source", "nvidia-smi-xml", "--xml", a.xml)
+            ),
             "--interval", str(AGENT_INTERVAL_S),
         ]  # fmt: skip
         if a.bootstrap_token:

@@ -40,6 +40,10 @@ class SimMig:
     total: int
     used: int
     sm_count: int
+    #: the GPU instance's profile and placement (memory slices), as nvidia-smi mig -lgi says
+    profile: str = "1g.20gb"
+    start: int = 0
+    size: int = 2
 
 
 @dataclass
@@ -136,8 +140,19 @@ class SimulatedNvml:
             return handle.uuid
         return self._gpu(handle).uuid
 
-    def nvmlDeviceGetName(self, handle: SimGpu) -> str:
+    def nvmlDeviceGetName(self, handle: SimGpu | SimMig) -> str:
+        if isinstance(handle, SimMig):  # NVML names a MIG device "<GPU name> MIG <profile>"
+            return f"NVIDIA A100-SXM4-80GB MIG {handle.profile}"
         return self._gpu(handle).name
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: SimGpu, gi: int) -> SimMig:
+        for slot in self._gpu(handle).mig_slots:
+            if slot is not None and slot.gi == gi:
+                return slot
+        raise pynvml.NVMLError_NotFound()
+
+    def nvmlGpuInstanceGetInfo(self, instance: SimMig) -> Any:
+        return SimpleNamespace(placement=SimpleNamespace(start=instance.start, size=instance.size))
 
     def nvmlDeviceGetPciInfo(self, handle: SimGpu) -> Any:
         return SimpleNamespace(busId=self._gpu(handle).bus_id.encode())  # bytes, as ctypes gives
@@ -304,7 +319,15 @@ class SimulatedNvml:
 
 def a100_with_mig() -> SimGpu:
     slots: list[SimMig | None] = [
-        SimMig(gi, 0, f"MIG-0000000{gi}-aaaa-bbbb-cccc-dddddddddddd", 19968 * MiB, 12 * MiB, 14)
+        SimMig(
+            gi,
+            0,
+            f"MIG-0000000{gi}-aaaa-bbbb-cccc-dddddddddddd",
+            19968 * MiB,
+            12 * MiB,
+            14,
+            start=2 * (gi - 3),  # A100-80GB 1g.20gb sits at memory slices 0, 2, 4, 6
+        )
         for gi in (3, 4, 5, 6)
     ]
     return SimGpu(
@@ -367,7 +390,11 @@ def test_inventory_lists_gpus_and_mig_devices_skipping_empty_slots() -> None:
         "compute_instance_id": 0,
         "memory_total_bytes": 19968 * MiB,
         "multiprocessor_count": 14,
+        "profile": "1g.20gb",
+        "placement_start": 0,
+        "placement_size": 2,
     }
+    assert [m["placement_start"] for m in a100["mig_devices"]] == [0, 2, 4, 6]
     assert tesla["index"] == 1
     assert tesla["mig_mode"] is None  # nvmlDeviceGetMigMode raises NotSupported on a T4
     assert tesla["mig_devices"] == []

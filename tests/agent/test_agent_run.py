@@ -250,8 +250,9 @@ def test_inventory_goes_in_the_first_report_every_tenth_and_when_it_changes(
     assert all(b["driver_version"] == "535.54.03" and b["cuda_version"] == "12.2" for b in bodies)
     assert set(bodies[0]) == {
         "host_id", "seq", "agent_version", "source", "sent_at", "driver_version",
-        "cuda_version", "inventory", "samples", "events",
+        "cuda_version", "inventory", "samples", "events", "source_error",
     }  # fmt: skip
+    assert all(b["source_error"] is None for b in bodies)  # the XML was read every time
 
 
 # --- CLI ------------------------------------------------------------------------------------

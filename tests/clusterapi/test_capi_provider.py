@@ -21,6 +21,7 @@ import kubernetes_validate
 import pytest
 
 from tests.clusterapi import crd_schema
+from tests.clusterapi.conftest import hosts_follow_their_gpu_operator
 from tests.helpers import drive_cluster
 
 pytestmark = pytest.mark.django_db
@@ -36,6 +37,7 @@ def drive_pool_committing(django_capture_on_commit_callbacks, pool_id, max_steps
     from nodepools.reconcile import reconcile_nodepool
 
     for step in range(1, max_steps + 1):
+        hosts_follow_their_gpu_operator(pool_id)
         with django_capture_on_commit_callbacks(execute=True):
             delay = reconcile_nodepool(pool_id)
         if delay is None:

@@ -28,6 +28,7 @@ def service_env(**extra: str) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="nvke.settings",
         NVKE_SIMULATED_CONTROL_PLANE_DELAY_S="0.5",
         NVKE_SIMULATED_NODE_DELAY_S="0.5",
+        NVKE_SIMULATED_HOSTS_DIR=str(settings.NVKE_SIMULATED_HOSTS_DIR),
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)
@@ -48,6 +49,16 @@ def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
 @pytest.fixture
 def worker(transactional_db, tmp_path):
     """A real ``celery worker`` on every queue, consuming from a flushed broker DB."""
+    proc, log = start_worker(tmp_path)
+    yield proc
+    stop(proc)
+    log.close()
+    print((tmp_path / "worker.log").read_text()[-5000:])
+
+
+def start_worker(tmp_path: Path, **extra_env: str):
+    """Start the worker of :func:`worker` with ``extra_env`` on top of :func:`service_env`;
+    returns ``(process, open log file)``."""
     broker_client().flushdb()
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(
@@ -67,15 +78,12 @@ def worker(transactional_db, tmp_path):
             "--without-gossip",
         ],
         cwd=ROOT,
-        env=service_env(),
+        env=service_env(**extra_env),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    yield proc
-    stop(proc)
-    log.close()
-    print((tmp_path / "worker.log").read_text()[-5000:])
+    return proc, log
 
 
 def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str = "condition"):

@@ -169,3 +169,39 @@ def test_a_host_locked_by_another_transaction_is_skipped(make_host, tenant_a):
         release.set()
         thread.join()
     assert connection.is_usable()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_the_only_fitting_host_is_locked_the_shortage_says_it_is_contended(
+    make_host, tenant_a
+):
+    """An agent report being stored holds its host's row: a claim then finds no host, but
+    says so (``PlacementContended``), so the reconciler retries instead of failing the pool."""
+    make_host("h100-sxm5-80gb", gpus=4, hostname="h-only")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_lock():
+        try:
+            with transaction.atomic():
+                Host.objects.filter(hostname="h-only").update(warnings=["busy"])  # as ingest
+                locked.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=hold_lock)
+    thread.start()
+    assert locked.wait(10)
+    try:
+        with pytest.raises(placement.PlacementContended) as busy, transaction.atomic():
+            placement.claim_gpus([request(tenant_a, 2)])
+        assert busy.value.locked_hosts == 1
+    finally:
+        release.set()
+        thread.join()
+    with pytest.raises(placement.InsufficientCapacity) as full, transaction.atomic():
+        placement.claim_gpus([request(tenant_a, 8)])  # more than any host has: truly full
+    assert not isinstance(full.value, placement.PlacementContended)
+    with transaction.atomic():
+        [placed] = placement.claim_gpus([request(tenant_a, 2)])  # the lock is gone: it fits
+    assert placed.hostname == "h-only"

@@ -1,4 +1,5 @@
-"""Telemetry sources: ``nvml`` (live), ``nvidia-smi-xml`` (a report file), ``replay`` (a recording).
+"""Telemetry sources: ``nvml`` (live), ``nvidia-smi-xml`` (a report file), ``replay`` (a recording),
+``simulated`` (the state file of a SIMULATED host, written by NVKE's simulated provider).
 
 All implement :class:`nvke_agent.sources.base.Source`; :func:`open_source` builds one by name.
 """
@@ -41,10 +42,12 @@ def open_source(
     replay: str | None = None,
     rebase: bool = True,
     loop: bool = False,
+    sim_state: str | None = None,
 ) -> Source:
     """Open the source called ``name`` (one of :data:`SOURCE_NAMES`).
 
-    ``xml`` is required for ``nvidia-smi-xml`` and ``replay`` for ``replay``; ``start`` (aware
+    ``xml`` is required for ``nvidia-smi-xml``, ``replay`` for ``replay`` and ``sim_state`` for
+    ``simulated``; ``start`` (aware
     UTC) is the instant the replay's first record is rebased to (default: the first collect). Raises
     :class:`SourceUnavailable` when the source cannot start, :class:`ValueError` for bad
     arguments.
@@ -65,4 +68,10 @@ def open_source(
         from nvke_agent.sources.replay import ReplaySource
 
         return ReplaySource(replay, start=start, rebase=rebase, loop=loop)
+    if name == "simulated":
+        if not sim_state:
+            raise ValueError("--sim-state FILE is required with --source simulated")
+        from nvke_agent.sources.simulated import SimulatedSource
+
+        return SimulatedSource(sim_state)
     raise ValueError(f"unknown source {name!r}; expected one of {', '.join(SOURCE_NAMES)}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, NotRequired, Protocol, TypedDict, runtime_checkable
 
-SOURCE_NAMES = ("nvml", "nvidia-smi-xml", "replay")
+SOURCE_NAMES = ("nvml", "nvidia-smi-xml", "replay", "simulated")
 
 
 class MigDeviceInventory(TypedDict):
@@ -27,6 +27,11 @@ class MigDeviceInventory(TypedDict):
     compute_instance_id: int | None
     memory_total_bytes: int | None
     multiprocessor_count: int | None
+    #: the GPU-instance profile (``1g.10gb``) and its placement (start memory slice, size in
+    #: slices), where the source can tell (NVML ``nvmlGpuInstanceGetInfo``; ``simulated``)
+    profile: NotRequired[str | None]
+    placement_start: NotRequired[int | None]
+    placement_size: NotRequired[int | None]
 
 
 class GpuInventory(TypedDict):

@@ -9,7 +9,9 @@ Calls, units and errors follow shared/catalog/nvml.md (rows cited as "nvml.md §
   ``…GetPciInfo().busId``, ``…GetMemoryInfo().total`` (bytes), ``…GetMigMode()[0]`` (current
   mode; ``NotSupported`` -> ``None``), MIG devices by ``…GetMaxMigDeviceCount`` +
   ``…GetMigDeviceHandleByIndex`` (``NotFound`` = empty slot, skipped), ``…GetGpuInstanceId``,
-  ``…GetComputeInstanceId``, ``…GetAttributes().multiprocessorCount``, MIG ``UUID`` and memory.
+  ``…GetComputeInstanceId``, ``…GetAttributes().multiprocessorCount``, MIG ``UUID`` and memory,
+  and the GPU instance's profile (from the MIG device's name) and placement
+  (``…GetGpuInstanceById`` + ``nvmlGpuInstanceGetInfo().placement``: start, size).
 * Samples (§3): ``…GetUtilizationRates`` (%; ``NotSupported`` on a MIG-enabled GPU -> ``None``),
   ``…GetMemoryInfo().used`` (bytes), ``…GetPowerUsage`` (mW), ``…GetTotalEnergyConsumption``
   (mJ since driver load), ``…GetTemperature(h, NVML_TEMPERATURE_GPU)`` (°C),
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import subprocess
 import threading
 from collections.abc import Callable
@@ -417,20 +420,46 @@ class NvmlSource:
             uuid = self._field("mig_uuid", nvml.nvmlDeviceGetUUID, mig)
             memory = self._field("mig_memory", nvml.nvmlDeviceGetMemoryInfo, mig)
             attrs = self._field("mig_attributes", nvml.nvmlDeviceGetAttributes, mig)
-            result.append(
-                MigDeviceInventory(
-                    uuid=_str(uuid) if uuid is not None else None,
-                    gpu_instance_id=self._field("gi_id", nvml.nvmlDeviceGetGpuInstanceId, mig),
-                    compute_instance_id=self._field(
-                        "ci_id", nvml.nvmlDeviceGetComputeInstanceId, mig
-                    ),
-                    memory_total_bytes=int(memory.total) if memory is not None else None,
-                    multiprocessor_count=(
-                        int(attrs.multiprocessorCount) if attrs is not None else None
-                    ),
-                )
+            gi_id = self._field("gi_id", nvml.nvmlDeviceGetGpuInstanceId, mig)
+            device = MigDeviceInventory(
+                uuid=_str(uuid) if uuid is not None else None,
+                gpu_instance_id=gi_id,
+                compute_instance_id=self._field("ci_id", nvml.nvmlDeviceGetComputeInstanceId, mig),
+                memory_total_bytes=int(memory.total) if memory is not None else None,
+                multiprocessor_count=(
+                    int(attrs.multiprocessorCount) if attrs is not None else None
+                ),
             )
+            device.update(self._mig_placement(handle, mig, gi_id))
+            result.append(device)
         return result
+
+    def _mig_placement(self, handle: Any, mig: Any, gi_id: int | None) -> dict[str, Any]:
+        """``profile`` / ``placement_start`` / ``placement_size`` of a MIG device: the profile
+        from the MIG device's NVML name (``"NVIDIA H100 80GB HBM3 MIG 1g.10gb"``, as
+        ``nvidia-smi -L`` prints it), the placement from ``nvmlGpuInstanceGetInfo`` of its GPU
+        instance (``nvmlDeviceGetGpuInstanceById``). Each is None where NVML refuses it (not
+        verified on a MIG GPU on this project's machines: none has one)."""
+        name = self._field("mig_name", self._nvml.nvmlDeviceGetName, mig)
+        match = re.search(r"MIG (\S+)$", _str(name)) if name is not None else None
+        start = size = None
+        if gi_id is not None:
+            instance = self._optional(
+                "gpu_instance", "nvmlDeviceGetGpuInstanceById", handle, int(gi_id)
+            )
+            info = (
+                self._optional("gpu_instance_info", "nvmlGpuInstanceGetInfo", instance)
+                if instance is not None
+                else None
+            )
+            placement = getattr(info, "placement", None)
+            if placement is not None:
+                start, size = int(placement.start), int(placement.size)
+        return {
+            "profile": match.group(1) if match else None,
+            "placement_start": start,
+            "placement_size": size,
+        }
 
     # --- samples ------------------------------------------------------------------------------
 

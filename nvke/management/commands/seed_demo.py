@@ -2,8 +2,15 @@
 
 Idempotent: a second run reuses the keys written in DIR (when still valid) and the hosts
 already imported. Writes ``DIR/operator-api-key``, ``DIR/demo-tenant-api-key`` and
-``DIR/agents.json`` (``[{name, xml, bootstrap_token|null, state_dir}]``, read by
+``DIR/agents.json`` (``[{name, xml, bootstrap_token|null, state_dir, sim_state}]``, read by
 ``make run`` to start one agent per demo host).
+
+Every demo host is a SIMULATED HOST (clusters/providers/simhosts.py): the A10G and T4 hosts
+are imported from real ``nvidia-smi -q -x`` captures, the H100 host exists only in the
+simulation (8 MIG-capable GPUs for the fault and repair demo). Their agents run the
+``simulated`` source over the host's state file, which the simulated provider changes when it
+applies a MIG config, installs a driver or reboots, and ``manage.py simulate`` when it injects
+a fault.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from clusters.providers import simhosts
 from fleet import services as fleet_services
 from fleet.models import Host
 from tenants import services as tenant_services
@@ -27,6 +35,8 @@ DEMO_HOSTS = [
     ("gpu-a10g-01", "us-east-1b", "a10g.xml"),
     ("gpu-t4-01", "us-west-2a", "tesla-t4.xml"),
 ]
+#: (hostname, zone, GPU model, GPUs): SIMULATED hosts without a capture
+SIMULATED_HOSTS = [("gpu-h100-sim-01", "us-east-1a", "h100-sxm5-80gb", 8)]
 DEMO_TENANT = "demo"
 
 
@@ -55,17 +65,33 @@ class Command(BaseCommand):
                 host, token = imported.host, imported.bootstrap_token
             elif not (state_dir / "state.json").exists():
                 token = fleet_services.reissue_bootstrap_token(host)
-            agents.append(
-                {
-                    "name": hostname,
-                    "xml": str(xml_path),
-                    "bootstrap_token": token,
-                    "state_dir": str(state_dir),
-                }
-            )
+            agents.append(self._agent(host, str(xml_path), token, state_dir))
             self.stdout.write(f"host {hostname} ({host.gpu_model_id}, zone {zone})")
+        for hostname, zone, model, gpus in SIMULATED_HOSTS:
+            state_dir = root / "agents" / hostname
+            known = Host.objects.filter(hostname=hostname).exists()
+            host = simhosts.create_simulated_host(
+                hostname=hostname, zone=zone, gpu_model=model, gpus=gpus
+            )
+            token = None
+            if not known or not (state_dir / "state.json").exists():
+                token = fleet_services.reissue_bootstrap_token(host)
+            agents.append(self._agent(host, "", token, state_dir))
+            self.stdout.write(f"host {hostname} ({model}, zone {zone}, SIMULATED)")
         (root / "agents.json").write_text(json.dumps(agents, indent=2))
         self.stdout.write(self.style.SUCCESS(f"demo data ready in {root}"))
+
+    @staticmethod
+    def _agent(host: Host, xml: str, token: str | None, state_dir: Path) -> dict:
+        """The host's ``agents.json`` entry: its agent reads the SIMULATED host's state."""
+        simhosts.ensure(host)
+        return {
+            "name": host.hostname,
+            "xml": xml,
+            "bootstrap_token": token,
+            "state_dir": str(state_dir),
+            "sim_state": str(simhosts.state_path(host.id)),
+        }
 
     def _key(self, path: Path, *, tenant, name: str, role: Role = Role.ADMIN) -> None:
         if path.exists() and principal_for_key(path.read_text().strip()) is not None:

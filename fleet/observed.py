@@ -1,0 +1,144 @@
+"""What a host's agent last reported, in the shape the observed-state gates compare.
+
+The agent is the source of truth for what the hardware runs (DESIGN §3 "Observed state gates
+transitions"). Ingestion (:mod:`fleet.ingest`) keeps its latest facts on the rows: per GPU
+``Gpu.mig_mode``, ``Gpu.mig_devices`` (with ``profile``, ``placement_start``,
+``placement_size`` where the source can tell), ``Gpu.health_counters``, ``Gpu.missing_since``
+and the holder; per host ``driver_version``, ``agent_source_error`` (NVML does not
+initialise …) and the inventory clock ``inventory_at`` / ``inventory_count``. This module only
+reads them; it never asks a provider.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .hygiene import gpu_findings
+from .models import Gpu, Host
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """One GPU as last reported. ``instances``: sorted ``(profile, start, size)``; a device the
+    source reported without a profile or placement has ``("?", -1, -1)``."""
+
+    uuid: str
+    host_id: uuid.UUID
+    holder_id: uuid.UUID | None
+    mig_mode: str | None
+    instances: tuple[tuple[str, int, int], ...]
+    missing: bool
+    failed_checks: tuple[str, ...]
+    health: str
+    health_reason: str
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """A host's latest agent facts; ``gpus`` by UUID (only those asked for that exist)."""
+
+    host_id: uuid.UUID
+    hostname: str
+    driver_version: str
+    source_error: str
+    inventory_at: datetime | None
+    inventory_count: int
+    gpus: dict[str, GpuFacts] = field(default_factory=dict)
+
+
+def _instances(devices: Any) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for device in devices or []:
+        if not isinstance(device, dict):
+            continue
+        profile = device.get("profile")
+        start, size = device.get("placement_start"), device.get("placement_size")
+        if isinstance(profile, str) and isinstance(start, int) and isinstance(size, int):
+            out.append((profile, start, size))
+        else:
+            out.append(("?", -1, -1))
+    return tuple(sorted(out))
+
+
+def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFacts | None:
+    """The latest agent facts of ``host_id`` and of the GPUs ``gpu_uuids`` (any host's: the
+    caller checks they are this host's). None when the host does not exist."""
+    host = (
+        Host.objects.filter(pk=host_id)
+        .values(
+            "id",
+            "hostname",
+            "driver_version",
+            "agent_source_error",
+            "inventory_at",
+            "inventory_count",
+        )
+        .first()
+    )
+    if host is None:
+        return None
+    gpus = {}
+    for row in Gpu.objects.filter(uuid__in=list(gpu_uuids)).values(
+        "uuid",
+        "host_id",
+        "holder_id",
+        "mig_mode",
+        "mig_devices",
+        "missing_since",
+        "health_counters",
+        "health",
+        "health_reason",
+    ):
+        failed = tuple(
+            f["detail"]
+            for f in gpu_findings(row["uuid"], row["health_counters"])
+            if f["status"] == "FAILED"
+        )
+        gpus[row["uuid"]] = GpuFacts(
+            uuid=row["uuid"],
+            host_id=row["host_id"],
+            holder_id=row["holder_id"],
+            mig_mode=row["mig_mode"],
+            instances=_instances(row["mig_devices"]) if row["mig_mode"] == "enabled" else (),
+            missing=row["missing_since"] is not None,
+            failed_checks=failed,
+            health=row["health"],
+            health_reason=row["health_reason"],
+        )
+    return HostFacts(
+        host_id=host["id"],
+        hostname=host["hostname"],
+        driver_version=host["driver_version"],
+        source_error=host["agent_source_error"],
+        inventory_at=host["inventory_at"],
+        inventory_count=host["inventory_count"],
+        gpus=gpus,
+    )
+
+
+def set_host_warning(host_id: Any, prefix: str, text: str | None) -> None:
+    """Replace the host's warnings that start with ``prefix`` by ``text`` (None: remove them).
+
+    Read first without a lock (nothing to do is the common case), then one UPDATE that edits
+    the JSON array in place, so a concurrent writer of another warning is never overwritten.
+    """
+    import json
+
+    from django.db import connection
+
+    current = Host.objects.filter(pk=host_id).values_list("warnings", flat=True).first()
+    if current is None:
+        return
+    wanted = [w for w in current if not w.startswith(prefix)] + ([text[:500]] if text else [])
+    if wanted == current:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE fleet_host SET warnings = COALESCE((SELECT jsonb_agg(w) FROM "
+            "jsonb_array_elements_text(warnings) AS w WHERE NOT starts_with(w, %s)), "
+            "'[]'::jsonb) || %s::jsonb WHERE id = %s",
+            [prefix, json.dumps([text[:500]] if text else []), host_id],
+        )
