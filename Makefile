@@ -37,3 +37,10 @@ soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
 	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
+
+# Cluster API testbed binaries (kube-apiserver, etcd, Cluster API controllers, CAPD) built once
+# from deploy/capi-testbed/go.mod into $NVKE_CAPI_BIN_DIR (default ~/.cache/nvke/capi-<hash>);
+# tests/clusterapi builds them itself when missing. See README "Cluster API provider".
+.PHONY: capi-bins
+capi-bins:
+	deploy/capi-testbed/build.sh

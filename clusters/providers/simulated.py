@@ -30,6 +30,7 @@ from fleet import placement
 from .base import (
     ClusterSpec,
     ControlPlaneStatus,
+    DeletionStatus,
     MachinePlacement,
     MachineStatus,
     NodeConfigStatus,
@@ -59,8 +60,8 @@ class SimulatedProvider(Provider):
             ready=True, endpoint=self._endpoint(cluster), version=cluster.kubernetes_version
         )
 
-    def delete_control_plane(self, cluster: ClusterSpec) -> bool:
-        return True
+    def delete_control_plane(self, cluster: ClusterSpec) -> DeletionStatus:
+        return DeletionStatus(gone=True)
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         placed = claim_fleet_gpus(pool, nodes)
