@@ -147,7 +147,14 @@ class SimulatedNodes(threading.Thread):
             (spec.get("initConfiguration") or {}).get("nodeRegistration") or {}
         )
         args = {a["name"]: a.get("value", "") for a in registration.get("kubeletExtraArgs") or []}
-        return _kv(args.get("node-labels", "")), list(registration.get("taints") or [])
+        taints = [
+            t
+            for t in registration.get("taints") or []
+            # Cluster API removes it from the Node once it synced the Machine's labels (it does
+            # that on the in-memory workload cluster, not here)
+            if t.get("key") != "node.cluster.x-k8s.io/uninitialized"
+        ]
+        return _kv(args.get("node-labels", "")), taints
 
     def sync(self) -> None:
         want = {

@@ -209,3 +209,61 @@ def test_a_deletion_a_load_balancer_blocks_ends_delete_failed_naming_it(
         ):
             patch(read, "default", {"metadata": {"finalizers": None}})
         apis.custom.delete_namespaced_custom_object(*CAPI, NS, "clusters", capi_name(cluster))
+
+
+def test_while_cluster_api_provisions_the_tenant_sees_why(owner, capi_settings, hosts):
+    from clusters.reconcile import reconcile_cluster
+    from tests.clusterapi.real import make_cluster
+
+    cluster = make_cluster(owner, "slow")
+    assert reconcile_cluster(cluster.id) == 5.0
+    cluster.refresh_from_db()
+    assert cluster.phase == "PROVISIONING"
+    ready = next(c for c in cluster.conditions if c["type"] == "ControlPlaneReady")
+    # the Cluster was created a moment ago: the real core controller has not reported yet
+    assert ready["status"] == "False"
+    assert ready["message"].startswith("waiting for the infrastructure: InfrastructureReady")
+
+
+def test_a_rolled_back_step_leaves_nothing_on_the_management_cluster(
+    owner, capi_settings, hosts, apis, django_capture_on_commit_callbacks
+):
+    from django.db import transaction
+
+    from clusters.providers import get_provider
+    from clusters.specs import cluster_spec
+    from tests.clusterapi.real import make_cluster
+    from tests.clusterapi.specs import node_spec, pool_spec
+
+    cluster = make_cluster(owner, "rollback")
+    pool = pool_spec(cluster=cluster_spec(cluster))
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        placed = get_provider("clusterapi").ensure_machines(pool, [node_spec(0)])
+        assert len(placed[0].gpu_uuids) == 2
+        raise RuntimeError("the step fails after placing")
+    deployments = apis.custom.list_namespaced_custom_object(
+        *CAPI, NS, "machinedeployments", label_selector=f"nvke.io/nodepool-id={pool.id}"
+    )["items"]
+    assert deployments == []
+
+
+def test_without_a_management_cluster_the_cluster_fails_saying_so(owner, settings, hosts):
+    from clusters.models import Cluster, Operation
+    from clusters.reconcile import reconcile_cluster
+
+    settings.NVKE_DEFAULT_PROVIDER = "clusterapi"
+    settings.NVKE_CLUSTERAPI_KUBECONFIG = ""
+    op = owner.post(
+        "/api/v1/clusters",
+        {"name": "nowhere", "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    ).json()
+    assert reconcile_cluster(op["target_id"]) is None
+    assert Cluster.objects.get(pk=op["target_id"]).phase == "ERROR"
+    error = Operation.objects.get(pk=op["id"]).error
+    assert (error["code"], error["retryable"]) == ("clusterapi_not_configured", False)
+    assert "NVKE_CLUSTERAPI_KUBECONFIG is empty" in error["message"]

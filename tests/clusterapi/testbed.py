@@ -384,6 +384,12 @@ class Testbed:
         folder = self.bins.parent / "crds" / component
         for path in sorted(folder.glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
+            # the contract labels the releases' kustomizations add (config/crd/kustomization.yaml
+            # ``labels``): Cluster API finds a provider's API version for a contract by them
+            labels = crd["metadata"].setdefault("labels", {})
+            for version in crd["spec"]["versions"]:
+                if version["name"] in ("v1beta1", "v1beta2"):
+                    labels[f"cluster.x-k8s.io/{version['name']}"] = version["name"]
             if len(crd["spec"]["versions"]) > 1:
                 crd["spec"]["conversion"] = {
                     "strategy": "Webhook",
@@ -410,8 +416,8 @@ class Testbed:
                 adm.create_validating_webhook_configuration(doc)
 
     def start_manager(self, component: str, binary: str, webhook_port: int) -> Process:
-        certs = self.folder / "webhook-certs"
-        certs.mkdir(exist_ok=True)
+        certs = self.folder / "webhook-certs" / component  # watched: one folder each
+        certs.mkdir(parents=True, exist_ok=True)
         shutil.copy(self.pki.path("webhook.crt"), certs / "tls.crt")
         shutil.copy(self.pki.path("webhook.key"), certs / "tls.key")
         health = free_port()

@@ -304,7 +304,14 @@ def render_infrastructure_cluster(
     return {
         "apiVersion": kind.api_version,
         "kind": kind.kind,
-        "metadata": _meta(cluster_name(cluster), namespace, cluster_labels(cluster)),
+        # an annotation is needed: CAPD v1.13.7 writes into metadata.annotations of a
+        # DevCluster without creating the map (a panic when there is none)
+        "metadata": _meta(
+            cluster_name(cluster),
+            namespace,
+            cluster_labels(cluster),
+            annotations={A_CLUSTER_NAME: cluster.name},
+        ),
         "spec": {"backend": {"inMemory": {}}},
     }
 
