@@ -66,13 +66,25 @@ def drive(django_capture_on_commit_callbacks):
     from clusters.reconcile import reconcile_cluster
     from nodepools.reconcile import reconcile_nodepool
 
-    def step(cluster_id, pool_id=None) -> None:
-        with django_capture_on_commit_callbacks(execute=True):
-            reconcile_cluster(cluster_id)
-        if pool_id is not None:
-            with django_capture_on_commit_callbacks(execute=True):
-                reconcile_nodepool(pool_id)
+    import time
 
+    due: dict[str, float] = {}
+
+    def run(key: str, reconcile, pk) -> None:
+        """Like the Celery task: again only once the delay the last step asked for passed
+        (deletions count their polls), and at once after a spec change."""
+        if time.monotonic() < due.get(key, 0.0):
+            return
+        with django_capture_on_commit_callbacks(execute=True):
+            delay = reconcile(pk)
+        due[key] = time.monotonic() + (delay if delay is not None else 0.5)
+
+    def step(cluster_id, pool_id=None) -> None:
+        run(f"c{cluster_id}", reconcile_cluster, cluster_id)
+        if pool_id is not None:
+            run(f"p{pool_id}", reconcile_nodepool, pool_id)
+
+    step.now = lambda: due.clear()  # a spec changed: the API enqueued a reconcile
     return step
 
 

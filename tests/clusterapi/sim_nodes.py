@@ -7,7 +7,8 @@ Operator's CRDs, evictions, PodDisruptionBudgets), so a second, real kube-apiser
 workload cluster for NVKE (``NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG``), and this thread keeps it
 in step with what Cluster API created, as the machines' kubelets and the GPU Operator would:
 
-* kubelet: for every Machine with a ``status.nodeRef``, a Node of that name registered with the
+* kubelet (and kube-controller-manager's node lifecycle, which clears ``not-ready``): for
+  every Machine with a ``status.nodeRef``, a Node of that name registered with the
   ``node-labels`` and ``taints`` of the Machine's own ``KubeadmConfig`` (what Cluster API's
   kubeadm bootstrap provider rendered from NVKE's template), ``Ready``, ``nodeInfo.kubeletVersion``
   = the Machine's ``spec.version``; the Node goes when its Machine does; pods bound to a Node
@@ -224,6 +225,11 @@ class SimulatedNodes(threading.Thread):
                 }
             },
             _content_type=MERGE,
+        )
+        # the API server's TaintNodesByCondition admission adds node.kubernetes.io/not-ready;
+        # kube-controller-manager (not run here) removes it once the Node is Ready
+        self.core.patch_node(
+            name, {"spec": {"taints": body["spec"]["taints"]}}, _content_type=MERGE
         )
 
     def _run_pods(self, nodes: set[str]) -> None:

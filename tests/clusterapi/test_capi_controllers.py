@@ -56,7 +56,7 @@ def test_a_cluster_runs_scales_and_is_deleted_with_its_load_balancer(
         f"{name}-control-plane",
         ("controlplane.cluster.x-k8s.io", "v1beta2"),
     )
-    assert (kcp["status"]["version"], kcp["status"]["readyReplicas"]) == ("v1.36.0", 1)
+    assert (kcp["status"]["version"], kcp["status"]["replicas"]) == ("v1.36.0", 1)
 
     pool_id = running_pool(owner, drive, cluster, 2)
     nodes = live_nodes(pool_id)
@@ -103,6 +103,7 @@ def test_a_cluster_runs_scales_and_is_deleted_with_its_load_balancer(
         format="json",
     )
     assert response.status_code == 202, response.content
+    drive.now()
     wait_for(
         "3 nodes",
         lambda: phase_of(NodePool, pool_id) == "RUNNING" and len(live_nodes(pool_id)) == 3,
@@ -123,6 +124,7 @@ def test_a_cluster_runs_scales_and_is_deleted_with_its_load_balancer(
         {"node_count": 1},
         format="json",
     )
+    drive.now()
     wait_for(
         "1 Machine left",
         lambda: len(apis.machines(name, pool=pool_id)) == 1,
@@ -141,6 +143,7 @@ def test_a_cluster_runs_scales_and_is_deleted_with_its_load_balancer(
         },
     )
     assert owner.delete(f"/api/v1/clusters/{cluster.id}").status_code == 202
+    drive.now()
     wait_for(
         "cluster DELETED",
         lambda: phase_of(Cluster, cluster.id) == "DELETED",
@@ -186,6 +189,7 @@ def test_a_deletion_a_load_balancer_blocks_ends_delete_failed_naming_it(
     )
     try:
         owner.delete(f"/api/v1/clusters/{cluster.id}")
+        drive.now()
         wait_for(
             "DELETE_FAILED",
             lambda: phase_of(Cluster, cluster.id) == "DELETE_FAILED",

@@ -65,6 +65,7 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
     # the control plane: KubeadmControlPlane rolls its machine to v1.36.0
     response = owner.patch(f"/api/v1/clusters/{cluster.id}", {"kubernetes_version": "1.36"})
     assert response.status_code == 202, response.content
+    drive.now()
     wait_for(
         "control plane 1.36",
         lambda: (
@@ -95,6 +96,7 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
     url = f"/api/v1/clusters/{cluster.id}/nodepools/{pool_id}"
     response = owner.post(f"{url}/upgrade", {"kubernetes_version": "1.36", "drain_timeout_s": 0})
     assert response.status_code == 202, response.content
+    drive.now()
     wait_for(
         "the rollout paused",
         lambda: NodePool.objects.get(pk=pool_id).upgrade.get("state") == "paused",
@@ -117,6 +119,7 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
     # force: NVKE skips the drain, so does Cluster API; the Machine is replaced
     response = owner.post(f"{url}/resume-upgrade", {"force": True}, format="json")
     assert response.status_code in (200, 202), response.content
+    drive.now()
     wait_for(
         "node upgraded",
         lambda: (
@@ -165,6 +168,7 @@ def test_a_machine_health_check_remediation_replaces_the_node_in_nvke(
         machine["metadata"]["name"],
         {"metadata": {"annotations": {"cluster.x-k8s.io/remediate-machine": ""}}},
     )
+    drive.now()
     wait_for(
         "the replacement node READY",
         lambda: (
@@ -226,6 +230,7 @@ def test_an_isolation_change_evicts_only_gpu_pods_relabels_and_validates(
         f"/api/v1/clusters/{cluster.id}/nodepools/{pool_id}", {"isolation": BALANCED}, format="json"
     )
     assert response.status_code == 202, response.content
+    drive.now()
     wait_for(
         "pool RUNNING with the new layout",
         lambda: (

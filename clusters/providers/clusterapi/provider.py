@@ -182,10 +182,16 @@ class ClusterApiProvider(Provider):
                     message="waiting for the workload cluster's load balancers and volumes",
                 )
             self.api.delete(CLUSTER, name, self.namespace)
+        if self.api.get(CLUSTER, name, self.namespace) is not None:
+            # Cluster API deletes machines, control plane and infrastructure in its order (the
+            # DevCluster / Metal3Cluster last): nothing of it is touched meanwhile
+            return DeletionStatus(
+                gone=False,
+                leftovers=(f"Cluster {self.namespace}/{name}",),
+                message="waiting for Cluster API to delete the cluster",
+            )
         selector = {render.L_CLUSTER_ID: str(cluster.id)}
         left = []
-        if self.api.get(CLUSTER, name, self.namespace) is not None:
-            left.append(f"Cluster {self.namespace}/{name}")
         for kind in (
             MACHINE_HEALTH_CHECK,
             MACHINE_DEPLOYMENT,
