@@ -63,10 +63,10 @@ def apis(capi_testbed):
 @pytest.fixture
 def drive(django_capture_on_commit_callbacks):
     """``drive(cluster_id, pool_id=None)``: one step of each reconciler, committing."""
+    import time
+
     from clusters.reconcile import reconcile_cluster
     from nodepools.reconcile import reconcile_nodepool
-
-    import time
 
     due: dict[str, float] = {}
 

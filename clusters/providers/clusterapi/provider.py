@@ -25,9 +25,8 @@ What each call does (objects: :mod:`.render`; status mapping: :mod:`.status`; AP
   NVKE's leftovers; done when none is left;
 * ``kubeconfig``: the admin kubeconfig from ``<cluster>-kubeconfig``.
 
-What has been run against a real management cluster: nothing (see README "Cluster API
-provider"); the tests use a local HTTP server that plays the API calls, documented as a
-simulation.
+Tested against real Cluster API controllers on a real kube-apiserver, with CAPD's in-memory
+backend simulating the machines (README "Cluster API provider", tests/clusterapi/).
 """
 
 from __future__ import annotations

@@ -30,10 +30,12 @@ NVKE changes running nodes itself (drain, in-place reconfiguration, repair). Whi
 belong to which NVKE node is kept in the annotation ``nvke.io/nodes`` of the MachineDeployment
 (``{node id: reserved hostname}``; ``replicas`` is its length).
 
-Infrastructure objects (``<Prefix>Cluster``, ``<Prefix>MachineTemplate``) are referenced, never
-created: NVKE cannot validate another provider's CRDs. Per cluster ``<Prefix>Cluster`` named
-like the Cluster; worker machines use the template ``nvke-<gpu model slug>``, control-plane
-machines ``nvke-control-plane`` (one per management cluster, made by the operator).
+Infrastructure objects: for ``Dev`` (CAPD's in-memory backend, SIMULATED machines) NVKE
+creates the ``DevCluster`` and the ``DevMachineTemplate``s; for ``Metal3`` a
+``Metal3MachineTemplate`` per pool whose ``hostSelector`` admits only the hosts NVKE reserved
+(:func:`render_worker_template`). Otherwise they are referenced: per cluster a
+``<Prefix>Cluster`` named like the Cluster; worker machines use the template
+``nvke-<gpu model slug>``, control-plane machines ``nvke-control-plane`` (made by the operator).
 """
 
 from __future__ import annotations
