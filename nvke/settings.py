@@ -259,7 +259,9 @@ NVKE_CLUSTERAPI_MACHINE_SPEC = env.json("NVKE_CLUSTERAPI_MACHINE_SPEC", default=
 # whose API servers cannot hold the GPU Operator's objects. Empty in production.
 NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG = env("NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG", default="")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
-NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
+# A cluster's control-plane deletion counts every poll that finds something left (backoff 1, 2,
+# 4 ... 60 s): 12 is about 6 minutes, what Cluster API takes to remove a bare-metal cluster.
+NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=12)
 # Default quota of a new tenant (operators change it per tenant: PUT /api/v1/quotas/{tenant}).
 NVKE_DEFAULT_MAX_CLUSTERS = env.int("NVKE_DEFAULT_MAX_CLUSTERS", default=20)
 NVKE_DEFAULT_MAX_NODES = env.int("NVKE_DEFAULT_MAX_NODES", default=200)
