@@ -20,6 +20,7 @@ run: install
 	$(PY) -m nvke.embedded run
 
 test: install
+	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (once: see capi-bins)
 	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
