@@ -16,8 +16,7 @@ import pytest
 
 from clusters.providers.base import ProviderError
 from clusters.providers.clusterapi.client import ApiError, management_api, workload_api
-from clusters.providers.clusterapi.render import CONFIG_MAP, MACHINE_DEPLOYMENT, POD
-from tests.clusterapi.real import NS
+from clusters.providers.clusterapi.render import CONFIG_MAP, POD
 
 NAMESPACE = "client-test"
 
@@ -101,21 +100,18 @@ def test_a_stale_resource_version_is_a_retryable_conflict(api, fresh):
     assert "has been modified" in str(caught.value)
 
 
-def test_an_invalid_object_is_not_retryable(capi_testbed):
-    """The real CRD schema (and Cluster API's webhook) refuse it: 422, for good."""
-    api = management_api(capi_testbed.management_kubeconfig)
-    deployment = {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "MachineDeployment",
-        "metadata": {"name": "bad", "namespace": NS},
-        "spec": {"clusterName": "x", "replicas": "three"},
-    }
+def test_an_invalid_object_is_not_retryable(api):
+    """The real API server's validation refuses it (a ConfigMap key may not hold a space):
+    422, for good."""
     with pytest.raises(ApiError) as caught:
-        api.apply(deployment)
-    assert (caught.value.code, caught.value.retryable) == ("clusterapi_invalid_object", False)
-    assert "HTTP 422" in str(caught.value)
-    assert f"apply MachineDeployment {NS}/bad" in str(caught.value)
-    assert api.get(MACHINE_DEPLOYMENT, "bad", NS) is None
+        api.apply(config_map("bad", **{"not a key": "x"}))
+    assert (caught.value.status, caught.value.code, caught.value.retryable) == (
+        422,
+        "clusterapi_invalid_object",
+        False,
+    )
+    assert f"apply ConfigMap {NAMESPACE}/bad" in str(caught.value)
+    assert api.get(CONFIG_MAP, "bad", NAMESPACE) is None
 
 
 @pytest.fixture
@@ -224,6 +220,17 @@ def test_eviction_reports_evicted_blocked_and_gone(api, capi_testbed):
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "c", "image": "busybox"}],
                 },
+            },
+        )
+    for name in ("free", "guarded"):  # running and Ready, as their kubelet would report
+        core.patch_namespaced_pod_status(
+            name,
+            NAMESPACE,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
             },
         )
     policy.create_namespaced_pod_disruption_budget(
