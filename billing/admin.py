@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import BillingAccount, GpuRecovery, Invoice, InvoiceLine, LedgerEntry, Price
+from .models import BillingAccount, Invoice, InvoiceLine, LedgerEntry, Price
 
 
 class ReadOnly(admin.ModelAdmin):
@@ -57,9 +57,3 @@ class InvoiceAdmin(ReadOnly):
     list_display = ["number", "tenant", "period_label", "status", "total", "currency"]
     list_filter = ["status", "period_label"]
     inlines = [LineInline]
-
-
-@admin.register(GpuRecovery)
-class GpuRecoveryAdmin(admin.ModelAdmin):
-    list_display = ["gpu_uuid", "recovered_at", "recorded_by", "note"]
-    search_fields = ["gpu_uuid"]

@@ -1,21 +1,23 @@
-"""SLA-credited unhealthy time, derived from Xid events and the catalog (one small module).
+"""SLA-credited unhealthy time, read from the fleet's GPU health intervals (one truth).
 
-Rule (until fleet keeps a GPU health history; then only this module changes):
+The fleet keeps one history of GPU health: :class:`fleet.models.GpuHealthInterval`, opened by
+an Xid (:func:`fleet.health.handle_xid`), a failed check, a missing GPU or a silent host, and
+closed by verified recovery, auto-repair (a node rebooted) or an operator (``mark-healthy`` in
+the API or the console, audited). Billing credits exactly those intervals:
 
-1. An Xid event whose catalog entry (:class:`catalog.models.XidCode`) has severity
-   ``critical`` needs operator action (NVIDIA's immediate action RESET_GPU, RESTART_BM,
-   CONTACT_SUPPORT, WORKFLOW_* ... mapped by ``xid.yaml``'s ``resolution_buckets_to_nvke``);
-   informational and application-level Xids (13, 31, 43 ...) and codes the catalog does not know
+1. Only intervals with ``needs_operator`` count: a fault the platform must fix (an Xid whose
+   catalog severity is ``critical``: NVIDIA's action RESET_GPU, RESTART_BM, CONTACT_SUPPORT …).
+   Application Xids, unknown codes the device plugin ignores, a silent host or a missing GPU
    credit nothing.
-2. Its scope follows the action: RESTART_BM and CHECK_MECHANICALS take the whole machine down
-   (cordon, drain, reboot the host: every allocation on the host is credited); RESTART_VM the
-   node(s) holding the GPU; anything else the GPU itself (all of its rows: whole GPU or slices).
-   Every scope lies on the Xid's host, which keeps the lookup to that host's rows.
-3. The unhealthy interval of an affected allocation starts at the Xid's timestamp and ends at
-   the first :class:`billing.models.GpuRecovery` of the Xid's GPU after it, or when that
-   allocation ends (the node is released: repaired by replacement, or deleted), whichever comes
-   first. Only allocations open at the Xid's timestamp are affected: a GPU given out later was
-   healthy when the platform placed it, and an Xid on an idle GPU credits no one.
+2. Scope, from the interval's catalog action: RESTART_BM and CHECK_MECHANICALS take the whole
+   machine down (every allocation on the interval's host is credited — the interval's GPU is a
+   GPU of that host by construction: an Xid naming a GPU the host does not own is refused at
+   ingestion); RESTART_VM the node(s) holding the GPU; anything else the GPU itself (all of its
+   rows: whole GPU or slices).
+3. An affected allocation is credited from the interval's start to its end (an open interval:
+   until the allocation ends). Only allocations open at the interval's start are affected: a
+   GPU given out later was healthy when the platform placed it, and a fault on an idle GPU
+   credits no one.
 
 Credited time is billed at the allocation's fraction, so usage minus credit is what is charged.
 """
@@ -28,8 +30,6 @@ from datetime import datetime
 
 from django.db import connection
 
-from catalog.models import XidCode
-
 HOST_ACTIONS = ("RESTART_BM", "CHECK_MECHANICALS")
 NODE_ACTIONS = ("RESTART_VM",)
 
@@ -38,47 +38,34 @@ NODE_ACTIONS = ("RESTART_VM",)
 class CreditInterval:
     """Unhealthy time of one ledger row: ``[start, end)``; ``end`` None = until the row ends.
 
-    ``xid`` / ``xid_gpu_uuid`` / ``scope`` (``gpu`` | ``node`` | ``host``) say why.
+    ``xid`` (None for a non-Xid cause) / ``xid_gpu_uuid`` (the faulty GPU) / ``scope``
+    (``gpu`` | ``node`` | ``host``) say why; ``interval_id`` is the fleet interval.
     """
 
     entry_id: int
     gpu_uuid: str
     start: datetime
     end: datetime | None
-    xid: int
+    xid: int | None
     xid_gpu_uuid: str
     scope: str
-
-
-def credit_scopes() -> dict[int, str]:
-    """Xid code -> scope for every catalogued Xid that needs operator action."""
-    out = {}
-    for code, action in XidCode.objects.filter(severity=XidCode.Severity.CRITICAL).values_list(
-        "code", "nvidia_immediate_action"
-    ):
-        if action in HOST_ACTIONS:
-            out[code] = "host"
-        elif action in NODE_ACTIONS:
-            out[code] = "node"
-        else:
-            out[code] = "gpu"
-    return out
+    interval_id: int = 0
 
 
 _CREDITS_SQL = """
 WITH ev AS (
-    SELECT e.id, e.host_id, e.gpu_uuid, e.ts, e.xid, s.scope
-      FROM fleet_xidevent e
-      JOIN unnest(%(codes)s::int[], %(scopes)s::text[]) AS s(code, scope) ON s.code = e.xid
-     WHERE e.ts >= %(since)s AND e.ts < %(end)s
-       AND e.host_id IN (SELECT l.host_id FROM billing_ledgerentry l
+    SELECT i.id, i.host_id, i.gpu_uuid, i.started_at AS ts, i.ended_at, i.xid,
+           CASE WHEN i.action = ANY(%(host_actions)s) THEN 'host'
+                WHEN i.action = ANY(%(node_actions)s) THEN 'node'
+                ELSE 'gpu' END AS scope
+      FROM fleet_gpuhealthinterval i
+     WHERE i.needs_operator
+       AND i.started_at >= %(since)s AND i.started_at < %(end)s
+       AND i.host_id IN (SELECT l.host_id FROM billing_ledgerentry l
                           WHERE l.period && tstzrange(%(start)s, %(end)s, '[)')
                             AND (%(tenant)s::uuid IS NULL OR l.tenant_id = %(tenant)s::uuid))
 )
-SELECT l.id, l.gpu_uuid, ev.ts,
-       (SELECT min(r.recovered_at) FROM billing_gpurecovery r
-         WHERE r.gpu_uuid = ev.gpu_uuid AND r.recovered_at > ev.ts) AS recovered_at,
-       ev.xid, ev.gpu_uuid, ev.scope
+SELECT l.id, l.gpu_uuid, ev.ts, ev.ended_at, ev.xid, ev.gpu_uuid, ev.scope, ev.id
   FROM ev
   JOIN billing_ledgerentry l
     ON l.host_id = ev.host_id
@@ -106,9 +93,6 @@ def credit_intervals(
     Intervals are not clipped to the window or merged; overlapping ones of one row count once
     where they are used (:mod:`billing.aggregation` unions them per row).
     """
-    scopes = credit_scopes()
-    if not scopes:
-        return []
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT min(lower(period)) FROM billing_ledgerentry"
@@ -122,8 +106,8 @@ def credit_intervals(
         cursor.execute(
             _CREDITS_SQL,
             {
-                "codes": list(scopes),
-                "scopes": list(scopes.values()),
+                "host_actions": list(HOST_ACTIONS),
+                "node_actions": list(NODE_ACTIONS),
                 "since": since,
                 "start": start,
                 "end": end,

@@ -185,6 +185,7 @@ def _attach_credit_details(
                             "mig_gpu_instance_id": row.mig_gpu_instance_id,
                             "ledger_entry_id": row.id,
                             "xid": why.xid,
+                            "health_interval_id": why.interval_id,
                             "xid_gpu_uuid": why.xid_gpu_uuid,
                             "scope": why.scope,
                             "start": s.isoformat(),
@@ -366,7 +367,7 @@ def _lines(invoice: Invoice, rated, adjustments, currency: str) -> list[InvoiceL
             f"{what}: {gpu_hours(r.gpu_seconds)} GPU-h x {price}",
         )
         if r.credit_gpu_seconds:
-            xids = sorted({d["xid"] for d in r.details})
+            xids = sorted({d["xid"] for d in r.details if d["xid"] is not None})
             add(
                 LineKind.SLA_CREDIT,
                 r,

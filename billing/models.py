@@ -8,8 +8,8 @@
 * :class:`UsageRecord` — billable GPU-seconds per tenant / cluster / pool / model / profile and
   bucket (one hour or less), computed in SQL from the ledger by :mod:`billing.aggregation`.
 * :class:`Invoice` / :class:`InvoiceLine` — a tenant's monthly invoice, ``DRAFT -> FINALIZED``.
-* :class:`GpuRecovery` — an operator's statement that a GPU is healthy again (ends an SLA
-  credit interval, see :mod:`billing.health`).
+* SLA credits have no table here: they are read from the fleet's GPU health intervals
+  (:mod:`billing.health`).
 
 Money is :class:`~decimal.Decimal`: rates per GPU-hour, amounts rounded per line (half-even) to
 the currency's minor unit (:mod:`billing.money`).
@@ -350,21 +350,3 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.invoice_id}#{self.position} {self.amount}"
-
-
-class GpuRecovery(models.Model):
-    """An operator's statement that a GPU is healthy again from ``recovered_at`` (e.g. after a
-    GPU reset that kept the node). Ends the SLA-credit interval an Xid opened on that GPU."""
-
-    gpu_uuid = models.CharField(max_length=64, db_index=True)
-    recovered_at = models.DateTimeField()
-    note = models.CharField(max_length=200, blank=True)
-    recorded_by = models.CharField(max_length=100, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["gpu_uuid", "recovered_at"]
-        verbose_name_plural = "GPU recoveries"
-
-    def __str__(self) -> str:
-        return f"{self.gpu_uuid} healthy from {self.recovered_at}"

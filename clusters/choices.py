@@ -31,6 +31,8 @@ class OperationType(models.TextChoices):
     UPGRADE_NODES = "UPGRADE_NODES"
     UPDATE_ISOLATION = "UPDATE_ISOLATION"
     REPAIR_NODES = "REPAIR_NODES"
+    #: nodes moved off a host an operator drains (maintenance, retirement): nodepools/host_moves
+    HOST_MAINTENANCE = "HOST_MAINTENANCE"
     DELETE_NODE_POOL = "DELETE_NODE_POOL"
     UPDATE_CLUSTER = "UPDATE_CLUSTER"
     ROTATE_CREDENTIALS = "ROTATE_CREDENTIALS"

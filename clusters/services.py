@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from fleet.models import Host
 from nvke.errors import Conflict, InvalidInput
+from nvke.queueing import send_on_commit
 from tenants import audit, quotas
 from tenants.principal import Principal
 
@@ -20,7 +21,7 @@ from .signals import collect_node_versions, operation_cancelled
 def _enqueue(cluster_id) -> None:
     from .tasks import reconcile_cluster
 
-    transaction.on_commit(lambda: reconcile_cluster.delay(str(cluster_id)))
+    send_on_commit(reconcile_cluster, cluster_id)
 
 
 def spec_of(cluster: Cluster) -> dict:

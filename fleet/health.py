@@ -241,16 +241,32 @@ def host_reported(host: Host, now: datetime) -> None:
 def mark_healthy(
     host: Host, gpu_uuids: list[str] | None, *, actor: str, now: datetime | None = None
 ) -> list[str]:
-    """Operator: the GPUs (all of the host's when None) are repaired; returns those closed."""
+    """Operator (API ``POST …/mark-healthy`` or the console): the GPUs (all of the host's when
+    None) are repaired; their open unhealthy intervals end at ``now`` — the end of any SLA
+    credit they gave (billing reads these intervals). Records a host event and an audit event
+    (``host.mark_healthy``, the intervals ended with their start); returns the GPUs closed."""
+    from tenants import audit
+
     now = now or timezone.now()
     gpus = Gpu.objects.filter(host=host, health=GpuHealth.UNHEALTHY)
     if gpu_uuids is not None:
         gpus = gpus.filter(uuid__in=gpu_uuids)
     closed = []
+    ended: list[dict[str, Any]] = []
     with transaction.atomic():
         for gpu in gpus:
-            if close_unhealthy(gpu, at=now, ended_by=actor) is not None:
+            interval = close_unhealthy(gpu, at=now, ended_by=actor)
+            if interval is not None:
                 closed.append(gpu.uuid)
+                ended.append(
+                    {
+                        "gpu_uuid": gpu.uuid,
+                        "reason": interval.reason,
+                        "xid": interval.xid,
+                        "started_at": interval.started_at.isoformat(),
+                        "ended_at": interval.ended_at.isoformat(),
+                    }
+                )
             else:  # unhealthy without an interval (older data): just fix the flag
                 Gpu.objects.filter(pk=gpu.pk).update(health=GpuHealth.HEALTHY, health_reason="")
                 closed.append(gpu.uuid)
@@ -264,6 +280,14 @@ def mark_healthy(
                 actor=actor,
                 message=f"marked healthy: {', '.join(sorted(closed))}",
                 data={"gpu_uuids": sorted(closed)},
+            )
+            audit.record(
+                actor=actor,
+                action="host.mark_healthy",
+                target_type="host",
+                target_id=host.pk,
+                before={"unhealthy": sorted(closed)},
+                after={"healthy": sorted(closed), "intervals_ended": ended},
             )
     return sorted(closed)
 

@@ -5,7 +5,8 @@ inventory, and the results of commands. In one transaction:
 
 1. ``INSERT … ON CONFLICT (host, seq) DO NOTHING`` claims the report: a duplicate answers the
    first acknowledgement again and writes nothing (the agent resends after a lost answer).
-2. Samples are COPYed into ``fleet_gpusample`` (day partitions made on demand). What real
+2. Samples are COPYed into a staging table and moved into ``fleet_gpusample`` with
+   ``ON CONFLICT DO NOTHING`` (day partitions made on demand). What real
    fleets send is handled here, each case counted in ``rejections`` / the ack:
 
    * ``unknown_gpu``: a sample of a GPU that is not this host's is not stored. A MIG device
@@ -14,9 +15,13 @@ inventory, and the results of commands. In one transaction:
      ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention period, is
      rejected (never clamped: a moved timestamp would put the reading in the wrong minute);
    * duplicates: the same ``(gpu, MIG GI, ts)`` twice in one report (a physical GPU printed once
-     per MIG instance) is stored once and counted in ``samples_deduplicated``;
+     per MIG instance), or a sample already stored by an earlier report (data re-sent under a
+     new seq), is stored once and counted in ``samples_deduplicated`` — samples are unique per
+     ``(gpu, MIG GI, ts)`` in the table (:func:`store_samples`);
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
-3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`).
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`). An Xid
+   naming a GPU the host does not own refuses the whole report (400, field
+   ``events[i].gpu_uuid``): nothing is stored.
 4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
    (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
    a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
@@ -140,7 +145,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     inventory = body.get("inventory")
     gpus = _host_gpus(host, fresh=isinstance(inventory, dict))
     parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
-    events = _events(host, seq, body.get("events") or [], now)
+    events = _events(host, seq, body.get("events") or [], gpus, now)
     skew = _clock_skew(body.get("sent_at"), now)
     rejected = sum(parsed.rejections.values())
 
@@ -150,9 +155,13 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             duplicate = _first_ack(host, seq)
             metrics.REPORTS.labels(outcome="duplicate").inc()
             return duplicate
+        stored = len(parsed.rows)
         if parsed.rows:
             ensure_partitions({row[0].date() for row in parsed.rows})
-            copy_samples(parsed.rows)
+            stored = store_samples(parsed.rows)
+            if stored != len(parsed.rows):  # samples already stored (resent under a new seq)
+                parsed.deduplicated += len(parsed.rows) - stored
+                _count_stored(report_id, stored, parsed.deduplicated)
         if events:
             XidEvent.objects.bulk_create(events)
             for event in events:
@@ -179,13 +188,13 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         health.host_reported(host, now)
         commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []
     metrics.REPORTS.labels(outcome="stored").inc()
-    metrics.SAMPLES.labels(outcome="stored").inc(len(parsed.rows))
+    metrics.SAMPLES.labels(outcome="stored").inc(stored)
     if rejected:
         metrics.SAMPLES.labels(outcome="rejected").inc(rejected)
     return Ack(
         seq,
         False,
-        len(parsed.rows),
+        stored,
         rejected,
         parsed.deduplicated,
         parsed.rejections,
@@ -338,7 +347,12 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
     return _Parsed(rows, rejections, deduplicated, min_ts, max_ts)
 
 
-def _events(host: Host, seq: int, events: Any, now: datetime) -> list[XidEvent]:
+def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -> list[XidEvent]:
+    """Xid events of the report. An Xid names the GPU it happened on: one of the host's GPUs
+    (or a MIG device of one, stored as its GPU). A GPU the host does not own is refused —
+    ``InvalidReport("events[i].gpu_uuid")``, so the whole report is refused and nothing is
+    stored: an Xid must never mark (or credit) a GPU of another host, nor the whole host for a
+    GPU it does not have."""
     if not isinstance(events, list):
         raise InvalidReport("events", "events must be a list")
     out = []
@@ -350,10 +364,19 @@ def _events(host: Host, seq: int, events: Any, now: datetime) -> list[XidEvent]:
         if not isinstance(xid, int) or isinstance(xid, bool) or not 0 <= xid < 2**31:
             raise InvalidReport(f"events[{i}].xid", "xid must be a non-negative integer")
         ts = _parse_ts(event.get("ts"), f"events[{i}].ts")
+        gpu_uuid = event.get("gpu_uuid")
+        if isinstance(gpu_uuid, str) and gpu_uuid in gpus.mig_uuids:
+            gpu_uuid = gpus.mig_uuids[gpu_uuid][0]
+        if not isinstance(gpu_uuid, str) or gpu_uuid not in gpus.uuids:
+            raise InvalidReport(
+                f"events[{i}].gpu_uuid",
+                f"GPU {str(gpu_uuid)[:80]!r} is not a GPU of host {host.hostname}; "
+                "the report is refused and nothing of it is stored",
+            )
         out.append(
             XidEvent(
                 host=host,
-                gpu_uuid=str(event.get("gpu_uuid", ""))[:64],
+                gpu_uuid=gpu_uuid,
                 ts=min(ts, newest),
                 xid=xid,
                 message=str(event.get("message", ""))[:2000],
@@ -417,6 +440,16 @@ def _claim_report(
     return row[0] if row else None
 
 
+def _count_stored(report_id: int, stored: int, deduplicated: int) -> None:
+    """The report's counts once the staging move said how many samples were new."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE fleet_agentreport SET samples_stored = %s, samples_deduplicated = %s"
+            " WHERE id = %s",
+            [stored, deduplicated, report_id],
+        )
+
+
 def _first_ack(host: Host, seq: int) -> Ack:
     with connection.cursor() as cursor:
         cursor.execute(
@@ -452,8 +485,9 @@ SAMPLE_TYPES = (
 )
 
 
-def copy_samples(rows: list[tuple]) -> None:
-    """COPY rows (in :data:`SAMPLE_COLUMNS` order) into ``fleet_gpusample``.
+def copy_samples(rows: list[tuple], table: str = "fleet_gpusample") -> None:
+    """COPY rows (in :data:`SAMPLE_COLUMNS` order) into ``table`` (raw: a duplicate of a stored
+    sample breaks the unique index; ingestion goes through :func:`store_samples`).
 
     Binary COPY with the column types declared (psycopg 3's C row writer): the fastest path
     psycopg offers, and no text escaping to get wrong.
@@ -461,11 +495,46 @@ def copy_samples(rows: list[tuple]) -> None:
     columns = ", ".join(SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
         raw = cursor.cursor  # the psycopg 3 cursor under Django's wrapper
-        with raw.copy(f"COPY fleet_gpusample ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        with raw.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(SAMPLE_TYPES)
             write_row = copy.write_row
             for row in rows:
                 write_row(row)
+
+
+#: the per-transaction staging table of :func:`store_samples`
+STAGING = "nvke_staging_gpusample"
+_COLUMNS = ", ".join(SAMPLE_COLUMNS)
+_CREATE_STAGING = (
+    f"CREATE TEMP TABLE IF NOT EXISTS {STAGING} ON COMMIT DROP AS "
+    f"SELECT {_COLUMNS} FROM fleet_gpusample WITH NO DATA"
+)
+# one statement empties the staging table and inserts what is new; the unique index
+# fleet_gpusample_sample_uniq (gpu, ts, MIG GI; NULLS NOT DISTINCT) decides what is a duplicate
+_MOVE_STAGED = (
+    f"WITH staged AS (DELETE FROM {STAGING} RETURNING {_COLUMNS}) "
+    f"INSERT INTO fleet_gpusample ({_COLUMNS}) SELECT {_COLUMNS} FROM staged "
+    "ON CONFLICT DO NOTHING"
+)
+
+
+def store_samples(rows: list[tuple]) -> int:
+    """Store rows (in :data:`SAMPLE_COLUMNS` order) once each; returns how many were new.
+
+    Samples are unique per (GPU, MIG GPU-instance id, timestamp) — the unique index of
+    migration ``fleet.0006`` — so a sample an agent sends again under a new report seq (it
+    lost its state and registered again, or resent a batch) is not stored twice. COPY cannot
+    skip conflicts, so the rows are COPYed (binary, as before) into a temporary staging table
+    of this transaction (``ON COMMIT DROP``: safe with any connection pooling) and moved with
+    ``INSERT … ON CONFLICT DO NOTHING``. Must run inside a transaction.
+    """
+    if not rows:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(_CREATE_STAGING)
+        copy_samples(rows, table=STAGING)
+        cursor.execute(_MOVE_STAGED)
+        return cursor.rowcount
 
 
 def _with_warning(warnings: list[str], prefix: str, text: str | None) -> list[str]:

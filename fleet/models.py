@@ -52,6 +52,11 @@ class Host(models.Model):
     #: set while draining: the state the host enters once none of its GPUs is held
     drain_target = models.CharField(max_length=16, choices=HostState.choices, blank=True)
     drain_requested_at = models.DateTimeField(null=True, blank=True)
+    #: while draining: the nodes to move off (counted when the drain was asked for) and
+    #: whether their drains evict pods that block them (PodDisruptionBudgets), as an upgrade's
+    #: ``force`` does
+    drain_nodes = models.PositiveIntegerField(default=0)
+    drain_force = models.BooleanField(default=False)
     topology = models.JSONField(default=dict, blank=True)
     gpu_model = models.ForeignKey(
         "catalog.GpuModel", on_delete=models.PROTECT, related_name="hosts"

@@ -25,9 +25,21 @@ requests on 10,000 hosts is planned without a query per request (``tests/bench``
 candidate hosts from PostgreSQL, plans the whole batch, locks the chosen hosts
 (``SELECT … FOR NO KEY UPDATE SKIP LOCKED``; a host locked by someone else is left out and the
 batch re-planned), checks the GPUs again under the lock and claims them with guarded UPDATEs.
-It must run inside the caller's transaction: when any request cannot be placed it raises
-:class:`InsufficientCapacity` and the caller's rollback leaves nothing held — GPUs held by
-others are never touched, since every write is guarded by ``holder_id IS NULL``.
+It must run inside the caller's transaction: when a request cannot be placed the caller's
+rollback leaves nothing held — GPUs held by others are never touched, since every write is
+guarded by ``holder_id IS NULL``.
+
+**Contention is not capacity.** A claimant holds its hosts' locks until its transaction ends,
+which includes the provider call (seconds on a real infrastructure API), and every claimant
+plans the same best-fit order, so concurrent claims meet on the same hosts. Skipping a locked
+host and re-planning moves a claimant to the next-best host; when the loaded candidates run
+out, the next ones (hosts not yet seen) are loaded, so a claim only ends when *every* eligible
+host was tried. It then raises :class:`InsufficientCapacity` only if no host was skipped for a
+lock — i.e. even with every lock released the fleet (as committed) could not hold the batch;
+otherwise :class:`PlacementContended`, which says "try again shortly" (the node pool reconciler
+retries it with backoff until its deadline). A lock never waits (SKIP LOCKED), so claims cannot
+deadlock; best fit stays deterministic without contention; under contention claimants spread
+over the next-best hosts instead of failing.
 """
 
 from __future__ import annotations
@@ -48,7 +60,9 @@ from .models import Gpu, Host, region_of_zone
 FREE = "free"
 #: tenancy key of hosts whose holders all allow hardware-isolated sharing
 SHARED = "shared"
-MAX_REPLANS = 3
+#: safety bound on plan/lock rounds of one claim (each round skips a locked host, refreshes a
+#: changed one, or loads more candidates, so a claim ends long before; past it: contended)
+MAX_ROUNDS = 64
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,20 @@ class InsufficientCapacity(Exception):
         super().__init__(
             f"no free host with {request.gpus} x {request.gpu_model} GPU(s) in {where} "
             f"({placed} of {total} node(s) could be placed)"
+        )
+
+
+class PlacementContended(Exception):
+    """The batch did not fit on the hosts free of other claimants' locks, but would fit if
+    those locks were released (their transactions may free or take the GPUs): retry shortly.
+    Nothing was claimed by the caller's batch."""
+
+    def __init__(self, request: GpuRequest, locked_hosts: int) -> None:
+        self.request = request
+        self.locked_hosts = locked_hosts
+        super().__init__(
+            f"{request.gpus} x {request.gpu_model} GPU(s): every fitting host is being claimed "
+            f"by another request right now ({locked_hosts} host(s) locked); retrying"
         )
 
 
@@ -490,12 +518,23 @@ def _claim_batch(
     requests: Sequence[GpuRequest], *, total: int, done: int
 ) -> dict[uuid.UUID, Placement]:
     by_holder = {r.holder_id: r for r in requests}
-    planner = Planner(load_host_views(requests))
-    locked: set[uuid.UUID] = set()
-    for _round in range(MAX_REPLANS + 1):
+    views = load_host_views(requests)
+    seen: set[uuid.UUID] = {v.id for v in views}
+    planner = Planner(views)
+    locked: set[uuid.UUID] = set()  # by this transaction
+    skipped: set[uuid.UUID] = set()  # locked by another transaction
+    for _round in range(MAX_ROUNDS):
         try:
             plan = planner.place_all(requests)
         except InsufficientCapacity as exc:
+            more = load_host_views(requests, exclude=seen) if skipped else []
+            if more:  # the locked hosts hid candidates not loaded yet: try them too
+                seen.update(v.id for v in more)
+                for view in more:
+                    planner.add(view)
+                continue
+            if skipped:
+                raise PlacementContended(exc.request, locked_hosts=len(skipped)) from None
             raise InsufficientCapacity(exc.request, placed=done + exc.placed, total=total) from None
         hosts = {p.host_id for p in plan}
         wanted = hosts - locked
@@ -511,14 +550,16 @@ def _claim_batch(
         bad = (wanted - got) | stale
         if not bad:
             return _write(plan, by_holder)
+        # A host missing from ``got`` is locked by another claimant (or left the schedulable
+        # states: then it is not capacity either way, and the next snapshot drops it).
+        skipped |= wanted - got
         for placement in plan:
             planner.unplace(placement)
         for host_id in bad:
             planner.remove(host_id)
             if host_id in fresh and host_id in locked:
                 planner.add(fresh[host_id])
-    # Still contended after several rounds: report it as capacity, which callers retry.
-    raise InsufficientCapacity(requests[0], placed=done, total=total)
+    raise PlacementContended(requests[0], locked_hosts=len(skipped))
 
 
 def _still_fits(
@@ -573,13 +614,17 @@ WITH eligible AS (
        AND (region = %(where)s OR zone = %(where)s OR zone LIKE %(prefix)s)
        AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
             OR (%(shares)s AND exclusive_tenants <@ ARRAY[%(tenant)s]::uuid[]))
+       AND NOT (id = ANY(%(exclude)s::uuid[]))
 )
 SELECT id FROM eligible WHERE rank <= %(per_bucket)s
 """
 
 
-def load_host_views(requests: Sequence[GpuRequest]) -> list[HostView]:
-    """Snapshots of the hosts that could take ``requests`` (a bounded set, see below).
+def load_host_views(
+    requests: Sequence[GpuRequest], *, exclude: Iterable[uuid.UUID] = ()
+) -> list[HostView]:
+    """Snapshots of the hosts that could take ``requests`` (a bounded set, see below), leaving
+    out the hosts in ``exclude`` (already loaded: the next ones are returned).
 
     Per (model, region or zone, tenant, sharing) of the batch, one query over ``fleet_host``
     (its GPU summary columns, kept by a trigger) ranks the eligible hosts the tenant may use
@@ -592,6 +637,7 @@ def load_host_views(requests: Sequence[GpuRequest]) -> list[HostView]:
     for r in requests:
         groups[(r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host)].append(r)
     ids: set[uuid.UUID] = set()
+    excluded = list(exclude)
     with connection.cursor() as cursor:
         for (model, where, tenant, shares), members in groups.items():
             cursor.execute(
@@ -604,6 +650,7 @@ def load_host_views(requests: Sequence[GpuRequest]) -> list[HostView]:
                     "shares": shares,
                     "smallest": min(m.gpus for m in members),
                     "per_bucket": 2 * len(members) + 16,
+                    "exclude": excluded,
                 },
             )
             ids.update(row[0] for row in cursor.fetchall())

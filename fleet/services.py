@@ -4,8 +4,10 @@ Operator actions (DESIGN §10 host states)::
 
     cordon       AVAILABLE/ALLOCATED/NOT_READY/FAILED -> CORDONED (held GPUs stay, no new ones)
     uncordon     CORDONED/MAINTENANCE/FAILED -> AVAILABLE or ALLOCATED (by whether GPUs are held)
-    drain        -> CORDONED now, ``host_drain_requested`` sent for the nodes on it; once no GPU
-                 is held the host enters the drain target (CORDONED by default)
+    drain        -> CORDONED now, ``host_drain_requested`` sent for the nodes on it (the node
+                 pools move them: :mod:`nodepools.host_moves`); once no GPU is held the host
+                 enters the drain target (CORDONED by default). Its reason counts the nodes
+                 moved and pending
     maintenance  a drain whose target is MAINTENANCE (at once when nothing is held)
     retire       a drain whose target is RETIRED; a retired host's agent credential and
                  bootstrap token stop working; RETIRED is final
@@ -324,9 +326,11 @@ def _mig_device_dict(device) -> dict:
 
 
 def holders_on(host_id: Any) -> list[Any]:
-    """Node ids holding GPUs of the host."""
+    """Node ids holding GPUs of the host, each once (order_by(): Gpu's default ordering would
+    make DISTINCT count GPUs, not nodes)."""
     return list(
         Gpu.objects.filter(host_id=host_id, holder_id__isnull=False)
+        .order_by()
         .values_list("holder_id", flat=True)
         .distinct()
     )
@@ -389,14 +393,19 @@ def change_host_state(
 
 def settle_host_state(host_id: Any, *, now: datetime) -> None:
     """After GPUs were claimed or released: ALLOCATED <-> AVAILABLE by whether any is held,
-    and a draining host with nothing held enters its drain target."""
-    host = Host.objects.filter(pk=host_id).values("state", "drain_target").first()
+    and a draining host with nothing held enters its drain target (with GPUs still held, its
+    reason says how many nodes are moved and how many are pending)."""
+    host = Host.objects.filter(pk=host_id).values("state", "drain_target", "drain_nodes").first()
     if host is None:
         return
-    held = Gpu.objects.filter(host_id=host_id, holder_id__isnull=False).exists()
-    if host["drain_target"] and not held:
+    pending = len(holders_on(host_id))
+    if host["drain_target"] and not pending:
         _finish_drain(host_id, host["drain_target"], now=now)
-    elif held and host["state"] == HostState.AVAILABLE:
+    elif host["drain_target"]:
+        Host.objects.filter(pk=host_id, drain_target=host["drain_target"]).update(
+            state_reason=drain_progress(host["drain_target"], host["drain_nodes"], pending)
+        )
+    elif pending and host["state"] == HostState.AVAILABLE:
         change_host_state(
             host_id,
             to=HostState.ALLOCATED,
@@ -404,7 +413,7 @@ def settle_host_state(host_id: Any, *, now: datetime) -> None:
             reason="GPUs held",
             now=now,
         )
-    elif not held and host["state"] == HostState.ALLOCATED:
+    elif not pending and host["state"] == HostState.ALLOCATED:
         change_host_state(
             host_id,
             to=HostState.AVAILABLE,
@@ -414,15 +423,34 @@ def settle_host_state(host_id: Any, *, now: datetime) -> None:
         )
 
 
+def drain_progress(target: str, total: int, pending: int) -> str:
+    """What a drain has done and what is left, counting nodes (not GPUs)::
+
+    draining to MAINTENANCE: 1 of 2 node(s) moved, 1 pending
+    drained to MAINTENANCE: 2 of 2 node(s) moved, none pending
+    """
+    total = max(total, pending)
+    moved = total - pending
+    if not pending:
+        return f"drained to {target}: {moved} of {total} node(s) moved, none pending"
+    return f"draining to {target}: {moved} of {total} node(s) moved, {pending} pending"
+
+
 def _finish_drain(host_id: Any, target: str, *, now: datetime) -> None:
-    updates: dict[str, Any] = {"drain_target": "", "drain_requested_at": None}
+    total = Host.objects.filter(pk=host_id).values_list("drain_nodes", flat=True).first() or 0
+    updates: dict[str, Any] = {
+        "drain_target": "",
+        "drain_requested_at": None,
+        "drain_nodes": 0,
+        "drain_force": False,
+    }
     if target == HostState.RETIRED:
         updates.update(credential_hash="", bootstrap_token_hash="")
     change_host_state(
         host_id,
         to=target,
         allowed_from=[s for s in HostState.values if s != HostState.RETIRED],
-        reason=f"drained: {target.lower()}",
+        reason=drain_progress(target, total, 0),
         now=now,
         updates=updates,
     )
@@ -433,6 +461,13 @@ def _finish_drain(host_id: Any, target: str, *, now: datetime) -> None:
 CORDONABLE = (*SCHEDULABLE_HOST_STATES, HostState.NOT_READY, HostState.FAILED, HostState.CORDONED)
 UNCORDONABLE = (HostState.CORDONED, HostState.MAINTENANCE, HostState.FAILED)
 DRAIN_TARGETS = (HostState.CORDONED, HostState.MAINTENANCE, HostState.RETIRED)
+#: the drain fields of a host that is not draining (cordon and uncordon cancel a drain)
+NO_DRAIN: dict[str, Any] = {
+    "drain_target": "",
+    "drain_requested_at": None,
+    "drain_nodes": 0,
+    "drain_force": False,
+}
 
 
 def _action(host: Host, actor: str, message: str, now: datetime, **data: Any) -> None:
@@ -466,7 +501,7 @@ def cordon_host(host: Host, *, actor: str, reason: str = "") -> Host:
             reason=f"cordoned by {actor}{': ' + reason if reason else ''}",
             now=now,
             actor=actor,
-            updates={"drain_target": "", "drain_requested_at": None},
+            updates=NO_DRAIN,
         )
     return Host.objects.get(pk=host.pk)
 
@@ -487,13 +522,21 @@ def uncordon_host(host: Host, *, actor: str) -> Host:
             reason=f"uncordoned by {actor}",
             now=now,
             actor=actor,
-            updates={"drain_target": "", "drain_requested_at": None},
+            updates=NO_DRAIN,
         )
     return Host.objects.get(pk=host.pk)
 
 
-def drain_host(host: Host, *, actor: str, target: str = HostState.CORDONED) -> Host:
+def drain_host(
+    host: Host, *, actor: str, target: str = HostState.CORDONED, force: bool = False
+) -> Host:
     """Cordon now, ask the layers above to move the nodes off, then enter ``target``.
+
+    ``host_drain_requested`` is sent on commit; the node pool reconcilers move each node
+    (:mod:`nodepools.host_moves`). ``force`` evicts pods that block a node's drain (as an
+    upgrade's ``force``); asking again on a draining host (say with ``force`` after a drain was
+    reported blocked) is safe: the nodes already moved stay counted. The host's reason says
+    what is done and what is pending, in nodes.
 
     Raises InvalidInput ``invalid_drain_target`` / Conflict ``invalid_host_state``.
     """
@@ -510,30 +553,47 @@ def drain_host(host: Host, *, actor: str, target: str = HostState.CORDONED) -> H
         if host.state not in allowed:
             raise _refuse(host, "drain", allowed)
         holder_ids = holders_on(host.pk)
+        # a repeated drain keeps counting the nodes already moved off
+        moved = max(host.drain_nodes - len(holder_ids), 0) if host.drain_target else 0
+        total = moved + len(holder_ids)
         _action(
             host,
             actor,
-            f"drain to {target}: {len(holder_ids)} node(s) to move",
+            f"drain to {target}{' (force)' if force else ''}: {len(holder_ids)} node(s) to move",
             now,
             target=target,
+            force=force,
             holder_ids=[str(h) for h in holder_ids],
         )
         if not holder_ids:
+            Host.objects.filter(pk=host.pk).update(drain_nodes=total)
             _finish_drain(host.pk, target, now=now)
         else:
-            change_host_state(
+            draining = {
+                "drain_target": target,
+                "drain_requested_at": host.drain_requested_at or now,
+                "drain_nodes": total,
+                "drain_force": force,
+            }
+            reason = drain_progress(target, total, len(holder_ids))
+            if not change_host_state(
                 host.pk,
                 to=HostState.CORDONED,
                 allowed_from=allowed,
-                reason=f"draining to {target} ({actor})",
+                reason=reason,
                 now=now,
                 actor=actor,
-                updates={"drain_target": target, "drain_requested_at": now},
-            )
+                updates=draining,
+            ):  # pragma: no cover - the row is locked above
+                raise _refuse(host, "drain", allowed)
             host_id = host.pk
             transaction.on_commit(
                 lambda: host_drain_requested.send(
-                    sender=Host, host_id=host_id, holder_ids=holder_ids, target_state=target
+                    sender=Host,
+                    host_id=host_id,
+                    holder_ids=holder_ids,
+                    target_state=target,
+                    force=force,
                 )
             )
     return Host.objects.get(pk=host.pk)

@@ -19,8 +19,10 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
 
 ``host_drain_requested``
     An operator asked to drain a host: the nodes in ``holder_ids`` should be moved off it
-    (``host_id``, ``holder_ids``, ``target_state``). Once none of its GPUs is held the host
-    enters ``target_state`` by itself.
+    (``host_id``, ``holder_ids``, ``target_state``, ``force``: evict pods that block a drain).
+    ``nodepools`` receives it (:mod:`nodepools.host_moves`); the host's ``drain_target`` stays
+    set until it is empty, so a lost signal only waits for the periodic resync. Once none of
+    its GPUs is held the host enters ``target_state`` by itself.
 """
 
 from __future__ import annotations

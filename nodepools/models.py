@@ -59,6 +59,10 @@ class NodePool(models.Model):
     conditions = models.JSONField(default=list, blank=True)
     deletion_requested_at = models.DateTimeField(null=True, blank=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    #: retryable provider/placement failures of node creation in a row, and since when
+    #: (the reconciler backs off and gives up after ``NVKE_PROVIDER_RETRY_DEADLINE_S``)
+    provision_failures = models.PositiveIntegerField(default=0)
+    provision_retry_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -120,6 +124,10 @@ class Node(models.Model):
     repair_action = models.CharField(max_length=16, blank=True)
     repair_reason = models.CharField(max_length=200, blank=True)
     repair_requested_at = models.DateTimeField(null=True, blank=True)
+    #: moving off a draining host (nodepools/host_moves.py): "" (not moving), ``replacing``
+    #: (a replacement is placed elsewhere first), ``draining``, ``drain-blocked`` (pods that
+    #: cannot be evicted), ``moved`` (released; kept on the DELETED row for the count)
+    move_state = models.CharField(max_length=16, blank=True)
     drain_started_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)

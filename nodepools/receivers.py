@@ -10,8 +10,8 @@ from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
-from fleet.signals import gpu_health_changed, host_state_changed
-from nvke.queueing import enqueue_once
+from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
+from nvke.queueing import enqueue_once, send_on_commit
 from tenants.signals import collect_usage
 
 from .models import Node, NodePool
@@ -46,7 +46,7 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
                 deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
             )
         # a direct send: a pending countdown (e.g. a maintenance-window wait) must not delay it
-        transaction.on_commit(lambda pid=pool.id: reconcile_nodepool.delay(str(pid)))
+        send_on_commit(reconcile_nodepool, pool.id)
     return len(pools)
 
 
@@ -84,7 +84,7 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
     pool = NodePool.objects.select_for_update().filter(pk=operation.target_id).first()
     if pool is None:
         return False
-    transaction.on_commit(lambda: reconcile_nodepool.delay(str(pool.id)))
+    send_on_commit(reconcile_nodepool, pool.id)
     if operation.type == OperationType.SET_NODE_POOL_SIZE:
         live = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).count()
         if live != pool.node_count:
@@ -94,6 +94,8 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
             gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
             if delta > 0:
                 quotas.release(pool.tenant_id, nodes=delta, gpus=gpus)
+            else:  # a cancelled scale-down keeps nodes its new spec had given back
+                quotas.reserve(pool.tenant_id, nodes=-delta, gpus=gpus, enforce=False)
             pool.node_count = live
             pool.generation += 1
             pool.save(update_fields=["node_count", "generation", "updated_at"])
@@ -146,3 +148,29 @@ def follow_host_readiness(sender, host_id, new_state, **kwargs) -> None:
         nodes.filter(phase=NodePhase.NOT_READY, repair_state="").update(
             phase=NodePhase.READY, repair_requested_at=None
         )
+
+
+@receiver(host_drain_requested)
+def move_nodes_off_draining_host(sender, host_id, holder_ids, target_state, **kwargs) -> int:
+    """An operator drains a host: each pool with a node there gets its HOST_MAINTENANCE
+    operation and its reconciler is woken (the moves themselves: :mod:`nodepools.host_moves`,
+    read from the host row at every step). Returns the number of pools woken."""
+    from fleet.models import Host
+
+    from .host_moves import request_moves
+    from .tasks import reconcile_nodepool
+
+    hostname = Host.objects.filter(pk=host_id).values_list("hostname", flat=True).first() or ""
+    pool_ids = set(
+        Node.objects.filter(pk__in=holder_ids)
+        .exclude(phase__in=["DELETING", "DELETED"])
+        .values_list("nodepool_id", flat=True)
+    )
+    now = timezone.now()
+    woken = 0
+    for pool_id in sorted(pool_ids, key=str):
+        if request_moves(pool_id, hostname=hostname, now=now):
+            # a direct send: a pending countdown must not delay it
+            transaction.on_commit(lambda pid=pool_id: reconcile_nodepool.delay(str(pid)))
+            woken += 1
+    return woken

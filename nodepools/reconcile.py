@@ -8,8 +8,12 @@ save status, return the requeue delay (None when converged):
    ``DELETED``;
 2. the cluster's control plane not RUNNING yet: wait;
 3. too few nodes: create the missing Node rows and place their machines through the provider,
-   all or none: on ``InsufficientCapacity`` nothing is kept, the pool goes to ``ERROR`` and its
-   operation FAILS with code ``insufficient_capacity``;
+   all or none: on ``InsufficientCapacity`` (the fleet cannot hold them even with every other
+   claim's lock released) nothing is kept, the pool goes to ``ERROR`` and its operation FAILS
+   with code ``insufficient_capacity``; a retryable provider error (including
+   ``placement_contended``: concurrent claims hold every fitting host) is retried with jittered
+   backoff, condition ``Ready=False`` naming it, until ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after
+   the first failure, then ``ERROR`` with the last error and how long it was retried;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``);
 6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import secrets
 import uuid
 from datetime import datetime
@@ -42,10 +47,12 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
+from . import host_moves
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
 from .repair import step_repair
+from .services import release_pool_quota
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
 from .upgrade_steps import step_upgrade, upgrade_surge
@@ -91,14 +98,24 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
     if _release_replaced(pool, live, now):
         return 0.0  # the next step creates their successors
-    desired = pool.node_count + upgrade_surge(pool, live)
-    if len(live) < pool.node_count:
-        return _scale_up(pool, live, now)
-    if len(live) < desired:  # only surge nodes are missing: without capacity, do without
-        return _scale_up(pool, live, now, count=desired, surge=True)
-    if len(live) > desired:
+    # nodes moving off a draining host do not count: their replacements are placed first
+    hosts = host_moves.mark_moving(pool, live, now)
+    counted = [n for n in live if not n.move_state]
+    desired = pool.node_count + upgrade_surge(pool, counted)
+    short = False
+    if len(counted) < pool.node_count:
+        delay = _scale_up(pool, counted, now, moving=len(live) - len(counted))
+        if delay != host_moves.SHORT:
+            return delay
+        if len(counted) == len(live):  # short, nothing left to move: try again later
+            host_moves.finish(pool, now)
+            return host_moves.SHORT_RETRY_S
+        short = True  # the moving nodes go on without a replacement
+    elif len(counted) < desired:  # only surge nodes are missing: without capacity, do without
+        return _scale_up(pool, counted, now, count=desired, surge=True)
+    elif len(counted) > desired:
         # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
-        surplus = sorted(live, key=lambda n: (n.created_at, n.name))[desired:]
+        surplus = sorted(counted, key=lambda n: (n.created_at, n.name))[desired:]
         return _drain_then_release(pool, surplus, now)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
@@ -130,6 +147,15 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return min(waits)
     if pool.phase == Phase.DEGRADED and any(n.applied_config == UNKNOWN_CONFIG for n in live):
         return None  # a node's GPUs are in an unknown state: an operator must repair it
+    moving = host_moves.step_moves(pool, live, hosts, provider, spec, now)
+    if moving == STOP:
+        return None
+    if moving is not None:
+        return moving
+    if short:
+        return host_moves.SHORT_RETRY_S
+    live = counted
+    host_moves.clear_short(pool, now)
     repairing = step_repair(pool, live, provider, spec, now)
     if repairing is not None:
         return repairing
@@ -167,8 +193,16 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
 
 
 def _scale_up(
-    pool: NodePool, live: list[Node], now: datetime, count: int | None = None, surge: bool = False
+    pool: NodePool,
+    live: list[Node],
+    now: datetime,
+    count: int | None = None,
+    surge: bool = False,
+    moving: int = 0,
 ) -> float | None:
+    """Place the missing nodes, all or none. ``moving``: nodes moving off draining hosts
+    beside ``live``; without capacity the pool then runs short (``host_moves.SHORT``)
+    instead of failing."""
     missing = (count if count is not None else pool.node_count) - len(live)
     k8s = (
         pool.kubernetes_version
@@ -206,14 +240,24 @@ def _scale_up(
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
             pool.save(update_fields=["upgrade", "updated_at"])
             return 0.0
+        if moving or host_moves.runs_short(pool):  # a host drain took the nodes: run short
+            return host_moves.capacity_short(pool, live, str(exc), now)
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
+        if exc.retryable:
+            return _retry_provisioning(pool, exc, now)
         return _fail(
             pool, exc.code, f"the infrastructure provider failed: {exc}", exc.retryable, now
         )
+    fields = ["updated_at"]
+    if pool.provision_failures or pool.provision_retry_since:
+        pool.provision_failures, pool.provision_retry_since = 0, None
+        fields += ["provision_failures", "provision_retry_since"]
     if pool.phase not in (Phase.PROVISIONING, Phase.RECONCILING):
         pool.phase = Phase.RECONCILING
-        pool.save(update_fields=["phase", "updated_at"])
+        fields.append("phase")
+    if len(fields) > 1:
+        pool.save(update_fields=fields)
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
 
@@ -241,6 +285,47 @@ def _release_replaced(pool: NodePool, live: list[Node], now: datetime) -> bool:
     message = "; ".join(f"{by_id[r.node_id].name}: {r.reason}" for r in replaced)
     _set_conditions(pool, now, ("MachinesReplaced", True, "InfrastructureReplaced", message))
     return True
+
+
+def retry_backoff_s(failures: int) -> float:
+    """Delay before attempt ``failures + 1``: 0.5 s doubling to 30 s, times a random 0.5-1.0
+    (jitter, so claimants that met on the same hosts do not meet again at the same instant)."""
+    return min(0.5 * 2 ** max(failures - 1, 0), 30.0) * random.uniform(0.5, 1.0)
+
+
+def _retry_provisioning(pool: NodePool, exc: ProviderError, now: datetime) -> float | None:
+    """A retryable failure to create nodes: back off, or ERROR once the deadline has passed."""
+    from django.conf import settings
+
+    pool.provision_failures += 1
+    pool.provision_retry_since = pool.provision_retry_since or now
+    waited = (now - pool.provision_retry_since).total_seconds()
+    if waited >= settings.NVKE_PROVIDER_RETRY_DEADLINE_S:
+        message = (
+            f"gave up creating nodes after {pool.provision_failures} attempt(s) over "
+            f"{waited:.0f} s (deadline {settings.NVKE_PROVIDER_RETRY_DEADLINE_S:.0f} s); "
+            f"last error: {exc}"
+        )
+        pool.provision_failures, pool.provision_retry_since = 0, None
+        pool.save(update_fields=["provision_failures", "provision_retry_since", "updated_at"])
+        return _fail(pool, exc.code, message, retryable=True, now=now)
+    delay = retry_backoff_s(pool.provision_failures)
+    reason = "PlacementContended" if exc.code == "placement_contended" else "ProviderRetrying"
+    pool.conditions = set_condition(
+        pool.conditions,
+        "Ready",
+        False,
+        reason,
+        f"attempt {pool.provision_failures} failed, retrying in {delay:.1f} s: {exc}",
+        now,
+    )
+    pool.save(
+        update_fields=["provision_failures", "provision_retry_since", "conditions", "updated_at"]
+    )
+    log.info(
+        "pool %s: %s (attempt %d), retry in %.1f s", pool.id, exc, pool.provision_failures, delay
+    )
+    return delay
 
 
 #: ``Node.applied_config`` of a node whose reconfiguration failed: matches no config
@@ -481,6 +566,7 @@ def _finish_rollout(pool: NodePool, now: datetime) -> None:
 
 
 def _fail(pool: NodePool, code: str, message: str, retryable: bool, now: datetime) -> None:
+    log.warning("node pool %s (%s) goes ERROR: %s: %s", pool.id, pool.name, code, message)
     pool.phase = Phase.ERROR
     pool.observed_generation = pool.generation
     pool.conditions = set_condition(pool.conditions, "Ready", False, _reason(code), message, now)
@@ -496,6 +582,18 @@ def _reason(code: str) -> str:
 
 
 def _step_delete(pool: NodePool, now: datetime) -> float | None:
+    if pool.deletion_requested_at is None:
+        # Deleted through its cluster, and the cluster's ``cluster_deleting`` receiver skipped
+        # this pool because we held its row (SKIP LOCKED): do what it would have done. The
+        # pool's reservation is released exactly once, by whoever first sets
+        # ``deletion_requested_at`` under the pool's row lock (here, the receiver or
+        # ``delete_nodepool``), so no path that ends a pool keeps its quota.
+        release_pool_quota(pool)
+        cancel_operations(pool.id, "superseded by the cluster's deletion", now)
+        pool.deletion_requested_at = now
+        pool.generation += 1
+        pool.phase = Phase.DELETING
+        pool.save(update_fields=["deletion_requested_at", "generation", "phase", "updated_at"])
     if pool.phase != Phase.DELETING:
         pool.phase = Phase.DELETING
         pool.save(update_fields=["phase", "updated_at"])
@@ -649,6 +747,9 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             | Q(nodes__repair_state__gt="")
             # the infrastructure may replace their machines by itself (health checks)
             | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
+            | Q(nodes__move_state__in=host_moves.MOVING_STATES)
+            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt="")
+            | Q(conditions__contains=[{"type": "CapacityShort", "status": "True"}])
         )
         .exclude(phase__in=(Phase.DELETED, Phase.DELETE_FAILED))
         .values_list("id", flat=True)

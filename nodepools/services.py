@@ -20,6 +20,7 @@ from clusters.models import Cluster, Operation, active_operation, cancel_operati
 from clusters.services import ensure_no_active_operation
 from fleet.placement import max_host_gpus
 from nvke.errors import Conflict, InvalidInput
+from nvke.queueing import send_on_commit
 from tenants import audit, quotas
 from tenants.principal import Principal
 
@@ -56,7 +57,7 @@ def release_pool_quota(pool: NodePool) -> None:
 def enqueue_reconcile(pool_id) -> None:
     from .tasks import reconcile_nodepool
 
-    transaction.on_commit(lambda: reconcile_nodepool.delay(str(pool_id)))
+    send_on_commit(reconcile_nodepool, pool_id)
 
 
 @dataclass

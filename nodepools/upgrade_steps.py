@@ -126,14 +126,12 @@ def _step_node(
         return STOP
     if node.upgrade_state == "draining":
         forced = pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name
-        blockers = [] if forced else provider.drain_blockers(spec, node_spec(node))
-        if blockers:
-            started = node.drain_started_at or now
-            if now - started >= timedelta(seconds=int(pool.upgrade.get("drain_timeout_s", 600))):
-                return _pause(pool, node, "drain blocked", blockers, now)
+        timeout_s = int(pool.upgrade.get("drain_timeout_s", 600))
+        outcome, blockers = drain_outcome(provider, spec, node, forced, timeout_s, now)
+        if outcome == BLOCKED:
+            return _pause(pool, node, "drain blocked", blockers, now)
+        if outcome == WAITING:
             return DRAIN_POLL_S
-        if not forced:
-            provider.drain_node(spec, node_spec(node))
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]
         )
@@ -167,6 +165,36 @@ def _step_node(
         )
         return _pause(pool, node, f"verification failed: {problem}", [], now)
     return DRAIN_POLL_S
+
+
+#: outcomes of :func:`drain_outcome`
+DRAINED, WAITING, BLOCKED = "drained", "waiting", "blocked"
+
+
+def drain_outcome(
+    provider: Provider,
+    spec: NodePoolSpec,
+    node: Node,
+    forced: bool,
+    timeout_s: float,
+    now: datetime,
+) -> tuple[str, list[str]]:
+    """One look at a cordoned node's drain, by the rules every drain of NVKE follows (node
+    upgrades, host drains): ``(DRAINED, [])`` once no pod blocks it — or at once with
+    ``forced``, which evicts the blockers ignoring their budgets (never the default);
+    ``(WAITING, pods)`` while pods block it for less than ``timeout_s`` since
+    ``node.drain_started_at``; ``(BLOCKED, pods)`` after that (the caller pauses and names
+    them). Pods are named ``namespace/name (why)`` as the provider reports them.
+    """
+    blockers = [] if forced else provider.drain_blockers(spec, node_spec(node))
+    if not blockers:
+        if not forced:
+            provider.drain_node(spec, node_spec(node))
+        return DRAINED, []
+    started = node.drain_started_at or now
+    if now - started >= timedelta(seconds=timeout_s):
+        return BLOCKED, blockers
+    return WAITING, blockers
 
 
 def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime) -> float:

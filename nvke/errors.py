@@ -141,8 +141,37 @@ def flatten_validation_errors(detail: Any, prefix: str = "") -> list[dict[str, s
 _VALIDATION_CODE_MAP = {"invalid": "invalid_field", "required": "required_field"}
 
 
+#: Retry-After (s) sent with ``broker_unavailable`` / ``database_unavailable``
+UNAVAILABLE_RETRY_AFTER_S = 5
+
+
+def unavailable_problem(exc: BaseException) -> tuple[str, str] | None:
+    """``(code, detail)`` when ``exc`` says a backing service is unreachable, else None:
+    the broker / Redis (``broker_unavailable``) or PostgreSQL (``database_unavailable``).
+    Both answer 503, retryable, with ``Retry-After``."""
+    from django.db import InterfaceError, OperationalError
+    from kombu.exceptions import OperationalError as KombuOperationalError
+    from redis import RedisError
+
+    if isinstance(exc, RedisError | KombuOperationalError):
+        return "broker_unavailable", "the message broker is unavailable; retry shortly"
+    if isinstance(exc, OperationalError | InterfaceError):
+        return "database_unavailable", "the database is unavailable; retry shortly"
+    return None
+
+
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF exception handler rendering every error as problem+json."""
+    unavailable = unavailable_problem(exc)
+    if unavailable is not None:
+        code, detail = unavailable
+        return problem(
+            503,
+            code,
+            detail,
+            retryable=True,
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        )
     if isinstance(exc, Http404):
         exc = NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -44,3 +44,30 @@ def not_found(request, exception=None) -> HttpResponse:
     from django.views.defaults import page_not_found
 
     return page_not_found(request, exception)
+
+
+def server_error(request) -> HttpResponse:
+    """``handler500``: problem+json for API paths (503 ``broker_unavailable`` /
+    ``database_unavailable`` when a backing service is down, else 500 ``internal_error``),
+    Django's page elsewhere. Called by Django inside its ``except`` block, so the exception
+    is in ``sys.exc_info()``."""
+    import sys
+
+    from .errors import UNAVAILABLE_RETRY_AFTER_S, unavailable_problem
+
+    if not request.path.startswith("/api/"):
+        from django.views.defaults import server_error as page
+
+        return page(request)
+    exc = sys.exc_info()[1]
+    unavailable = unavailable_problem(exc) if exc is not None else None
+    if unavailable is not None:
+        code, detail = unavailable
+        return problem_response(
+            503,
+            code,
+            detail,
+            retryable=True,
+            headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+        )
+    return problem_response(500, "internal_error", "internal error; it has been logged")

@@ -6,7 +6,11 @@
   explode the label set; ``process`` is ``NVKE_PROCESS_NAME`` (e.g. ``web-1``) or the pid.
 * ``nvke_celery_tasks_total{task, state, queue, worker}`` and
   ``nvke_celery_task_duration_seconds{task, queue}`` — from Celery's task signals in the worker.
-* ``nvke_celery_queue_depth{queue}`` — messages waiting, read from Redis at scrape time.
+* ``nvke_celery_queue_depth{queue}`` — messages waiting, and ``nvke_celery_messages{queue,
+  state}`` — waiting / reserved (unacked) / scheduled (unacked countdowns), read from the
+  broker's Redis at scrape time (:class:`QueueDepthCollector`).
+* ``nvke_heartbeat_age_seconds{kind, name, state}`` — workers' and beat's heartbeats
+  (:mod:`nvke.heartbeat`).
 * ``nvke_clusters{phase}``, ``nvke_nodepools{phase}``, ``nvke_operations{status}``,
   ``nvke_reconcile_lag_seconds{kind}`` (age of the oldest unconverged object) — from
   PostgreSQL at scrape time.
@@ -27,6 +31,7 @@ from celery import signals
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from .heartbeat import HeartbeatCollector
 from .metrics import register_collector
 
 PROCESS = os.environ.get("NVKE_PROCESS_NAME") or f"pid-{os.getpid()}"
@@ -107,26 +112,83 @@ def _serve_worker_metrics(**kwargs) -> None:
             start_http_server(int(port), registry=registry)
 
 
+def broker_redis_url(broker_url: str) -> str:
+    """The redis-py URL of a kombu Redis broker URL (``redis+socket:///path?virtual_host=N``
+    -> ``unix:///path?db=N``; ``redis://`` / ``rediss://`` unchanged)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    if not broker_url.startswith("redis+socket://"):
+        return broker_url
+    parts = urlsplit(broker_url)
+    db = parse_qs(parts.query).get("virtual_host", ["0"])[0] or "0"
+    return f"unix://{parts.path}?db={db}"
+
+
 class QueueDepthCollector:
-    """Messages waiting per Celery queue (Redis list length)."""
+    """Messages per Celery queue, read from the broker's Redis at scrape time.
+
+    * ``nvke_celery_queue_depth{queue}``: waiting in the queue (Redis list length);
+    * ``nvke_celery_messages{queue, state}``: ``waiting`` (the same), ``reserved`` (delivered
+      to a worker, not yet acknowledged: running, or lost with a dead worker until the
+      visibility timeout hands it out again) and ``scheduled`` (delivered and unacknowledged
+      with an ETA still in the future: a countdown waiting in a worker). kombu keeps the last
+      two in its ``unacked`` hash, with the message and its routing key; a message with an ETA
+      header in the future counts as scheduled. The hash is read in pages (HSCAN), so a large
+      backlog costs a longer scrape, never a blocked Redis.
+    """
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        import json
+        from datetime import UTC, datetime
+
         import redis
         from django.conf import settings
 
-        family = GaugeMetricFamily("nvke_celery_queue_depth", "Messages waiting", labels=["queue"])
+        depth = GaugeMetricFamily("nvke_celery_queue_depth", "Messages waiting", labels=["queue"])
+        states = GaugeMetricFamily(
+            "nvke_celery_messages",
+            "Messages per queue: waiting, reserved (unacked), scheduled (unacked, ETA ahead)",
+            labels=["queue", "state"],
+        )
         queues = {r["queue"] for r in settings.CELERY_TASK_ROUTES.values()}
         queues.add(settings.CELERY_TASK_DEFAULT_QUEUE)
+        counts = {q: {"waiting": 0, "reserved": 0, "scheduled": 0} for q in queues}
+        now = datetime.now(UTC)
         try:
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-            for queue in sorted(queues):
-                family.add_metric([queue], client.llen(queue))
+            client = redis.Redis.from_url(
+                broker_redis_url(settings.CELERY_BROKER_URL), socket_timeout=2
+            )
+            for queue in queues:
+                counts[queue]["waiting"] = client.llen(queue)
+            for _tag, raw in client.hscan_iter("unacked", count=500):
+                try:
+                    message, _exchange, routing_key = json.loads(raw)
+                    eta = (message.get("headers") or {}).get("eta")
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                bucket = counts.setdefault(
+                    routing_key, {"waiting": 0, "reserved": 0, "scheduled": 0}
+                )
+                ahead = False
+                if eta:
+                    try:
+                        when = datetime.fromisoformat(eta)
+                        ahead = (when if when.tzinfo else when.replace(tzinfo=UTC)) > now
+                    except ValueError:
+                        ahead = False
+                bucket["scheduled" if ahead else "reserved"] += 1
         except redis.RedisError:
             return
-        yield family
+        for queue in sorted(counts):
+            if queue in queues:
+                depth.add_metric([queue], counts[queue]["waiting"])
+            for state, value in counts[queue].items():
+                states.add_metric([queue, state], value)
+        yield depth
+        yield states
 
 
 class DomainCollector:
@@ -168,3 +230,4 @@ class DomainCollector:
 
 register_collector(QueueDepthCollector())
 register_collector(DomainCollector())
+register_collector(HeartbeatCollector())

@@ -174,16 +174,33 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Recovery of lost messages vs duplicates (README "Broker outages"): a message delivered to a
+# worker that dies sits in Redis' unacked set until the visibility timeout has passed, then a
+# live worker's periodic sweep (every unacked_restore_interval s) puts it back in its queue. A
+# countdown message also waits there, unacked, in the worker that holds it, so a countdown
+# longer than the timeout would be handed out twice; nvke.queueing caps countdowns at half the
+# timeout (and at 60 s). 120 s: a lost message comes back within ~2 min instead of an hour; a
+# step running longer than that (time limit 300 s) may be run once more, which the reconcilers
+# tolerate (idempotent, one at a time by row lock). The beat resync (below) covers the rest.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Longer than the longest countdown a reconciler uses, so Redis does not redeliver a
-    # delayed message while it still waits (Celery docs: "visibility timeout").
-    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=120),
+    "unacked_restore_interval": env.int("CELERY_UNACKED_RESTORE_INTERVAL_S", default=5),
+    "unacked_restore_throttle": 1,
 }
+# Publishing while the broker is away: fail within ~1 s (nvke.queueing logs it, the resync
+# sends it later) instead of holding the request.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = env.float("CELERY_BROKER_CONNECTION_TIMEOUT", default=2.0)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # keep the JSON logging configured above
 # Beat is safe with several replicas: celery-redbeat keeps the schedule in Redis and only the
 # replica holding the Redis lock runs it; another takes over within the lock timeout.
-CELERY_BEAT_SCHEDULER = "redbeat.RedBeatScheduler"
+CELERY_BEAT_SCHEDULER = "nvke.beat.ResilientRedBeatScheduler"
 CELERY_REDBEAT_REDIS_URL = REDIS_URL
 CELERY_REDBEAT_KEY_PREFIX = env("CELERY_REDBEAT_KEY_PREFIX", default="nvke:redbeat:")
 CELERY_REDBEAT_LOCK_TIMEOUT = env.int("CELERY_REDBEAT_LOCK_TIMEOUT", default=60)
@@ -196,7 +213,12 @@ CELERY_TASK_ROUTES = {
 }
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
-RESYNC_INTERVAL_S = env.float("NVKE_RESYNC_INTERVAL_S", default=30.0)
+# The resync re-enqueues every unconverged object (enqueue_once: at most one pending message
+# each): a shorter period recovers a lost message sooner and costs two indexed queries per
+# period plus one Redis SET NX per unconverged object.
+RESYNC_INTERVAL_S = env.float("NVKE_RESYNC_INTERVAL_S", default=15.0)
+NVKE_HEARTBEAT_INTERVAL_S = env.float("NVKE_HEARTBEAT_INTERVAL_S", default=10.0)
+NVKE_THROTTLE_REDIS_TIMEOUT_S = env.float("NVKE_THROTTLE_REDIS_TIMEOUT_S", default=0.25)
 CELERY_BEAT_SCHEDULE = {
     "resync-clusters": {
         "task": "clusters.tasks.resync_clusters",
@@ -239,6 +261,11 @@ NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
 # Simulated provider: seconds each machine-creation call takes (0; crash tests make it slow).
 NVKE_SIMULATED_CALL_DELAY_S = env.float("NVKE_SIMULATED_CALL_DELAY_S", default=0.0)
+# SIMULATED infrastructure API latency: when set above NVKE_SIMULATED_CALL_DELAY_S, each
+# machine-creation call takes a uniformly random time between the two (the fault suite and the
+# reconcile benchmark use 0.5-3 s)
+NVKE_SIMULATED_CALL_DELAY_MAX_S = env.float("NVKE_SIMULATED_CALL_DELAY_MAX_S", default=0.0)
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None  # a worker waits for its broker, however long
 # Cluster API provider ("clusterapi"): the management cluster's kubeconfig file (blank = not
 # configured: the provider then fails its calls with `clusterapi_not_configured`), the
 # namespace NVKE's Cluster API objects live in there, and the infrastructure provider its
@@ -262,6 +289,9 @@ NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG = env("NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG",
 # A cluster's control-plane deletion counts every poll that finds something left (backoff 1, 2,
 # 4 ... 60 s): 12 is about 6 minutes, what Cluster API takes to remove a bare-metal cluster.
 NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=12)
+# Node creation: retryable provider errors and placement contention are retried with backoff
+# (jittered, 0.5 s doubling to 30 s) for this long, then the pool goes ERROR saying why.
+NVKE_PROVIDER_RETRY_DEADLINE_S = env.float("NVKE_PROVIDER_RETRY_DEADLINE_S", default=600.0)
 # Default quota of a new tenant (operators change it per tenant: PUT /api/v1/quotas/{tenant}).
 NVKE_DEFAULT_MAX_CLUSTERS = env.int("NVKE_DEFAULT_MAX_CLUSTERS", default=20)
 NVKE_DEFAULT_MAX_NODES = env.int("NVKE_DEFAULT_MAX_NODES", default=200)
@@ -276,6 +306,9 @@ NVKE_AUTOSCALE_UP_PCT = env.float("NVKE_AUTOSCALE_UP_PCT", default=80.0)
 NVKE_AUTOSCALE_DOWN_PCT = env.float("NVKE_AUTOSCALE_DOWN_PCT", default=20.0)
 # Scale-down waits this long for pods that block a node's drain, then evicts them.
 NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = env.int("NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S", default=600)
+# Host drains: pods blocking a moved node's drain are waited for this long, then the move pauses
+# on that node until the operator drains the host again with force (nodepools/host_moves.py).
+NVKE_HOST_DRAIN_TIMEOUT_S = env.int("NVKE_HOST_DRAIN_TIMEOUT_S", default=600)
 # Auto-repair: a node NOT_READY this long is replaced (see nodepools/repair.py).
 NVKE_NODE_REPAIR_TIMEOUT_S = env.int("NVKE_NODE_REPAIR_TIMEOUT_S", default=300)
 # Samples: retention of raw rows, and how far from "now" a sample timestamp may be.
@@ -298,7 +331,13 @@ LOGGING = {
     "formatters": {
         "json": {
             "()": structlog.stdlib.ProcessorFormatter,
-            "processor": structlog.processors.JSONRenderer(),
+            # exc_info of stdlib records (Celery's, Django's) becomes an "exception" string
+            # with the whole traceback; without format_exc_info it would be a repr
+            "processors": [
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
             "foreign_pre_chain": _pre_chain,
         },
         "console": {

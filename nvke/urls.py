@@ -40,3 +40,4 @@ urlpatterns = [
 ]
 
 handler404 = "nvke.http.not_found"
+handler500 = "nvke.http.server_error"

@@ -450,6 +450,9 @@ class DrainForm(ApiForm):
         label="Then enter",
         choices=[(s, s) for s in (HostState.CORDONED, HostState.MAINTENANCE, HostState.RETIRED)],
     )
+    force = forms.BooleanField(
+        label="Force (evict pods that block a drain)", required=False, initial=False
+    )
 
 
 class HostFilterForm(forms.Form):

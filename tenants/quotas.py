@@ -59,13 +59,19 @@ def gpu_limit(quota: Quota, gpu_model: str) -> int:
 
 
 def reserve(
-    tenant_id: Any, *, clusters: int = 0, nodes: int = 0, gpus: dict[str, int] | None = None
+    tenant_id: Any,
+    *,
+    clusters: int = 0,
+    nodes: int = 0,
+    gpus: dict[str, int] | None = None,
+    enforce: bool = True,
 ) -> Quota:
     """Reserve capacity against the tenant's quota or raise Conflict ``quota_exceeded``.
 
     Must run inside ``transaction.atomic()`` (the reservation commits or rolls back with the
     spec change). The error names the resource, its limit, what is reserved and what was
-    requested.
+    requested. ``enforce=False`` records a reservation that already exists in the world (a
+    cancelled scale-down keeps its nodes) without checking the limits.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("reserve() must run inside transaction.atomic()")
@@ -73,9 +79,10 @@ def reserve(
     quota = quota_for(tenant_id, lock=LOCK_QUOTA_ROW)
     if _after_read is not None:
         _after_read()
-    _check(quota, "clusters", quota.max_clusters, quota.reserved_clusters, clusters)
-    _check(quota, "nodes", quota.max_nodes, quota.reserved_nodes, nodes)
-    for model, count in gpus.items():
+    if enforce:
+        _check(quota, "clusters", quota.max_clusters, quota.reserved_clusters, clusters)
+        _check(quota, "nodes", quota.max_nodes, quota.reserved_nodes, nodes)
+    for model, count in gpus.items() if enforce else ():
         _check(
             quota,
             f"gpus.{model}",

@@ -7,6 +7,32 @@ from typing import Any
 from django.db import connection
 
 
+def database_url() -> str:
+    """``DATABASE_URL`` of the test database, for processes a test starts (worker, gunicorn).
+
+    A Unix-socket host (the embedded PostgreSQL) is written the way django-environ reads it
+    (:func:`nvke.embedded.postgres.database_url`); a TCP host as ``host:port``.
+    """
+    from nvke.embedded.postgres import database_url as socket_database_url
+
+    s = connection.settings_dict
+    host = s.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):
+        return socket_database_url(host, s["NAME"], user=s["USER"], port=int(s.get("PORT") or 5432))
+    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
+    return f"postgres://{auth}@{host}:{s.get('PORT') or 5432}/{s['NAME']}"
+
+
+def broker_client():
+    """A redis-py client on the Celery broker's database (``settings.CELERY_BROKER_URL``)."""
+    import redis
+    from django.conf import settings
+
+    from nvke.observability import broker_redis_url
+
+    return redis.Redis.from_url(broker_redis_url(settings.CELERY_BROKER_URL))
+
+
 def drive_cluster(cluster_id, max_steps: int = 20) -> int:
     """Call the cluster reconciler until it converges; returns the number of steps."""
     from clusters.reconcile import reconcile_cluster
@@ -46,3 +72,41 @@ def snapshot() -> dict[str, list[tuple[Any, ...]]]:
             cursor.execute(f"SELECT * FROM {table} ORDER BY 1")
             out[table] = cursor.fetchall()
     return out
+
+
+def seat_on_shared_host(node, host) -> None:
+    """TEST SET-UP (simulated placement): move a PROVISIONING node's GPU claim onto ``host``
+    beside another tenant's node, as a shared-host placement would.
+
+    Placement keeps a host dedicated to one tenant (``tenancy: shared`` is not offered yet), so
+    the tests that need two tenants' nodes on one host seat the second one by hand: its GPUs
+    where placement put them are freed (clean, never used: the node is not READY, so no ledger
+    row exists yet) and as many free GPUs of ``host`` are claimed for it.
+    """
+    from django.utils import timezone
+
+    from fleet.models import Gpu
+    from fleet.services import settle_host_state
+
+    assert node.phase == "PROVISIONING" and node.ready_at is None
+    now = timezone.now()
+    old_host = node.host_id
+    Gpu.objects.filter(holder_id=node.id).update(
+        holder_id=None, holder_tenant=None, holder_group_id=None, claimed_at=None
+    )
+    free = list(Gpu.objects.filter(host=host, holder_id__isnull=True).order_by("index"))
+    chosen = free[: len(node.gpu_uuids)]
+    assert len(chosen) == len(node.gpu_uuids), "no room on the shared host"
+    Gpu.objects.filter(pk__in=[g.pk for g in chosen]).update(
+        holder_id=node.id,
+        holder_tenant_id=node.tenant_id,
+        holder_shares_host=True,
+        holder_group_id=node.nodepool_id,
+        claimed_at=now,
+    )
+    node.host = host
+    node.zone = host.zone
+    node.gpu_uuids = [g.uuid for g in chosen]
+    node.save(update_fields=["host", "zone", "gpu_uuids"])
+    settle_host_state(old_host, now=now)
+    settle_host_state(host.pk, now=now)

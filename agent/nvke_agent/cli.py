@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from nvke_agent import __version__
@@ -331,6 +332,17 @@ def cmd_record(args: argparse.Namespace) -> int:
 # --- helpers --------------------------------------------------------------------------------
 
 
+def _spooled_max_seq(state_dir: str) -> int:
+    """The highest seq of a batch still waiting in the spool (0 when none)."""
+    if not (Path(state_dir) / "spool").is_dir():
+        return 0
+    spool = Spool(state_dir)
+    try:
+        return max(spool.pending(), default=0)
+    finally:
+        spool.close()
+
+
 def _register(args: argparse.Namespace, store: StateStore, stop: threading.Event) -> int:
     client = ApiClient(args.server)
     try:
@@ -351,10 +363,25 @@ def _register(args: argparse.Namespace, store: StateStore, stop: threading.Event
         return EXIT_OK
     finally:
         client.close()
+    # numbered above what the server holds and above batches still in the spool (a state
+    # file lost beside a kept spool)
+    spooled = _spooled_max_seq(args.state_dir)
     store.set_registration(
-        registration.host_id, registration.credential, registration.report_interval_s
+        registration.host_id,
+        registration.credential,
+        registration.report_interval_s,
+        seq_baseline=max(registration.seq_baseline, spooled),
     )
-    log.info("registered", extra={"fields": {"host_id": registration.host_id}})
+    log.info(
+        "registered",
+        extra={
+            "fields": {
+                "host_id": registration.host_id,
+                "seq_baseline": registration.seq_baseline,
+                "next_seq": store.state.next_seq,
+            }
+        },
+    )
     print(json.dumps({"host_id": registration.host_id, "state": str(store.path)}), flush=True)
     return EXIT_OK
 

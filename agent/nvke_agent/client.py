@@ -72,6 +72,9 @@ class Registration:
     host_id: str
     credential: str
     report_interval_s: int | None
+    #: the highest report seq the server has accepted from this host (0: none, or an older
+    #: server that does not say): a re-registered agent numbers its reports above it
+    seq_baseline: int = 0
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,14 @@ class ApiClient:
                 body = _json(response)
                 try:
                     interval = body.get("report_interval_s")
+                    baseline = int(body.get("seq_baseline") or 0)
+                    if baseline < 0:
+                        raise ValueError(f"seq_baseline {baseline} < 0")
                     return Registration(
                         host_id=str(body["host_id"]),
                         credential=str(body["credential"]),
                         report_interval_s=int(interval) if interval is not None else None,
+                        seq_baseline=baseline,
                     )
                 except (KeyError, TypeError, ValueError, AttributeError) as exc:
                     raise RegistrationRefused(

@@ -5,7 +5,8 @@ Shape::
     {"host_id": "<uuid>" | null,        # from registration
      "credential": "<secret>" | null,   # per-host credential (a secret: never logged)
      "report_interval_s": int | null,   # what the server asked for at registration
-     "next_seq": int,                   # the next report seq; >= 1, only ever increases
+     "next_seq": int,                   # the next report seq; >= 1, only ever increases;
+                                        # above the server's seq_baseline at registration
      "dropped_batches": int,            # batches dropped because the spool was over its cap
      "dropped_samples": int}            # samples in those batches
 
@@ -114,13 +115,24 @@ class StateStore:
         atomic_write(self.path, data, mode=0o600)
 
     def set_registration(
-        self, host_id: str, credential: str, report_interval_s: int | None
+        self,
+        host_id: str,
+        credential: str,
+        report_interval_s: int | None,
+        seq_baseline: int = 0,
     ) -> None:
-        """Store a new registration and persist it."""
+        """Store a new registration and persist it.
+
+        ``seq_baseline`` is the highest seq the server accepted from this host (the
+        registration answer): ``next_seq`` moves above it (and never back), so an agent that
+        lost its state does not send new reports under seqs the server already holds — which
+        it would acknowledge as duplicates and drop.
+        """
         with self._lock:
             self.state.host_id = host_id
             self.state.credential = credential
             self.state.report_interval_s = report_interval_s
+            self.state.next_seq = max(self.state.next_seq, seq_baseline + 1)
             self._save_locked()
 
     def allocate_seq(self) -> int:

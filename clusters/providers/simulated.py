@@ -16,6 +16,7 @@ exercise rollbacks: a list of GPU UUIDs (every config fails), or ``{uuid: [mig.c
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from datetime import datetime, timedelta
@@ -65,8 +66,12 @@ class SimulatedProvider(Provider):
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         placed = claim_fleet_gpus(pool, nodes)
-        if settings.NVKE_SIMULATED_CALL_DELAY_S:  # a slow infrastructure API (crash tests)
-            time.sleep(settings.NVKE_SIMULATED_CALL_DELAY_S)
+        low = settings.NVKE_SIMULATED_CALL_DELAY_S
+        high = getattr(settings, "NVKE_SIMULATED_CALL_DELAY_MAX_S", 0.0)
+        if high > low:  # a slow infrastructure API with varying latency (fault suite, bench)
+            time.sleep(random.uniform(low, high))
+        elif low:  # a slow infrastructure API (crash tests)
+            time.sleep(low)
         return [
             MachinePlacement(p.holder_id, p.host_id, p.hostname, p.zone, p.gpu_uuids)
             for p in placed

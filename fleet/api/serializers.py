@@ -55,6 +55,8 @@ class HostSerializer(serializers.ModelSerializer):
             "state_reason",
             "state_changed_at",
             "drain_target",
+            "drain_nodes",
+            "drain_force",
             "gpu_model",
             "gpu_count",
             "driver_version",
@@ -124,6 +126,9 @@ class DrainSerializer(serializers.Serializer):
         required=False,
         default=HostState.CORDONED,
     )
+    #: evict pods that block a node's drain (PodDisruptionBudgets at their minimum), as an
+    #: upgrade's ``force``; without it a blocked drain waits and then reports the pods
+    force = serializers.BooleanField(required=False, default=False)
 
 
 class MarkHealthySerializer(serializers.Serializer):

@@ -119,7 +119,10 @@ class HostViewSet(
         form = DrainSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         host = services.drain_host(
-            self.get_object(), actor=_actor(request), target=form.validated_data["target"]
+            self.get_object(),
+            actor=_actor(request),
+            target=form.validated_data["target"],
+            force=form.validated_data["force"],
         )
         return self._host_response(host)
 
@@ -256,6 +259,9 @@ class AgentRegisterView(APIView):
                 "host_id": str(host.id),
                 "credential": credential,
                 "report_interval_s": conf.report_interval_s(),
+                # the highest seq accepted from this host: a re-registered agent (state lost)
+                # numbers its reports above it, so they are not taken for duplicates
+                "seq_baseline": host.last_report_seq,
             },
             status=status.HTTP_201_CREATED,
         )

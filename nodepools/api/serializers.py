@@ -25,6 +25,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpu_uuids",
             "gpu_layout",
             "config_state",
+            "move_state",
             "created_at",
             "ready_at",
             "released_at",

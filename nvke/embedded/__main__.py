@@ -17,6 +17,7 @@ import argparse
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -114,8 +115,10 @@ def banner(base_url: str, data_dir: Path) -> str:
     )
 
 
-def _service_pids(services: EmbeddedServices) -> list[int]:
-    return [s.pid for s in (services.postgres, services.redis) if s is not None]
+def _service_pids(services: EmbeddedServices) -> dict[str, int]:
+    """``{"PostgreSQL": pid, "Redis": pid}`` of the embedded servers this run started."""
+    named = (("PostgreSQL", services.postgres), ("Redis", services.redis))
+    return {name: svc.pid for name, svc in named if svc is not None}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -141,7 +144,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             state=services.state,
             health_url=f"{base_url}/healthz",
             banner=banner(base_url, data_dir),
-            protect=lambda: _service_pids(services),
+            protect=lambda: _service_pids(services).values(),
+            essential=lambda: _service_pids(services),
         )
         code = supervisor.run()
         if code not in SIGNAL_RETURN_CODES:
@@ -211,6 +215,34 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Wait until process ``--pid`` is gone, then stop what it left on the data folder.
+
+    The test plugin's safety net: pytest killed by SIGKILL runs no cleanup, and the embedded
+    PostgreSQL (a daemon) would outlive it. A normal exit removes the folder first, and then
+    there is nothing left to do.
+    """
+    data_dir = Path(args.data_dir).absolute()
+    install_shutdown_handlers()
+    try:
+        while pid_alive(args.pid):
+            time.sleep(0.5)
+    except (KeyboardInterrupt, Shutdown):
+        return 0
+    if not data_dir.is_dir():
+        return 0
+    try:
+        stopped = stop_data_dir(data_dir)
+    except DataDirBusyError as exc:
+        log.error("%s", exc)
+        return 1
+    if stopped:
+        log.warning("process %s died: stopped %s", args.pid, ", ".join(stopped))
+    if args.remove:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (``python -m nvke.embedded --help``)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -248,6 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
         "stop", parents=[common], help="stop services/processes a crashed run left behind"
     )
     stop.set_defaults(func=cmd_stop)
+    watch = sub.add_parser(
+        "watch",
+        parents=[common],
+        help="wait for a process to exit, then stop what it left on the data folder",
+    )
+    watch.add_argument("--pid", type=int, required=True, help="the process to wait for")
+    watch.add_argument("--remove", action="store_true", help="then delete the data folder")
+    watch.set_defaults(func=cmd_watch)
     return parser
 
 

@@ -9,8 +9,12 @@ Celery pool processes too. On top of honcho:
   which a grandchild that left the group could keep open forever);
 - after honcho returns, any process still in those groups, and any other descendant of the
   runner (orphans are re-parented to it when it is a child subreaper), is stopped;
-- a watcher thread records pids in ``services.json`` and prints the URLs once ``/healthz``
-  answers.
+- a watcher thread records pids in ``services.json`` (again after every restart) and prints
+  the URLs once ``/healthz`` answers;
+- processes marked ``restart`` (worker, beat, agents) are started again with exponential
+  backoff when they die (SIGKILL, a crash after a Redis restart), and each restart is logged;
+  any other process dying (the web server) ends the run, and so does the death of an
+  ``essential`` pid (the embedded PostgreSQL or Redis), with a message saying which.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -39,8 +44,10 @@ from honcho.printer import Message, Printer
 
 from .datadir import StateFile
 from .procutil import (
+    _signal_group,
     descendants,
     group_members,
+    pid_alive,
     process_create_time,
     reap_children,
     set_parent_death_signal,
@@ -54,6 +61,10 @@ WORKER_QUEUES = "reconcile,telemetry,billing,default"
 AGENT_INTERVAL_S = 10
 SIGNAL_RETURN_CODES = (130, 143)  # honcho's return code after SIGINT / SIGTERM
 OUTPUT_GRACE_S = 1.0  # after a process exits, how long its relay waits for the rest of its output
+RESTART_BACKOFF_S = (1.0, 30.0)  # first delay, cap: 1, 2, 4 ... 30 s between restarts
+RESTART_STABLE_S = (
+    60.0  # a process that ran this long starts its backoff again from the first delay
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class ProcessSpec:
 
     name: str
     argv: tuple[str, ...]
+    restart: bool = False  # start it again (with backoff) when it dies, instead of stopping all
 
     @property
     def command(self) -> str:
@@ -194,8 +206,8 @@ def default_processes(
     ]  # fmt: skip
     specs = [
         ProcessSpec("web", tuple(web)),
-        ProcessSpec("worker", tuple(worker)),
-        ProcessSpec("beat", tuple(beat)),
+        ProcessSpec("worker", tuple(worker), restart=True),
+        ProcessSpec("beat", tuple(beat), restart=True),
     ]
     agent = venv_command("nvke-agent", "nvke_agent")
     taken = {s.name for s in specs}
@@ -210,34 +222,89 @@ def default_processes(
         ]  # fmt: skip
         if a.bootstrap_token:
             argv += ["--bootstrap-token", a.bootstrap_token]
-        specs.append(ProcessSpec(_process_name("agent-", a.name, taken), tuple(argv)))
+        specs.append(ProcessSpec(_process_name("agent-", a.name, taken), tuple(argv), restart=True))
     return specs
 
 
 # ---------------------------------------------------------------------- honcho glue
+def _child_preexec() -> None:
+    """In the child before exec: default SIGINT/SIGTERM (the relay ignores them, and ignored
+    signals survive exec), and SIGTERM when the relay dies."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    set_parent_death_signal()
+
+
 class _Popen(honcho.process.Popen):
     """honcho's Popen (own session, stdout+stderr piped) plus SIGTERM on parent death."""
 
     def __init__(self, cmd: str, **kwargs: Any) -> None:
-        kwargs.setdefault("preexec_fn", set_parent_death_signal)
+        kwargs.setdefault("preexec_fn", _child_preexec)
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         super().__init__(cmd, **kwargs)
 
 
+class _StopFlag:
+    """The supervisor is stopping: a flag shared with the forked relays through shared memory.
+
+    Not a ``multiprocessing.Event``: its ``set()`` waits for every waiter to wake, and a relay
+    that exited while waiting never does, so ``set()`` would hang the supervisor. A lock-free
+    byte, polled, cannot.
+    """
+
+    POLL_S = 0.1
+
+    def __init__(self) -> None:
+        self._value = multiprocessing.Value("b", 0, lock=False)
+
+    def set(self) -> None:
+        self._value.value = 1
+
+    def is_set(self) -> bool:
+        return bool(self._value.value)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set (True) or ``timeout`` seconds passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(self.POLL_S)
+        return True
+
+
+class _Manager(honcho.manager.Manager):
+    """honcho's Manager whose ``terminate`` first tells every relay to stop restarting."""
+
+    def __init__(self, *args: Any, stopping: _StopFlag, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stopping = stopping
+
+    def terminate(self) -> None:
+        self.stopping.set()
+        super().terminate()
+
+
 class _Process(honcho.process.Process):
-    """honcho's per-process relay (a forked helper) with two changes.
+    """honcho's per-process relay (a forked helper) with three changes.
 
     - It dies with the runner (SIGKILL on parent death), and its child gets SIGTERM then.
     - The process counts as stopped when its pid exits, not when its output pipe closes:
       a grandchild that left the process group (``setsid``, a daemonizing double fork) would
       hold the pipe open and honcho's loop would wait for it forever. Such leftovers are
       stopped by :meth:`Supervisor.sweep` once the loop ends.
+    - With ``restart`` set, a child that dies while the supervisor is not stopping is started
+      again after a backoff (a new ``start`` message carries its pid); only then, or when
+      stopping, does the relay report ``stop``.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._child_ctor = _Popen
+        self._child_lock = threading.Lock()
         self._runner_pid = os.getpid()
+        self.restart = False  # set by the Supervisor from its ProcessSpec
+        self.stopping: Any = None  # the Supervisor's _StopFlag, shared by all relays
 
     def run(self, events: Any = None, ignore_signals: bool = False) -> None:
         set_parent_death_signal(signal.SIGKILL)  # the relay has nothing to clean up
@@ -245,16 +312,51 @@ class _Process(honcho.process.Process):
         if forked and os.getppid() != self._runner_pid:  # the runner died before prctl
             os._exit(1)
         self._events = events
-        self._child = self._child_ctor(self.cmd, env=self.env, cwd=self.cwd)
-        self._send_message({"pid": self._child.pid}, type="start")
         if ignore_signals:  # as honcho: the relay only ends when its child does
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        threading.Thread(target=self._stop_on_request, daemon=True).start()
+        failures = 0
+        while True:
+            started = time.monotonic()
+            returncode = self._run_child()
+            if not self.restart or self.stopping.is_set():
+                break
+            if time.monotonic() - started >= RESTART_STABLE_S:
+                failures = 0
+            first, cap = RESTART_BACKOFF_S
+            delay = min(cap, first * 2**failures)
+            failures += 1
+            text = (
+                f"{self.name} exited (rc={returncode}); restarting in {delay:.0f}s "
+                f"(restart {failures} in a row)"
+            )
+            log.warning("%s", text)
+            self._send_message(text + "\n")
+            if self.stopping.wait(delay):
+                break
+        self._send_message({"returncode": returncode}, type="stop")
+
+    def _run_child(self) -> int:
+        """Start the command, relay its output until it exits; return its exit code."""
+        with self._child_lock:
+            self._child = self._child_ctor(self.cmd, env=self.env, cwd=self.cwd)
+        self._send_message({"pid": self._child.pid}, type="start")
+        if self.stopping.is_set():  # stopping began while it was starting: it missed the TERM
+            _signal_group(self._child.pid, signal.SIGTERM)
         reader = threading.Thread(target=self._relay_output, daemon=True)
         reader.start()
         self._child.wait()
         reader.join(OUTPUT_GRACE_S)  # the rest of its output, unless a grandchild holds the pipe
-        self._send_message({"returncode": self._child.returncode}, type="stop")
+        return int(self._child.returncode)
+
+    def _stop_on_request(self) -> None:
+        """When the supervisor stops, SIGTERM the current child (honcho may know an old pid)."""
+        self.stopping.wait()
+        with self._child_lock:
+            child = self._child
+        if child is not None and child.poll() is None:
+            _signal_group(child.pid, signal.SIGTERM)
 
     def _relay_output(self) -> None:
         assert self._child is not None and self._child.stdout is not None
@@ -276,8 +378,11 @@ def _answers(opener: urllib.request.OpenerDirector, url: str) -> bool:
 class Supervisor:
     """Run ``specs`` under a honcho Manager until Ctrl-C/SIGTERM or until one of them exits.
 
-    ``protect`` returns pids (with their descendants) the final sweep must leave alone: the
-    embedded PostgreSQL and Redis, which are stopped afterwards in their own order.
+    A spec with ``restart`` is started again when it dies (backoff :data:`RESTART_BACKOFF_S`);
+    any other ending ends the run. ``protect`` returns pids (with their descendants) the final
+    sweep must leave alone: the embedded PostgreSQL and Redis, which are stopped afterwards in
+    their own order. ``essential`` returns ``{name: pid}`` of services whose death ends the run
+    (return code 1, a message naming the service).
     """
 
     def __init__(
@@ -293,6 +398,7 @@ class Supervisor:
         kill_wait: float = 10.0,
         health_timeout: float = 180.0,
         protect: Callable[[], Iterable[int]] = lambda: (),
+        essential: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.specs = list(specs)
         self.env = dict(env)
@@ -304,16 +410,19 @@ class Supervisor:
         self.kill_wait = kill_wait
         self.health_timeout = health_timeout
         self.protect = protect
-        self.manager: honcho.manager.Manager | None = None
+        self.essential = essential
+        self.manager: _Manager | None = None
         self._done = threading.Event()
 
     def run(self) -> int:
         """Supervise until done; return honcho's code (130/143 after SIGINT/SIGTERM)."""
-        manager = honcho.manager.Manager(Printer(self.output))
+        manager = _Manager(Printer(self.output), stopping=_StopFlag())
         manager._process_ctor = _Process
         honcho.manager.KILL_WAIT = self.kill_wait
         for spec in self.specs:
-            manager.add_process(spec.name, spec.command, env=self.env, cwd=str(self.cwd))
+            proc = manager.add_process(spec.name, spec.command, env=self.env, cwd=str(self.cwd))
+            proc.restart = spec.restart
+            proc.stopping = manager.stopping
         self.manager = manager
         watcher = threading.Thread(target=self._watch, name="nvke-watch", daemon=True)
         watcher.start()
@@ -336,38 +445,60 @@ class Supervisor:
         procs = self.manager._processes
         return {name: p["pid"] for name, p in list(procs.items()) if p.get("pid")}
 
+    def _record_pids(self, pids: Mapping[str, int]) -> None:
+        if self.state is not None:
+            self.state.update(
+                processes={
+                    name: {"pid": pid, "create_time": process_create_time(pid)}
+                    for name, pid in pids.items()
+                }
+            )
+
     def _watch(self) -> None:
         # 1. record pids (with start times, so a later run never signals a recycled pid)
         while not self._done.is_set() and len(self._pids()) < len(self.specs):
             self._done.wait(0.1)
         if self._done.is_set():
             return
-        if self.state is not None:
-            self.state.update(
-                processes={
-                    name: {"pid": pid, "create_time": process_create_time(pid)}
-                    for name, pid in self._pids().items()
-                }
-            )
-        if not self.health_url:
-            return
-        # 2. announce once the web server answers
+        recorded = self._pids()
+        self._record_pids(recorded)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = datetime.datetime.now() + datetime.timedelta(seconds=self.health_timeout)
-        while not self._done.is_set():
-            if _answers(opener, self.health_url):
-                break
-            if datetime.datetime.now() > deadline:
-                self._say(f"{self.health_url} has not answered after {self.health_timeout:.0f}s")
+        deadline = time.monotonic() + self.health_timeout
+        announced = not self.health_url
+        while not self._done.wait(0.5):
+            # 2. a restarted process has a new pid
+            pids = self._pids()
+            if pids != recorded:
+                recorded = pids
+                self._record_pids(pids)
+            # 3. an essential service died: nothing can work any more
+            dead = [name for name, pid in self.essential().items() if not pid_alive(pid)]
+            if dead:
+                self._stop_run(f"{' and '.join(dead)} exited: stopping everything")
                 return
-            self._done.wait(0.5)
-        else:
-            return
-        if self.state is not None:
-            web = dict(self.state.data.get("web") or {})
-            self.state.update(web={**web, "ready": True})
-        if self.banner:
-            self._say(self.banner)
+            # 4. announce once the web server answers
+            if not announced:
+                assert self.health_url is not None
+                if _answers(opener, self.health_url):
+                    announced = True
+                    if self.state is not None:
+                        web = dict(self.state.data.get("web") or {})
+                        self.state.update(web={**web, "ready": True})
+                    if self.banner:
+                        self._say(self.banner)
+                elif time.monotonic() > deadline:
+                    self._say(
+                        f"{self.health_url} has not answered after {self.health_timeout:.0f}s"
+                    )
+                    announced = True
+
+    def _stop_run(self, text: str) -> None:
+        assert self.manager is not None
+        log.error("%s", text)
+        self._say(text)
+        if self.manager.returncode is None:
+            self.manager.returncode = 1
+        self.manager.terminate()
 
     # -------------------------------------------------------------- cleanup
     def _leftovers(self) -> list[int]:

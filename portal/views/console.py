@@ -167,12 +167,21 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
         elif action == "drain":
             if not drain.is_valid():
                 raise InvalidInput("choose the state to enter", code="invalid_drain_target")
-            host = fleet_services.drain_host(host, actor=actor, target=drain.cleaned_data["target"])
+            host = fleet_services.drain_host(
+                host,
+                actor=actor,
+                target=drain.cleaned_data["target"],
+                force=drain.cleaned_data.get("force", False),
+            )
         elif action == "maintenance":
             host = fleet_services.set_maintenance(host, actor=actor)
-        else:
-            closed = fleet_health.mark_healthy(host, None, actor=actor)
+        else:  # one GPU (its open interval's row) or every unhealthy GPU of the host
+            gpu = request.POST.get("gpu_uuid") or None
+            if gpu is not None and not host.gpus.filter(uuid=gpu).exists():
+                raise InvalidInput(f"{gpu} is not a GPU of {host.hostname}", code="unknown_gpu")
+            closed = fleet_health.mark_healthy(host, [gpu] if gpu else None, actor=actor)
             messages.success(request, f"Marked healthy: {', '.join(closed) or 'no GPU'}.")
+            return redirect("console:host", host.pk)  # audited by mark_healthy itself
     except ApiError as exc:
         messages.error(request, f"{exc.detail} ({exc.code})")
         return redirect("console:host", host.pk)
@@ -184,8 +193,8 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
         before={"state": before},
         after={"state": host.state},
     )
-    if action != "mark-healthy":
-        messages.success(request, f"{host.hostname}: {action} done, now {host.state}.")
+    progress = f" {host.state_reason}." if host.drain_target else ""  # nodes moved / pending
+    messages.success(request, f"{host.hostname}: {action} done, now {host.state}.{progress}")
     return redirect("console:host", host.pk)
 
 

@@ -213,3 +213,16 @@ def test_the_cap_counts_the_bytes_of_pending_batches(tmp_path: Path) -> None:
     spool.max_bytes = 3 * size
     assert [d.seq for d in spool.enforce_cap()] == [1, 2]
     assert spool.pending() == [3, 4, 5]
+
+
+def test_a_registration_moves_next_seq_above_the_servers_baseline_never_back(
+    tmp_path: Path,
+) -> None:
+    """The server's ``seq_baseline`` (its last accepted seq, 41) puts a fresh agent at 42; a
+    baseline below what the agent already used (an older answer) changes nothing."""
+    store = StateStore(tmp_path)
+    store.set_registration("host-1", "cred-1", 10, seq_baseline=41)
+    assert store.allocate_seq() == 42
+    store.set_registration("host-1", "cred-2", 10, seq_baseline=5)
+    assert store.allocate_seq() == 43
+    assert json.loads((tmp_path / "state.json").read_text())["next_seq"] == 44

@@ -28,9 +28,20 @@ def uuids(host, *index) -> list[str]:
 
 
 def xid(host, gpu_uuid, ts, code):
+    """An Xid as ingestion applies it: stored, then mapped to the GPU's health interval."""
+    from fleet.health import handle_xid
     from fleet.models import XidEvent
 
-    return XidEvent.objects.create(host=host, gpu_uuid=gpu_uuid, ts=ts, xid=code, report_seq=1)
+    event = XidEvent.objects.create(host=host, gpu_uuid=gpu_uuid, ts=ts, xid=code, report_seq=1)
+    handle_xid(host, event, ts)
+    return event
+
+
+def mark_healthy(host, gpu_uuid, at):
+    """The operator ends the GPU's unhealthy interval (``POST …/mark-healthy``)."""
+    from fleet.health import mark_healthy as end
+
+    assert end(host, [gpu_uuid], actor="operator", now=at) == [gpu_uuid]
 
 
 def test_a_price_change_in_the_middle_of_a_day_splits_the_line(world, tenant_a, list_prices):
@@ -64,13 +75,12 @@ def test_an_xid_79_for_25_minutes_is_credited_on_its_own_line(world, tenant_a, l
     8.3333 -> 8.33 credit. An Xid 13 (application error) at 12:30 credits nothing.
     Total 60.00 - 8.33 = 51.67."""
     from billing.invoices import build_invoice
-    from billing.models import GpuRecovery
 
     host = world.make_host("h100-sxm5-80gb", gpus=8)
     world.hold(world.pool(tenant_a), host, utc(2026, 11, 5, 10), utc(2026, 11, 5, 13))
     (bad,) = uuids(host, 3)
     xid(host, bad, utc(2026, 11, 5, 11, 35), 79)
-    GpuRecovery.objects.create(gpu_uuid=bad, recovered_at=utc(2026, 11, 5, 12))
+    mark_healthy(host, bad, utc(2026, 11, 5, 12))
     xid(host, bad, utc(2026, 11, 5, 12, 30), 13)
     invoice = build_invoice(tenant_a.id, "2026-11", now=DEC_20)
     assert lines(invoice) == [

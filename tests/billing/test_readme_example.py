@@ -18,8 +18,8 @@ def utc(*args) -> datetime:
 def test_the_readme_invoice(world, catalog):
     from billing.invoices import build_invoice
     from billing.ledger import close_allocations, open_allocation
-    from billing.models import GpuRecovery
     from billing.prices import set_price
+    from fleet.health import handle_xid, mark_healthy
     from fleet.models import XidEvent
     from tenants.models import Tenant
 
@@ -58,10 +58,11 @@ def test_the_readme_invoice(world, catalog):
     # (2) 8 H100, 5 Nov 10:00-13:00; Xid 79 on GPU index 3 at 11:35, recovered 12:00
     world.hold(train, hosts[2], utc(2026, 11, 5, 10), utc(2026, 11, 5, 13))
     bad = hosts[2].gpus.get(index=3).uuid
-    XidEvent.objects.create(
+    event = XidEvent.objects.create(
         host=hosts[2], gpu_uuid=bad, ts=utc(2026, 11, 5, 11, 35), xid=79, report_seq=1
     )
-    GpuRecovery.objects.create(gpu_uuid=bad, recovered_at=utc(2026, 11, 5, 12))
+    handle_xid(hosts[2], event, event.ts)  # the fleet's unhealthy interval opens at 11:35
+    mark_healthy(hosts[2], [bad], actor="operator", now=utc(2026, 11, 5, 12))  # ... and ends
     # (3) 8 H100, 10 Nov 12:00-16:00, across the 14:30 price change
     world.hold(batch, hosts[3], utc(2026, 11, 10, 12), utc(2026, 11, 10, 16))
     # (4) one 1g.10gb slice (GPU instance 9) of a GPU shared with other tenants, 3 Nov 10-11

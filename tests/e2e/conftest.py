@@ -11,22 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 from django.conf import settings
-from django.db import connection
+
+from tests.helpers import broker_client, database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def database_url() -> str:
-    s = connection.settings_dict
-    host = s.get("HOST") or "127.0.0.1"
-    if host.startswith("/"):
-        host = host.replace("/", "%2F")
-    port = f":{s['PORT']}" if s.get("PORT") else ""
-    auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "")
-    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 
 
 def service_env(**extra: str) -> dict[str, str]:
@@ -58,7 +48,7 @@ def stop(proc: subprocess.Popen, timeout: float = 20) -> None:
 @pytest.fixture
 def worker(transactional_db, tmp_path):
     """A real ``celery worker`` on every queue, consuming from a flushed broker DB."""
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    broker_client().flushdb()
     log = (tmp_path / "worker.log").open("w")
     proc = subprocess.Popen(
         [

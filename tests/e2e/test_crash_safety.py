@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.helpers import broker_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -203,7 +204,6 @@ def test_a_redis_restart_during_a_rollout_is_finished_by_the_resync(
 
 
 def test_no_message_is_published_when_the_request_transaction_rolls_back(running_cluster):
-    from django.conf import settings
     from django.db import transaction
 
     from nodepools.scaling import set_node_pool_size
@@ -211,7 +211,7 @@ def test_no_message_is_published_when_the_request_transaction_rolls_back(running
 
     pool = new_pool(running_cluster, nodes=1)
     principal = Principal(running_cluster.tenant, "owner", False, "apikey:test")
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)  # no worker consumes it here
+    client = broker_client()  # no worker consumes it here
     client.delete("reconcile")
     with pytest.raises(RuntimeError), transaction.atomic():
         set_node_pool_size(principal=principal, pool=pool, node_count=2)

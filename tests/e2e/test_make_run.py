@@ -1,5 +1,9 @@
 """Smoke test of ``make run`` itself: a fresh data dir, embedded PostgreSQL and Redis from pip
-packages, ``/readyz``, the README's curl tour executed as written, Ctrl-C, no process left."""
+packages, ``/readyz``, the README's curl tour executed as written, the worker and beat killed
+with SIGKILL and restarted by the supervisor, Ctrl-C, no process or socket left.
+
+One ``make run`` serves the whole module (it takes a minute to start); the tests run in file
+order and the last one stops it."""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
 from tests.e2e.conftest import ROOT, wait_for
+from tests.embedded.support import alive, all_gone, processes_mentioning
 
 pytestmark = pytest.mark.e2e
 
@@ -28,94 +32,154 @@ def readme_tour() -> str:
     return block.group(1)
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+class MakeRun:
+    """A ``make run`` on a fresh data folder, its log and the last ``services.json`` read."""
 
-
-def processes_mentioning(needle: str) -> list[str]:
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if needle in cmdline and alive(int(proc.name)):
-            out.append(f"{proc.name}: {cmdline[:120]}")
-    return out
-
-
-def test_make_run_serves_the_readme_tour_and_ctrl_c_leaves_nothing(tmp_path):
-    data = tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
-    env.update(NVKE_DATA_DIR=str(data), PORT="0", PYTHONUNBUFFERED="1")
-    log = (tmp_path / "run.log").open("w")
-    proc = subprocess.Popen(
-        ["make", "run"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    services: dict = {}
-    try:
-
-        def ready():
-            nonlocal services
-            try:
-                services = json.loads((data / "services.json").read_text())
-            except (OSError, ValueError):
-                return False
-            return (services.get("web") or {}).get("ready") and services
-
-        wait_for(ready, timeout=240, interval=1, what="make run to be ready")
-        url = services["web"]["url"].rstrip("/")
-        ready_body = requests.get(f"{url}/readyz", timeout=10).json()
-        assert ready_body == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
-        tour = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", readme_tour()],
+    def __init__(self, tmp: Path) -> None:
+        self.data = tmp / "data"
+        self.log_path = tmp / "run.log"
+        self.env = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
+        self.env.update(NVKE_DATA_DIR=str(self.data), PORT="0", PYTHONUNBUFFERED="1")
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            ["make", "run"],
             cwd=ROOT,
-            env={**env, "NVKE": url},
-            capture_output=True,
-            text=True,
-            timeout=240,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-        assert tour.returncode == 0, tour.stdout + tour.stderr
-        out = tour.stdout
-        assert "GPU-513536b6-7d19-9063-b049-1e69664bb298" in out
-        assert "NVIDIA RTX 4000 SFF Ada Generation" in out  # refused, naming the product
-        assert "1g.18gb" in out and "1g.20gb" in out  # the refusal lists valid profiles
-        assert "DELETE_CLUSTER" in out
-        assert out.rstrip().splitlines()[-2] == "AVAILABLE"
-        hosts = requests.get(
-            f"{url}/api/v1/fleet/hosts",
-            headers={"Authorization": f"Bearer {(data / 'operator-api-key').read_text().strip()}"},
-            timeout=10,
-        ).json()["results"]
-        demo = {h["hostname"]: h for h in hosts}
-        assert {"gpu-a10g-01", "gpu-t4-01", "gpu-a100-01"} <= set(demo)
-        assert demo["gpu-a10g-01"]["last_report_seq"] >= 1  # the demo agents report
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
+        self.services: dict = {}
+        self.seen_pids: set[int] = set()
+
+    def read_services(self) -> dict:
         try:
-            proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        log.close()
-    pids = [p["pid"] for p in (services.get("processes") or {}).values() if p.get("pid")]
+            self.services = json.loads((self.data / "services.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        self.seen_pids |= set(self.pids().values())
+        return self.services
+
+    def pids(self) -> dict[str, int]:
+        return {
+            n: p["pid"] for n, p in (self.services.get("processes") or {}).items() if p.get("pid")
+        }
+
+    @property
+    def url(self) -> str:
+        return self.services["web"]["url"].rstrip("/")
+
+    def key(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {(self.data / name).read_text().strip()}"}
+
+    def tail(self) -> str:
+        return self.log_path.read_text()[-4000:]
+
+    def stop(self) -> int:
+        """Ctrl-C in the terminal; returns make's exit code."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                raise
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def make_run(tmp_path_factory):
+    run = MakeRun(tmp_path_factory.mktemp("make-run"))
+    try:
+        wait_for(
+            lambda: (run.read_services().get("web") or {}).get("ready"),
+            timeout=240,
+            interval=1,
+            what="make run to be ready",
+        )
+        yield run
+    finally:
+        run.stop()
+
+
+def test_make_run_serves_the_readme_tour(make_run):
+    url = make_run.url
+    ready_body = requests.get(f"{url}/readyz", timeout=10).json()
+    assert ready_body == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+    tour = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", readme_tour()],
+        cwd=ROOT,
+        env={**make_run.env, "NVKE": url},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert tour.returncode == 0, tour.stdout + tour.stderr
+    out = tour.stdout
+    assert "GPU-513536b6-7d19-9063-b049-1e69664bb298" in out
+    assert "NVIDIA RTX 4000 SFF Ada Generation" in out  # refused, naming the product
+    assert "1g.18gb" in out and "1g.20gb" in out  # the refusal lists valid profiles
+    assert "DELETE_CLUSTER" in out
+    assert out.rstrip().splitlines()[-2] == "AVAILABLE"
+    hosts = requests.get(
+        f"{url}/api/v1/fleet/hosts", headers=make_run.key("operator-api-key"), timeout=10
+    ).json()["results"]
+    demo = {h["hostname"]: h for h in hosts}
+    assert {"gpu-a10g-01", "gpu-t4-01", "gpu-a100-01"} <= set(demo)
+    assert demo["gpu-a10g-01"]["last_report_seq"] >= 1  # the demo agents report
+
+
+def test_a_killed_worker_and_beat_come_back_and_a_new_cluster_reaches_running(make_run):
+    before = make_run.pids()
+    for name in ("worker", "beat"):
+        os.kill(before[name], signal.SIGKILL)
+
+    def restarted():
+        now = make_run.read_services() and make_run.pids()
+        return all(now.get(n) and now[n] != before[n] and alive(now[n]) for n in ("worker", "beat"))
+
+    wait_for(restarted, timeout=60, interval=0.5, what="the supervisor to restart both")
+    assert make_run.proc.poll() is None, make_run.tail()
+    assert alive(make_run.pids()["web"]) and make_run.pids()["web"] == before["web"]
+    log = make_run.log_path.read_text()
+    assert "worker exited (rc=-9); restarting in 1s" in log
+    assert "beat exited (rc=-9); restarting in 1s" in log
+
+    tenant = {**make_run.key("demo-tenant-api-key"), "Content-Type": "application/json"}
+    created = requests.post(
+        f"{make_run.url}/api/v1/clusters",
+        headers=tenant,
+        json={"name": "after-sigkill", "kubernetes_version": "1.36", "region": "us-east-1"},
+        timeout=10,
+    )
+    assert created.status_code == 202, created.text
+    cluster = created.json()["target_id"]
+
+    def phase():
+        r = requests.get(f"{make_run.url}/api/v1/clusters/{cluster}", headers=tenant, timeout=10)
+        return r.json()["phase"] == "RUNNING" and r.json()
+
+    body = wait_for(phase, timeout=120, interval=1, what="the new cluster to reach RUNNING")
+    assert body["name"] == "after-sigkill"
+
+
+def test_ctrl_c_leaves_no_process_and_no_socket(make_run):
+    services = make_run.read_services()
+    sockets = [
+        Path(services["redis"]["socket"]),
+        Path(services["postgres"]["socket"]),
+    ]
+    assert all(s.exists() for s in sockets)
+    pids = set(make_run.seen_pids)
     for name in ("postgres", "redis"):
-        if (services.get(name) or {}).get("pid"):
-            pids.append(services[name]["pid"])
-    time.sleep(0.5)
-    assert [pid for pid in pids if alive(pid)] == [], (tmp_path / "run.log").read_text()[-3000:]
-    assert processes_mentioning(str(data)) == []
+        pids.add(services[name]["pid"])
+
+    # make itself dies of the SIGINT it forwards (-2); the runner below it exits 0
+    assert make_run.stop() in (0, -signal.SIGINT), make_run.tail()
+    assert "embedded INFO stopped" in make_run.tail()
+    assert "exited: stopping everything" not in make_run.log_path.read_text()
+
+    assert all_gone(pids, timeout=5) == [], make_run.tail()
+    assert [s for s in sockets if s.exists()] == []
+    assert processes_mentioning(str(make_run.data)) == []

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.helpers import broker_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -43,8 +44,6 @@ def metric_values(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 def test_two_webs_three_workers_200_clusters_20_agents(catalog, make_host, tmp_path):
-    import redis
-    from django.conf import settings
 
     from clusters.models import Cluster
     from fleet.models import GpuSample
@@ -53,7 +52,7 @@ def test_two_webs_three_workers_200_clusters_20_agents(catalog, make_host, tmp_p
     from tenants.services import create_api_key, create_tenant
     from tests.conftest import capture
 
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    broker_client().flushdb()
     import_host(hostname="region-anchor", zone="us-east-1a", nvidia_smi_xml=capture("a10g.xml"))
     keys = []
     for i in range(TENANTS):

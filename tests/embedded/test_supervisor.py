@@ -13,6 +13,7 @@ Every stand-in writes its pid(s) to ``pids/``; afterwards none may be running.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -50,6 +51,12 @@ if pid == 0:
 open(os.path.join(d, "escaper"), "w").write(f"{os.getpid()}\\n{pid}\\n")
 time.sleep(300)
 """
+FLAKY = """
+import os, sys, time
+with open(os.path.join(sys.argv[1], "flaky"), "a") as f:
+    f.write(f"{os.getpid()}\\n")
+while True: time.sleep(1)
+"""
 CRASHER = """
 import os, sys, time
 open(os.path.join(sys.argv[1], "crasher"), "w").write(f"{os.getpid()}\\n")
@@ -72,12 +79,21 @@ specs = [
 ]
 if mode == "crash":
     specs.append(ProcessSpec("crasher", (py, str(tmp / "crasher.py"), pids, "1")))
+if mode == "restart":
+    specs.append(ProcessSpec("flaky", (py, str(tmp / "flaky.py"), pids), restart=True))
+essential = {}
+if mode == "essential":  # stands in for the embedded PostgreSQL: not supervised, but vital
+    import subprocess
+    db = subprocess.Popen([py, "-c", "import time; time.sleep(300)"])
+    (tmp / "db.pid").write_text(str(db.pid))
+    essential = {"PostgreSQL": db.pid}
 become_child_subreaper()
 state = StateFile(tmp)
 state.update(web={"port": int(port)})
 rc = Supervisor(
     specs, {"PATH": "/usr/bin:/bin"}, tmp, state=state,
     health_url=f"http://127.0.0.1:{port}/healthz", banner="STAND-INS READY", kill_wait=2,
+    essential=lambda: essential,
 ).run()
 print("SUPERVISOR RC", rc, flush=True)
 """
@@ -95,6 +111,7 @@ def _start(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
         ("stubborn.py", STUBBORN),
         ("escaper.py", ESCAPER),
         ("crasher.py", CRASHER),
+        ("flaky.py", FLAKY),
         ("driver.py", DRIVER),
     ]:
         (tmp_path / name).write_text(textwrap.dedent(source))
@@ -151,3 +168,46 @@ def test_a_crashing_process_stops_all_the_others(tmp_path: Path) -> None:
     assert "crasher stopped (rc=3)" in out
     assert all_gone(_recorded_pids(tmp_path)) == []
     assert processes_mentioning(str(tmp_path)) == []
+
+
+def _state(tmp_path: Path) -> dict:
+    try:
+        return json.loads((tmp_path / "services.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_a_restartable_process_killed_comes_back_with_backoff_and_is_recorded(
+    tmp_path: Path,
+) -> None:
+    driver = _start(tmp_path, "restart")
+    assert wait_until(lambda: _state(tmp_path).get("web", {}).get("ready") is True, 30)
+    first = _state(tmp_path)["processes"]["flaky"]["pid"]
+    assert wait_until(lambda: (tmp_path / "pids" / "flaky").exists(), 10)
+
+    os.kill(first, signal.SIGKILL)
+    # back after the first backoff step (1 s), with its new pid in services.json
+    assert wait_until(lambda: _state(tmp_path)["processes"]["flaky"]["pid"] != first, 15)
+    second = _state(tmp_path)["processes"]["flaky"]["pid"]
+    assert wait_until(lambda: len((tmp_path / "pids" / "flaky").read_text().split()) == 2, 10)
+    assert (tmp_path / "pids" / "flaky").read_text().split() == [str(first), str(second)]
+    assert driver.poll() is None  # the others kept running
+
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=40)
+    assert "flaky exited (rc=-9); restarting in 1s (restart 1 in a row)" in out
+    assert "SUPERVISOR RC 130" in out
+    assert all_gone(_recorded_pids(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
+
+
+def test_the_death_of_an_essential_service_ends_the_run_naming_it(tmp_path: Path) -> None:
+    driver = _start(tmp_path, "essential")
+    assert wait_until(lambda: _state(tmp_path).get("web", {}).get("ready") is True, 30)
+    os.kill(int((tmp_path / "db.pid").read_text()), signal.SIGKILL)
+
+    out, _ = driver.communicate(timeout=40)
+
+    assert "PostgreSQL exited: stopping everything" in out
+    assert "SUPERVISOR RC 1" in out
+    assert all_gone(_recorded_pids(tmp_path)) == []

@@ -382,3 +382,28 @@ def test_the_agents_topology_sets_the_nvlink_islands(make_host, anonymous, opera
     assert body["topology"]["source"] == "nvml"
     assert body["topology"]["islands"] == [[0, 1]]
     assert list(Gpu.objects.filter(host=host).values_list("nvlink_island", flat=True)) == [0, 0]
+
+
+def test_a_sample_resent_under_a_new_seq_is_stored_once(agent):
+    """Samples are unique per (GPU, MIG GI, ts): a second report (new seq) carrying the same
+    sample beside a new one stores only the new one and says so in its acknowledgement."""
+    client, host_id = agent
+    t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    first = report(client, host_id, 1, [sample(t0, util=10.0)]).json()
+    assert (first["samples_stored"], first["samples_deduplicated"]) == (1, 0)
+    again = report(client, host_id, 2, [sample(t0, util=99.0), sample(t0 + timedelta(seconds=1))])
+    assert again.status_code == 200, again.content
+    assert (again.json()["samples_stored"], again.json()["samples_deduplicated"]) == (1, 1)
+    assert [(u, ts, util) for u, ts, util, _p in stored()] == [
+        (A10G, t0, 10.0),  # the first copy stays
+        (A10G, t0 + timedelta(seconds=1), 50.0),
+    ]
+    from fleet.models import AgentReport
+
+    assert list(
+        AgentReport.objects.order_by("seq").values_list(
+            "seq", "samples_stored", "samples_deduplicated"
+        )
+    ) == [(1, 1, 0), (2, 1, 1)]
+    # the duplicate answer of seq 2 repeats those counts
+    assert report(client, host_id, 2, []).json()["samples_deduplicated"] == 1

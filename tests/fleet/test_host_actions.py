@@ -112,14 +112,19 @@ def test_drain_cordons_asks_for_the_nodes_and_finishes_when_they_are_gone(
     assert sorted(drains[0]["holder_ids"]) == [uuid.UUID(int=1), uuid.UUID(int=2)]
     assert drains[0]["target_state"] == "MAINTENANCE"
 
+    assert body["state_reason"] == "draining to MAINTENANCE: 0 of 2 node(s) moved, 2 pending"
     placement.release_gpus(uuid.UUID(int=1))
-    assert Host.objects.get(pk=host.pk).state == "CORDONED"  # one node left
+    left = Host.objects.get(pk=host.pk)
+    assert (left.state, left.state_reason) == (  # one node left; nodes counted, not GPUs
+        "CORDONED",
+        "draining to MAINTENANCE: 1 of 2 node(s) moved, 1 pending",
+    )
     placement.release_gpus(uuid.UUID(int=2))
     host.refresh_from_db()
     assert (host.state, host.drain_target, host.state_reason) == (
         "MAINTENANCE",
         "",
-        "drained: maintenance",
+        "drained to MAINTENANCE: 2 of 2 node(s) moved, none pending",
     )
 
 

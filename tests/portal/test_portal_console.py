@@ -284,3 +284,35 @@ def test_the_tenants_page_shows_each_tenants_gpu_hours_of_the_last_30_days(
     row_b = html.split('data-tenant="tenant-b"')[1].split("</tr>")[0]
     assert '<td class="gpu-hours">2.500</td>' in row_a
     assert '<td class="gpu-hours">0.000</td>' in row_b
+
+
+def test_an_operator_ends_one_gpus_unhealthy_interval_from_the_console_audited(
+    ops_client, h100_host
+):
+    """The intervals table has an "End interval" button per open interval: it ends that GPU's
+    interval only (the end of its SLA credit) and writes one audit event naming it."""
+    from django.utils import timezone
+
+    from fleet.health import open_unhealthy
+    from fleet.models import Gpu, GpuHealthInterval
+    from tenants.models import AuditEvent
+
+    first, second = Gpu.objects.filter(host=h100_host).order_by("index")[:2]
+    started = timezone.now() - timedelta(minutes=5)
+    a = open_unhealthy(first, reason="xid", at=started, needs_operator=True, xid=48)
+    b = open_unhealthy(second, reason="xid", at=started, needs_operator=True, xid=48)
+    url = f"/console/hosts/{h100_host.id}"
+    page = ops_client.get(url).content.decode()
+    assert f'id="end-interval-{a.pk}"' in page and f'id="end-interval-{b.pk}"' in page
+    page = ops_client.post(
+        url + "/mark-healthy", {"gpu_uuid": first.uuid}, follow=True
+    ).content.decode()
+    assert f"Marked healthy: {first.uuid}." in page
+    a, b = GpuHealthInterval.objects.get(pk=a.pk), GpuHealthInterval.objects.get(pk=b.pk)
+    assert (a.ended_by, b.ended_at) == ("user:ops", None)
+    event = AuditEvent.objects.get(action="host.mark_healthy")
+    assert (event.actor, event.target_id) == ("user:ops", str(h100_host.pk))
+    assert [i["gpu_uuid"] for i in event.after["intervals_ended"]] == [first.uuid]
+    refused = ops_client.post(url + "/mark-healthy", {"gpu_uuid": "GPU-other"}, follow=True)
+    assert "(unknown_gpu)" in refused.content.decode()
+    assert GpuHealthInterval.objects.get(pk=b.pk).ended_at is None

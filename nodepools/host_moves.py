@@ -1,0 +1,301 @@
+"""Host drains, maintenance and retirement: the nodes of a draining host move off it.
+
+``fleet`` marks a host as draining (``Host.drain_target`` CORDONED / MAINTENANCE / RETIRED,
+``Host.drain_force``) and sends ``host_drain_requested``; the receiver gives each affected pool
+a HOST_MAINTENANCE operation and wakes its reconciler. The reconciler then reads the host row
+at every step (level-triggered: a lost signal only waits for the periodic resync, a killed
+worker loses nothing) and moves each node on a draining host, one transition per call:
+
+1. ``replacing``: the node no longer counts towards the pool's size, so the reconciler's
+   ordinary scale-up places a replacement first — elsewhere, since a draining host is
+   cordoned and placement never picks it. Without capacity the pool *runs short*: the node
+   moves on anyway, the pool is DEGRADED with the condition ``CapacityShort`` (how many nodes
+   of how many run, and why) and retries placing the missing node every
+   :data:`SHORT_RETRY_S` seconds until capacity comes back.
+2. ``draining`` (once no node of the pool is provisioning, i.e. the replacement is READY): the
+   node is cordoned and drained by the rules of node upgrades
+   (:func:`nodepools.upgrade_steps.drain_outcome`): pods that block it are waited for up to
+   ``NVKE_HOST_DRAIN_TIMEOUT_S``, then the move pauses on that node (``drain-blocked``,
+   condition ``HostDrainBlocked`` naming the pods) until the operator drains the host again
+   with ``force`` (which evicts them, ignoring their budgets — never the default).
+3. ``moved``: the node is released (its machine deleted, its GPUs back to the host, its
+   ledger rows closed by ``node_released``); the host enters its drain target once none of its
+   GPUs is held (:func:`fleet.services.settle_host_state`).
+
+Operation progress and the pool's ``HostMaintenance`` condition say what is done and what is
+pending, counting nodes: ``moving nodes off gpu-07 (MAINTENANCE): 1 of 2 node(s) moved, 1
+pending (n-abc draining)``. An uncordon cancels the drain: nodes not yet released stay and the
+surplus replacement is scaled down (newest first).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+
+from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType, TargetType
+from clusters.models import Operation, finish_operation
+from clusters.providers.base import NodePoolSpec, Provider
+from fleet.models import Host
+from nvke.conditions import get_condition, set_condition
+
+from .choices import NodePhase
+from .models import Node, NodePool
+from .upgrade_steps import BLOCKED, DRAINED, drain_outcome
+
+REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-blocked", "moved"
+MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
+#: how often a pool that runs short for lack of capacity tries to place its missing nodes (s)
+SHORT_RETRY_S = 30.0
+#: how often a blocked drain is looked at again (s)
+DRAIN_POLL_S = 2.0
+#: what ``_scale_up`` returns when the pool may run short instead of failing
+SHORT = -2.0
+
+
+def draining_hosts(host_ids: set) -> dict:
+    """``{host_id: {"hostname", "drain_target", "drain_force"}}`` of the draining ones."""
+    return {
+        row["id"]: row
+        for row in Host.objects.filter(pk__in=host_ids)
+        .exclude(drain_target="")
+        .values("id", "hostname", "drain_target", "drain_force")
+    }
+
+
+def mark_moving(pool: NodePool, live: list[Node], now: datetime) -> dict:
+    """Nodes on a draining host start moving (``replacing``); nodes whose host's drain was
+    cancelled stop (back to READY). Returns :func:`draining_hosts` of the live nodes."""
+    hosts = draining_hosts({n.host_id for n in live if n.host_id})
+    changed = False
+    for node in live:
+        on_draining = node.host_id in hosts
+        if on_draining and not node.move_state and node.phase != NodePhase.PROVISIONING:
+            node.move_state = REPLACING
+            node.save(update_fields=["move_state"])
+            changed = True
+        elif not on_draining and node.move_state in MOVING_STATES:
+            node.move_state = ""
+            if node.phase == NodePhase.DRAINING:
+                node.phase = NodePhase.READY  # uncordoned: the drain was cancelled
+                node.drain_started_at = None
+            node.save(update_fields=["move_state", "phase", "drain_started_at"])
+    if changed:
+        ensure_operation(pool, now, requested_by="system:host-drain")
+        if pool.phase == "RUNNING":
+            pool.phase = "RECONCILING"
+            pool.save(update_fields=["phase", "updated_at"])
+    return hosts
+
+
+def ensure_operation(pool: NodePool, now: datetime, *, requested_by: str) -> Operation:
+    """The pool's active HOST_MAINTENANCE operation (created when there is none)."""
+    op = Operation.objects.filter(
+        target_id=pool.id,
+        type=OperationType.HOST_MAINTENANCE,
+        status__in=ACTIVE_OPERATION_STATUSES,
+    ).first()
+    if op is None:
+        pending = pool.nodes.filter(move_state__in=MOVING_STATES).count()
+        op = Operation.objects.create(
+            tenant_id=pool.tenant_id,
+            cluster_id=pool.cluster_id,
+            type=OperationType.HOST_MAINTENANCE,
+            target_type=TargetType.NODE_POOL,
+            target_id=pool.id,
+            requested_by=requested_by[:100],
+            progress={"done": 0, "total": pending, "stage": "pending"},
+            created_at=now,
+        )
+    return op
+
+
+def request_moves(pool_id, *, hostname: str, now: datetime) -> bool:
+    """Receiver's part (``host_drain_requested``): the pool's operation exists from the moment
+    the operator asked, before its reconciler runs. False when the pool is gone."""
+    with transaction.atomic():
+        pool = NodePool.objects.filter(pk=pool_id).exclude(phase__in=["DELETED"]).first()
+        if pool is None or pool.deletion_requested_at is not None:
+            return False
+        ensure_operation(pool, now, requested_by=f"system:host-drain {hostname}")
+    return True
+
+
+def capacity_short(pool: NodePool, live: list[Node], reason: str, now: datetime) -> float:
+    """No room for the pool's missing nodes while a host drain moves (or moved) some: the pool
+    runs short (DEGRADED, ``CapacityShort``) instead of failing; moving nodes go on without a
+    replacement (:func:`step_moves` drains them). ``live``: the nodes that count (not
+    moving). Returns :data:`SHORT`."""
+    counted = [n for n in live if not n.move_state]
+    message = (
+        f"runs {len(counted)} of {pool.node_count} node(s): no capacity for "
+        f"{pool.node_count - len(counted)} replacement(s) of nodes moved off drained hosts "
+        f"({reason}); retried every {SHORT_RETRY_S:g} s"
+    )
+    conditions = set_condition(
+        pool.conditions, "CapacityShort", True, "InsufficientCapacity", message, now
+    )
+    if (pool.phase, pool.conditions) != ("DEGRADED", conditions):  # a retry changes nothing
+        pool.phase = "DEGRADED"
+        pool.conditions = conditions
+        pool.save(update_fields=["phase", "conditions", "updated_at"])
+    return SHORT
+
+
+def runs_short(pool: NodePool) -> bool:
+    """True while the pool runs short after a host drain (``CapacityShort`` is True)."""
+    cond = get_condition(pool.conditions, "CapacityShort")
+    return bool(cond and cond.get("status") == "True")
+
+
+def may_run_short(pool: NodePool, live: list[Node]) -> bool:
+    """A scale-up without capacity makes the pool short (not ERROR) when a host drain is why
+    it lacks nodes."""
+    return runs_short(pool) or any(n.move_state for n in live)
+
+
+def clear_short(pool: NodePool, now: datetime) -> None:
+    """The pool has its nodes again: ``CapacityShort`` False."""
+    if runs_short(pool):
+        pool.conditions = set_condition(
+            pool.conditions,
+            "CapacityShort",
+            False,
+            "CapacityRestored",
+            f"runs {pool.node_count} of {pool.node_count} node(s)",
+            now,
+        )
+        pool.save(update_fields=["conditions", "updated_at"])
+
+
+def step_moves(
+    pool: NodePool,
+    live: list[Node],
+    hosts: dict,
+    provider: Provider,
+    spec: NodePoolSpec,
+    now: datetime,
+) -> float | None:
+    """Drain and release the moving nodes (called once no node of the pool provisions).
+
+    Returns None when no node moves (the pool's HOST_MAINTENANCE operation is then DONE),
+    a delay to come back, or ``STOP`` (-1) while every moving node is blocked.
+    """
+    from .reconcile import release_nodes
+
+    moving = [n for n in live if n.move_state in MOVING_STATES]
+    if not moving:
+        finish(pool, now)
+        return None
+    timeout = settings.NVKE_HOST_DRAIN_TIMEOUT_S
+    released: list[Node] = []
+    blocked: list[str] = []
+    waiting = False
+    for node in moving:
+        host = hosts.get(node.host_id) or {}
+        forced = bool(host.get("drain_force"))
+        if node.move_state == DRAIN_BLOCKED and not forced:
+            blocked.append(_blocked_text(node, provider, spec))
+            continue
+        if node.move_state == REPLACING:  # its replacement is READY: cordon and drain it
+            node.move_state = DRAINING
+            node.phase = NodePhase.DRAINING
+            node.drain_started_at = now
+            node.save(update_fields=["move_state", "phase", "drain_started_at"])
+        outcome, pods = drain_outcome(provider, spec, node, forced, timeout, now)
+        if outcome == DRAINED:
+            released.append(node)
+        elif outcome == BLOCKED:
+            node.move_state = DRAIN_BLOCKED
+            node.save(update_fields=["move_state"])
+            blocked.append(f"{node.name}: {', '.join(pods)}")
+        else:
+            waiting = True
+    if released:
+        for node in released:
+            node.move_state = MOVED
+            node.save(update_fields=["move_state"])
+        release_nodes(pool, released, now)
+    _report(pool, hosts, blocked, now)
+    if released:
+        return 0.0
+    if waiting:
+        return DRAIN_POLL_S
+    return -1.0  # every moving node is blocked: wait for a forced drain (or the resync)
+
+
+def _blocked_text(node: Node, provider: Provider, spec: NodePoolSpec) -> str:
+    from .specs import node_spec
+
+    pods = provider.drain_blockers(spec, node_spec(node))
+    return f"{node.name}: {', '.join(pods) or 'blocked'}"
+
+
+def _counts(pool: NodePool, op: Operation | None) -> tuple[int, list[Node]]:
+    done = pool.nodes.filter(move_state=MOVED)
+    if op is not None:
+        done = done.filter(released_at__gte=op.created_at)
+    pending = list(pool.nodes.filter(move_state__in=MOVING_STATES).order_by("name"))
+    return done.count(), pending
+
+
+def _active_op(pool: NodePool) -> Operation | None:
+    return Operation.objects.filter(
+        target_id=pool.id,
+        type=OperationType.HOST_MAINTENANCE,
+        status__in=ACTIVE_OPERATION_STATUSES,
+    ).first()
+
+
+def _report(pool: NodePool, hosts: dict, blocked: list[str], now: datetime) -> None:
+    """Operation progress and the pool's conditions, in nodes moved and pending."""
+    op = _active_op(pool)
+    done, pending = _counts(pool, op)
+    names = sorted({h["hostname"] for h in hosts.values()})
+    targets = sorted({h["drain_target"] for h in hosts.values()})
+    what = f"moving nodes off {', '.join(names) or 'drained hosts'} ({', '.join(targets)})"
+    detail = ", ".join(f"{n.name} {n.move_state}" for n in pending)
+    stage = (
+        f"{what}: {done} of {done + len(pending)} node(s) moved, {len(pending) or 'none'} pending"
+        + (f" ({detail})" if detail else "")
+    )
+    if op is not None:
+        progress = {"done": done, "total": done + len(pending), "stage": stage[:300]}
+        Operation.objects.filter(pk=op.pk, status__in=ACTIVE_OPERATION_STATUSES).update(
+            status=OperationStatus.RUNNING, started_at=op.started_at or now, progress=progress
+        )
+    conditions = set_condition(pool.conditions, "HostMaintenance", True, "MovingNodes", stage, now)
+    if blocked:
+        message = (
+            f"{'; '.join(blocked)}; the operator drains the host again with force to evict them"
+        )
+        conditions = set_condition(conditions, "HostDrainBlocked", True, "DrainBlocked", message)
+    else:
+        conditions = set_condition(conditions, "HostDrainBlocked", False, "NotBlocked", "", now)
+    if conditions != pool.conditions:
+        pool.conditions = conditions
+        pool.save(update_fields=["conditions", "updated_at"])
+
+
+def finish(pool: NodePool, now: datetime) -> None:
+    """No node moves any more: the HOST_MAINTENANCE operation is DONE, saying how it ended."""
+    op = _active_op(pool)
+    if op is None:
+        return
+    done, _ = _counts(pool, op)
+    short = runs_short(pool)
+    stage = f"{done} of {done} node(s) moved off drained hosts, none pending" + (
+        "; the pool runs short: no capacity for a replacement (condition CapacityShort)"
+        if short
+        else ""
+    )
+    finish_operation(pool.id, types=(OperationType.HOST_MAINTENANCE,), stage=stage[:300], now=now)
+    pool.conditions = set_condition(
+        pool.conditions, "HostMaintenance", False, "NodesMoved", stage, now
+    )
+    pool.conditions = set_condition(
+        pool.conditions, "HostDrainBlocked", False, "NotBlocked", "", now
+    )
+    pool.save(update_fields=["conditions", "updated_at"])
