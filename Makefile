@@ -22,6 +22,7 @@ run: install
 	$(PY) -m nvke.embedded run
 
 test: install
+	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (once: see capi-bins)
 	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -52,6 +53,13 @@ fuzz: install
 soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
+
+# Cluster API testbed binaries (kube-apiserver, etcd, Cluster API controllers, CAPD) built once
+# from deploy/capi-testbed/go.mod into $NVKE_CAPI_BIN_DIR (default ~/.cache/nvke/capi-<hash>);
+# tests/clusterapi builds them itself when missing. See README "Cluster API provider".
+.PHONY: capi-bins
+capi-bins:
+	deploy/capi-testbed/build.sh
 
 # The fault suite, long form: workers SIGKILLed 10 times, Redis down 60 s and restarted empty,
 # PostgreSQL down 60 s while agents report, 30 clusters x 1-2 pools, 8 reconcile slots, provider

@@ -8,7 +8,8 @@ status, takes one step, saves status and returns the delay after which it wants 
 Phases: PROVISIONING -> RUNNING once the provider reports the control plane ready;
 deletion: DELETING (node pools are asked to go through the ``cluster_deleting`` signal) ->
 control plane deleted -> DELETED, or DELETE_FAILED with the leftovers named after
-``NVKE_MAX_DELETE_ATTEMPTS`` failed attempts. Provider errors back off exponentially and end in
+``NVKE_MAX_DELETE_ATTEMPTS`` polls that found something left (each one counts, with
+exponential backoff between them: 1, 2, 4 … 60 s). Provider errors back off exponentially and end in
 ERROR (with a condition in words a tenant understands) after ``MAX_RECONCILE_FAILURES``.
 """
 
@@ -29,6 +30,7 @@ from . import versions
 from .choices import GONE_PHASES, OperationType, Phase
 from .models import Cluster, cancel_operations, finish_operation, progress_operation
 from .providers import ProviderError, get_provider
+from .providers.base import DeletionStatus
 from .signals import cluster_deleting
 from .specs import cluster_spec
 
@@ -177,15 +179,28 @@ def _step_delete(cluster: Cluster, now: datetime) -> float | None:
         return DELETE_POLL_S
     progress_operation(cluster.id, stage="control-plane", done=1, total=2, now=now)
     try:
-        gone = get_provider(cluster.provider).delete_control_plane(cluster_spec(cluster))
+        deletion = get_provider(cluster.provider).delete_control_plane(cluster_spec(cluster))
     except ProviderError as exc:
+        deletion = DeletionStatus(gone=False, message=f"the infrastructure provider failed: {exc}")
+    if not deletion.gone:
+        # every poll that finds something left counts: a deletion ends, DELETED or
+        # DELETE_FAILED naming what is left, after NVKE_MAX_DELETE_ATTEMPTS polls
         cluster.delete_attempts += 1
         _save(cluster, ["delete_attempts"])
+        waiting = deletion.message or "waiting for the control plane to be deleted"
+        if deletion.leftovers:
+            waiting += f"; left: {', '.join(deletion.leftovers)}"
         if cluster.delete_attempts >= settings.NVKE_MAX_DELETE_ATTEMPTS:
-            return _delete_failed(cluster, f"control plane could not be deleted: {exc}", now)
+            return _delete_failed(
+                cluster,
+                f"control plane not deleted after {cluster.delete_attempts} attempts: {waiting}",
+                now,
+            )
+        conditions = set_condition(cluster.conditions, "Ready", False, "Deleting", waiting, now)
+        if conditions != cluster.conditions:
+            cluster.conditions = conditions
+            _save(cluster, ["conditions"])
         return backoff(cluster.delete_attempts)
-    if not gone:
-        return DELETE_POLL_S
     cluster.phase = Phase.DELETED
     cluster.deleted_at = now
     cluster.observed_generation = cluster.generation

@@ -48,7 +48,7 @@ from django.utils import timezone
 
 from clusters.choices import OperationType, Phase
 from clusters.models import Cluster, cancel_operations, finish_operation, progress_operation
-from clusters.providers import ProviderError, get_provider
+from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
@@ -101,6 +101,8 @@ def _wait_for_cluster(pool: NodePool, now: datetime) -> float:
 
 def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    if _release_replaced(pool, live, now):
+        return 0.0  # the next step creates their successors
     # nodes moving off a draining host do not count: their replacements are placed first
     hosts = host_moves.mark_moving(pool, live, now)
     counted = [n for n in live if not n.move_state]
@@ -279,6 +281,31 @@ def _scale_up(
         pool.save(update_fields=fields)
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
+
+
+def _release_replaced(pool: NodePool, live: list[Node], now: datetime) -> bool:
+    """Release the READY nodes whose machine the infrastructure replaced by itself (a
+    Cluster API MachineHealthCheck remediation): their ledger rows close now and their GPUs
+    go back to the fleet; the pool then scales back up with new nodes, placed afresh (maybe
+    on another host), which take over the replacement machines. Condition
+    ``MachinesReplaced`` says which and why. True when any was released."""
+    steady = [n for n in live if n.phase == NodePhase.READY and not n.upgrade_state]
+    if not steady:
+        return False
+    provider = get_provider(pool.cluster.provider)
+    try:
+        replaced = provider.replaced_machines(nodepool_spec(pool), [node_spec(n) for n in steady])
+    except ProviderError as exc:
+        log.warning("pool %s: cannot check for replaced machines: %s", pool.id, exc)
+        return False
+    if not replaced:
+        return False
+    by_id = {n.id: n for n in steady}
+    gone = [by_id[r.node_id] for r in replaced if r.node_id in by_id]
+    release_nodes(pool, gone, now)
+    message = "; ".join(f"{by_id[r.node_id].name}: {r.reason}" for r in replaced)
+    _set_conditions(pool, now, ("MachinesReplaced", True, "InfrastructureReplaced", message))
+    return True
 
 
 def retry_backoff_s(failures: int) -> float:
@@ -795,6 +822,8 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             | Q(cluster__deletion_requested_at__isnull=False)
             | Q(nodes__phase=NodePhase.NOT_READY)
             | Q(nodes__repair_state__gt="")
+            # the infrastructure may replace their machines by itself (health checks)
+            | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
             | Q(nodes__move_state__in=host_moves.MOVING_STATES)
             | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt="")
             | Q(conditions__contains=[{"type": "CapacityShort", "status": "True"}])

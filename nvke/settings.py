@@ -372,8 +372,21 @@ NVKE_OBSERVED_STATE_TIMEOUT_S = env.float("NVKE_OBSERVED_STATE_TIMEOUT_S", defau
 NVKE_CLUSTERAPI_KUBECONFIG = env("NVKE_CLUSTERAPI_KUBECONFIG", default="")
 NVKE_CLUSTERAPI_NAMESPACE = env("NVKE_CLUSTERAPI_NAMESPACE", default="nvke")
 NVKE_CLUSTERAPI_INFRASTRUCTURE = env("NVKE_CLUSTERAPI_INFRASTRUCTURE", default="Metal3")
+# Control-plane machines per cluster (KubeadmControlPlane replicas: 1, 3 or 5).
+NVKE_CLUSTERAPI_CONTROL_PLANE_REPLICAS = env.int(
+    "NVKE_CLUSTERAPI_CONTROL_PLANE_REPLICAS", default=3
+)
+# JSON merged into each node pool's Metal3MachineTemplate spec.template.spec (the site's
+# ``image``, ``dataTemplate`` ...); NVKE adds the hostSelector.
+NVKE_CLUSTERAPI_MACHINE_SPEC = env.json("NVKE_CLUSTERAPI_MACHINE_SPEC", default={})
+# Test beds only: a kubeconfig file that plays every workload cluster (instead of the
+# ``<cluster>-kubeconfig`` Secret), where the machines are SIMULATED by CAPD's in-memory backend
+# whose API servers cannot hold the GPU Operator's objects. Empty in production.
+NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG = env("NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG", default="")
 # A reconciler gives up deleting after this many failed attempts (-> DELETE_FAILED).
-NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=5)
+# A cluster's control-plane deletion counts every poll that finds something left (backoff 1, 2,
+# 4 ... 60 s): 12 is about 6 minutes, what Cluster API takes to remove a bare-metal cluster.
+NVKE_MAX_DELETE_ATTEMPTS = env.int("NVKE_MAX_DELETE_ATTEMPTS", default=12)
 # Node creation: retryable provider errors and placement contention are retried with backoff
 # (jittered, 0.5 s doubling to 30 s) for this long, then the pool goes ERROR saying why.
 NVKE_PROVIDER_RETRY_DEADLINE_S = env.float("NVKE_PROVIDER_RETRY_DEADLINE_S", default=600.0)

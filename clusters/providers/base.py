@@ -62,6 +62,10 @@ class NodePoolSpec:
     gpus_per_node: int
     isolation: dict[str, Any]
     gpu_config: dict[str, Any] = field(default_factory=dict)
+    #: the versions the pool's nodes should run ("" = the cluster's / the default driver);
+    #: during a node upgrade, the upgrade's target
+    kubernetes_version: str = ""
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,26 @@ class NodeVersions:
     nvml_ok: bool
 
 
+@dataclass(frozen=True)
+class DeletionStatus:
+    """Where a control plane's deletion stands. ``leftovers``: what still exists, by kind and
+    name (``"Service team/web (LoadBalancer)"``, ``"Cluster nvke/llm-1a2b3c4d"``); ``gone``
+    once nothing is left."""
+
+    gone: bool
+    leftovers: tuple[str, ...] = ()
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReplacedMachine:
+    """A node whose machine the infrastructure replaced on its own (a health check deleted
+    it): NVKE releases the node and creates another in its place. ``reason`` in words."""
+
+    node_id: uuid.UUID
+    reason: str
+
+
 class ProviderError(Exception):
     """A provider call failed. ``code`` is stable; ``retryable`` says if trying again can help."""
 
@@ -138,8 +162,9 @@ class Provider(abc.ABC):
         """Create the control plane if needed and report whether it is ready."""
 
     @abc.abstractmethod
-    def delete_control_plane(self, cluster: ClusterSpec) -> bool:
-        """Delete the control plane; True when it is gone."""
+    def delete_control_plane(self, cluster: ClusterSpec) -> DeletionStatus:
+        """Delete the control plane (and what the cluster made outside itself: load
+        balancers, volumes); ``gone`` when nothing is left. Called again until then."""
 
     @abc.abstractmethod
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
@@ -159,6 +184,11 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         """An admin kubeconfig (YAML) for the cluster."""
+
+    def replaced_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[ReplacedMachine]:
+        """Of ``nodes`` (READY), those whose machine the infrastructure replaced by itself
+        (a MachineHealthCheck remediation). Default: none (NVKE repairs nodes itself)."""
+        return []
 
     # GPU reconfiguration of a running node (an isolation change, node by node). Not abstract
     # so that a provider without it still loads; the reconciler fails the operation with the

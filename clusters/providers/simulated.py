@@ -38,6 +38,7 @@ from . import simhosts
 from .base import (
     ClusterSpec,
     ControlPlaneStatus,
+    DeletionStatus,
     MachinePlacement,
     MachineStatus,
     NodeConfigStatus,
@@ -67,8 +68,8 @@ class SimulatedProvider(Provider):
             ready=True, endpoint=self._endpoint(cluster), version=cluster.kubernetes_version
         )
 
-    def delete_control_plane(self, cluster: ClusterSpec) -> bool:
-        return True
+    def delete_control_plane(self, cluster: ClusterSpec) -> DeletionStatus:
+        return DeletionStatus(gone=True)
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         placed = claim_fleet_gpus(pool, nodes)

@@ -1,101 +1,94 @@
 """The apply/read code (clusters/providers/clusterapi/client.py, the official ``kubernetes``
-client) against the SIMULATED management cluster API of fake_apiserver.py (a local HTTP
-server playing the calls used; no Kubernetes API server runs here).
+client) against the REAL kube-apiservers of the testbed (conftest.py): the management one
+with Cluster API's CRDs and webhooks, and the workload one.
 
-What is checked is what goes over the wire (method, path, query, content type, token) and
-how answers and errors come back.
+What is checked is what the API server stored (managed fields show who applied what, and
+how), and how answers and errors come back.
 """
 
 from __future__ import annotations
 
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from clusters.providers.base import ProviderError
 from clusters.providers.clusterapi.client import ApiError, management_api, workload_api
-from clusters.providers.clusterapi.render import CLUSTER, CONFIG_MAP, MACHINE_DEPLOYMENT, POD
+from clusters.providers.clusterapi.render import CONFIG_MAP, POD
+
+NAMESPACE = "client-test"
 
 
-def cluster_obj(name="c1", **spec):
+def config_map(name="c1", **data):
     return {
-        "apiVersion": "cluster.x-k8s.io/v1beta2",
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": "nvke", "labels": {"team": "a"}},
-        "spec": spec or {"paused": False},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"team": "a"}},
+        "data": data or {"a": "1"},
     }
+
+
+@pytest.fixture(scope="module")
+def api(capi_testbed):
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    core = k8s.CoreV1Api(k8s_config.new_client_from_config(capi_testbed.workload_kubeconfig))
+    if not [n for n in core.list_namespace().items if n.metadata.name == NAMESPACE]:
+        core.create_namespace({"metadata": {"name": NAMESPACE}})
+    return management_api(capi_testbed.workload_kubeconfig)
 
 
 @pytest.fixture
-def api(management_kubeconfig):
-    return management_api(management_kubeconfig)
+def fresh(api):
+    """A name not used by another test (the API server lives for the session)."""
+    counter = fresh.counter = getattr(fresh, "counter", 0) + 1
+    return f"c{counter}"
 
 
-def test_apply_is_a_server_side_apply_by_nvke_with_force(fake_api, api):
-    stored = api.apply(cluster_obj())
-    assert stored["metadata"]["resourceVersion"] == "1"
-    (call,) = fake_api.calls("PATCH")
-    assert call.path == "/apis/cluster.x-k8s.io/v1beta2/namespaces/nvke/clusters/c1"
-    assert call.content_type == "application/apply-patch+yaml"
-    assert call.query == {"fieldManager": ["nvke"], "force": ["true"]}
-    assert call.authorization == "Bearer simulated-token"
-    assert call.body == cluster_obj()
+def test_apply_is_a_server_side_apply_by_nvke_with_force(api, fresh):
+    stored = api.apply(config_map(fresh))
+    assert stored["data"] == {"a": "1"}
+    (entry,) = stored["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("nvke", "Apply")
+    # force: a field another manager owns is taken over, not a conflict
+    api.merge_patch(CONFIG_MAP, fresh, {"data": {"a": "theirs"}}, NAMESPACE)
+    again = api.apply(config_map(fresh, a="2"))
+    assert again["data"] == {"a": "2"}
 
 
-def test_apply_of_a_core_object_goes_to_the_core_api(fake_api, api):
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": "x", "namespace": "gpu-operator"},
-        "data": {"config.yaml": "version: v1\n"},
-    }
-    assert api.apply(config_map)["data"] == {"config.yaml": "version: v1\n"}
-    (call,) = fake_api.calls("PATCH")
-    assert call.path == "/api/v1/namespaces/gpu-operator/configmaps/x"
-    assert (call.content_type, call.query["fieldManager"]) == (
-        "application/apply-patch+yaml",
-        ["nvke"],
+def test_applying_again_without_a_field_removes_what_nvke_applied_before(api, fresh):
+    api.apply(config_map(fresh, a="1", b="2"))
+    assert api.apply(config_map(fresh, a="1"))["data"] == {"a": "1"}
+
+
+def test_reads_lists_and_deletes(api, fresh):
+    api.apply(config_map(fresh))
+    assert api.get(CONFIG_MAP, fresh, NAMESPACE)["metadata"]["labels"] == {"team": "a"}
+    names = [
+        o["metadata"]["name"] for o in api.list(CONFIG_MAP, NAMESPACE, label_selector={"team": "a"})
+    ]
+    assert fresh in names
+    assert api.list(CONFIG_MAP, NAMESPACE, label_selector={"team": "nobody"}) == []
+    assert api.delete(CONFIG_MAP, fresh, NAMESPACE) is True
+    assert api.get(CONFIG_MAP, fresh, NAMESPACE) is None
+    assert api.delete(CONFIG_MAP, fresh, NAMESPACE) is False
+
+
+def test_merge_patch_sets_and_removes_keys(api, fresh):
+    api.apply(config_map(fresh))
+    patched = api.merge_patch(
+        CONFIG_MAP, fresh, {"metadata": {"labels": {"team": None, "x": "y"}}}, NAMESPACE
     )
+    assert patched["metadata"]["labels"] == {"x": "y"}
 
 
-def test_applying_again_without_a_field_removes_what_nvke_applied_before(fake_api, api):
-    api.apply(cluster_obj(paused=True, availabilityGates=[{"conditionType": "X"}]))
-    api.apply(cluster_obj(paused=True))
-    spec = fake_api.one("clusters", "c1")["spec"]
-    assert "availabilityGates" not in spec and spec["paused"] is True
-    # what a controller (simulated Cluster API) wrote is not NVKE's to remove
-    assert spec["controlPlaneEndpoint"] == {"host": "c1.cp.capi.test", "port": 6443}
-
-
-def test_reads_lists_and_deletes(fake_api, api):
-    api.apply(cluster_obj("c1"))
-    api.apply(cluster_obj("c2") | {"metadata": {"name": "c2", "namespace": "nvke"}})
-    assert api.get(CLUSTER, "c1", "nvke")["metadata"]["labels"] == {"team": "a"}
-    assert api.get(CLUSTER, "nope", "nvke") is None
-    assert [o["metadata"]["name"] for o in api.list(CLUSTER, "nvke")] == ["c1", "c2"]
-    assert [
-        o["metadata"]["name"] for o in api.list(CLUSTER, "nvke", label_selector={"team": "a"})
-    ] == ["c1"]
-    assert fake_api.calls("GET", "clusters$")[-1].query == {"labelSelector": ["team=a"]}
-    assert api.list(MACHINE_DEPLOYMENT, "nvke") == []
-    # a Cluster is deleted once Cluster API has seen the deletion (simulated)
-    assert api.delete(CLUSTER, "c2", "nvke") is True
-    assert api.get(CLUSTER, "c2", "nvke") is None
-    assert api.delete(CLUSTER, "c2", "nvke") is False
-    assert fake_api.calls("DELETE")[0].query == {"propagationPolicy": ["Background"]}
-
-
-def test_merge_patch_sets_and_removes_keys(fake_api, api):
-    api.apply(cluster_obj())
-    api.merge_patch(CLUSTER, "c1", {"metadata": {"labels": {"team": None, "x": "y"}}}, "nvke")
-    assert fake_api.one("clusters", "c1")["metadata"]["labels"] == {"x": "y"}
-    assert fake_api.calls("PATCH")[-1].content_type == "application/merge-patch+json"
-
-
-def test_a_stale_resource_version_is_a_retryable_conflict(fake_api, api):
-    first = api.apply(cluster_obj())
-    api.apply(cluster_obj(paused=True))  # someone else changed it meanwhile
-    stale = cluster_obj(paused=False)
+def test_a_stale_resource_version_is_a_retryable_conflict(api, fresh):
+    first = api.apply(config_map(fresh))
+    api.apply(config_map(fresh, a="changed"))  # someone else changed it meanwhile
+    stale = config_map(fresh, a="mine")
     stale["metadata"]["resourceVersion"] = first["metadata"]["resourceVersion"]
     with pytest.raises(ApiError) as caught:
         api.apply(stale)
@@ -107,26 +100,80 @@ def test_a_stale_resource_version_is_a_retryable_conflict(fake_api, api):
     assert "has been modified" in str(caught.value)
 
 
-def test_an_invalid_object_is_not_retryable(fake_api, api):
-    fake_api.fail("PATCH", r"/clusters/c1$", 422)
+def test_an_invalid_object_is_not_retryable(api):
+    """The real API server's validation refuses it (a ConfigMap key may not hold a space):
+    422, for good."""
     with pytest.raises(ApiError) as caught:
-        api.apply(cluster_obj())
-    assert (caught.value.code, caught.value.retryable) == ("clusterapi_invalid_object", False)
-    assert "HTTP 422" in str(caught.value) and "apply Cluster nvke/c1" in str(caught.value)
+        api.apply(config_map("bad", **{"not a key": "x"}))
+    assert (caught.value.status, caught.value.code, caught.value.retryable) == (
+        422,
+        "clusterapi_invalid_object",
+        False,
+    )
+    assert f"apply ConfigMap {NAMESPACE}/bad" in str(caught.value)
+    assert api.get(CONFIG_MAP, "bad", NAMESPACE) is None
 
 
-def test_a_server_error_is_retryable(fake_api, api):
-    fake_api.fail("GET", r"/clusters/c1$", 503)
+@pytest.fixture
+def answering():
+    """A local HTTP server answering every request with the status code it is given."""
+    state = {"status": 503}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"kind":"Status","message":"overloaded"}'
+            self.send_response(state["status"])
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield state, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def _kubeconfig(tmp_path, server: str, name: str = "k") -> str:
+    path = tmp_path / f"{name}.kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: m, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: m, context: {cluster: m, user: u}}]\ncurrent-context: m\n"
+    )
+    return str(path)
+
+
+def test_a_server_error_is_retryable(answering, tmp_path):
+    _state, url = answering
+    api = management_api(_kubeconfig(tmp_path, url))
+    api.api_client.configuration.retries = 0
     with pytest.raises(ApiError) as caught:
-        api.get(CLUSTER, "c1", "nvke")
-    assert (caught.value.code, caught.value.retryable) == ("clusterapi_unavailable", True)
+        api.get(CONFIG_MAP, "c1", NAMESPACE)
+    assert (caught.value.status, caught.value.code, caught.value.retryable) == (
+        503,
+        "clusterapi_unavailable",
+        True,
+    )
 
 
-def test_wrong_credentials_are_not_retryable(fake_api, tmp_path):
+def test_wrong_credentials_are_not_retryable(capi_testbed, tmp_path):
+    """A bearer token the real API server does not know: 401."""
+    ca = capi_testbed.pki.path("ca.crt")
     path = tmp_path / "bad.kubeconfig"
-    path.write_text(fake_api.kubeconfig().replace("simulated-token", "wrong"))
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters: [{{name: m, cluster: {{server: '{capi_testbed.workload_url}', "
+        f"certificate-authority: '{ca}'}}}}]\n"
+        "users: [{name: u, user: {token: wrong}}]\n"
+        "contexts: [{name: m, context: {cluster: m, user: u}}]\ncurrent-context: m\n"
+    )
     with pytest.raises(ApiError) as caught:
-        management_api(str(path)).get(CLUSTER, "c1", "nvke")
+        management_api(str(path)).get(CONFIG_MAP, "c1", NAMESPACE)
     assert (caught.value.status, caught.value.code, caught.value.retryable) == (
         401,
         "clusterapi_unauthorized",
@@ -138,17 +185,10 @@ def test_an_unreachable_server_is_retryable(tmp_path):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    path = tmp_path / "down.kubeconfig"
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters: [{{name: m, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: m, context: {cluster: m, user: u}}]\ncurrent-context: m\n"
-    )
-    api = management_api(str(path))
+    api = management_api(_kubeconfig(tmp_path, f"http://127.0.0.1:{port}", "down"))
     api.api_client.configuration.retries = 0
     with pytest.raises(ApiError) as caught:
-        api.get(CLUSTER, "c1", "nvke")
+        api.get(CONFIG_MAP, "c1", NAMESPACE)
     assert (caught.value.status, caught.value.code, caught.value.retryable) == (
         0,
         "clusterapi_unavailable",
@@ -163,28 +203,49 @@ def test_an_unconfigured_provider_says_so(tmp_path):
         assert (caught.value.code, caught.value.retryable) == ("clusterapi_not_configured", False)
 
 
-def test_eviction_reports_evicted_blocked_and_gone(fake_api):
-    api = workload_api(fake_api.kubeconfig(prefix="/workload/w1"), name="w1")
-    for name, labels in (("free", {}), ("guarded", {"nvke-test/pdb-blocked": "true"})):
-        fake_api.put(
-            "w1",
+def test_eviction_reports_evicted_blocked_and_gone(api, capi_testbed):
+    """The real Eviction API: a budget that allows no disruption refuses (429)."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    work = k8s_config.new_client_from_config(capi_testbed.workload_kubeconfig)
+    core, policy = k8s.CoreV1Api(work), k8s.PolicyV1Api(work)
+    for name in ("free", "guarded"):
+        core.create_namespaced_pod(
+            NAMESPACE,
             {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": "team", "labels": labels},
-                "spec": {"nodeName": "n1"},
+                "metadata": {"name": name, "labels": {"app": name}},
+                "spec": {
+                    "nodeName": "n1",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "busybox"}],
+                },
             },
         )
-    assert api.evict("free", "team") == "evicted"
-    assert api.evict("guarded", "team") == "blocked"
-    assert api.evict("never-was", "team") == "gone"
-    call = fake_api.calls("POST")[0]
-    assert call.path == "/workload/w1/api/v1/namespaces/team/pods/free/eviction"
-    assert call.body["apiVersion"] == "policy/v1" and call.body["kind"] == "Eviction"
-    evicted = fake_api.one("pods", "free", cluster="w1")
-    assert evicted["metadata"]["deletionTimestamp"]  # evicted: terminating
-    on_node = api.list(POD, field_selector="spec.nodeName=n1")  # (simulated: gone by now)
-    assert [p["metadata"]["name"] for p in on_node] == ["guarded"]
+    for name in ("free", "guarded"):  # running and Ready, as their kubelet would report
+        core.patch_namespaced_pod_status(
+            name,
+            NAMESPACE,
+            {
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }
+            },
+        )
+    policy.create_namespaced_pod_disruption_budget(
+        NAMESPACE,
+        {
+            "metadata": {"name": "guard"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        },
+    )
+    assert api.evict("free", NAMESPACE) == "evicted"
+    assert api.evict("guarded", NAMESPACE) == "blocked"
+    assert api.evict("never-was", NAMESPACE) == "gone"
+    on_node = api.list(POD, NAMESPACE, field_selector="spec.nodeName=n1")
+    assert [p["metadata"]["name"] for p in on_node] == ["guarded"]  # grace 0: "free" is gone
+    core.delete_namespaced_pod("guarded", NAMESPACE)
 
 
 def test_a_workload_kubeconfig_that_is_not_yaml_is_refused():
@@ -193,5 +254,5 @@ def test_a_workload_kubeconfig_that_is_not_yaml_is_refused():
     assert caught.value.code == "clusterapi_bad_kubeconfig"
 
 
-def test_get_of_a_missing_core_object_is_none(fake_api, api):
-    assert api.get(CONFIG_MAP, "nope", "gpu-operator") is None
+def test_get_of_a_missing_core_object_is_none(api):
+    assert api.get(CONFIG_MAP, "nope", NAMESPACE) is None

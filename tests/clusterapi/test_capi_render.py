@@ -360,3 +360,56 @@ def test_whole_rendering_matches_the_reviewed_golden_file(catalog):
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(objects, indent=2, sort_keys=True) + "\n")
     assert objects == json.loads(path.read_text())
+
+
+def test_a_metal3_pool_template_admits_only_the_hosts_nvke_reserved(catalog):
+    from clusters.providers.clusterapi import render
+    from tests.clusterapi.specs import pool_spec
+
+    pool = pool_spec()
+    metal3 = render.Infrastructure.parse("Metal3")
+    assert (metal3.api_group, metal3.version, metal3.managed) == (
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta1",
+        True,
+    )
+    image = {"image": {"url": "http://images/ubuntu.qcow2", "checksum": "sha256:ab"}}
+    template = render.render_worker_template(
+        pool,
+        namespace="nvke",
+        infrastructure=metal3,
+        host_ids=["h2", "h1", "h2"],
+        machine_spec=image,
+    )
+    assert template["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1"
+    assert template["kind"] == "Metal3MachineTemplate"
+    spec = template["spec"]["template"]["spec"]
+    assert spec["image"] == image["image"]
+    assert spec["hostSelector"] == {
+        "matchExpressions": [{"key": "nvke.io/host-id", "operator": "in", "values": ["h1", "h2"]}]
+    }
+    assert image == {"image": {"url": "http://images/ubuntu.qcow2", "checksum": "sha256:ab"}}
+    other = render.render_worker_template(
+        pool, namespace="nvke", infrastructure=metal3, host_ids=["h1"], machine_spec=image
+    )
+    assert other["metadata"]["name"] != template["metadata"]["name"]  # immutable: a new one
+    assert template["metadata"]["name"].startswith(render.machine_deployment_name(pool) + "-")
+    # the MachineDeployment points to it; a provider NVKE does not know is only referenced
+    _, deployment, _ = render.render_node_pool(
+        pool,
+        nodes={"n1": "gpu-a"},
+        namespace="nvke",
+        infrastructure=metal3,
+        infrastructure_template=template["metadata"]["name"],
+    )
+    assert deployment["spec"]["template"]["spec"]["infrastructureRef"] == {
+        "apiGroup": "infrastructure.cluster.x-k8s.io",
+        "kind": "Metal3MachineTemplate",
+        "name": template["metadata"]["name"],
+    }
+    foo = render.Infrastructure.parse("infrastructure.example.com/v1alpha1/Foo")
+    assert (foo.version, foo.managed) == ("v1alpha1", False)
+    assert (
+        render.render_worker_template(pool, namespace="nvke", infrastructure=foo, host_ids=["h1"])
+        is None
+    )

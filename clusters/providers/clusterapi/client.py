@@ -59,6 +59,20 @@ _CORE = {
         "delete_namespaced_secret",
     ),
     "nodes": ("read_node", "patch_node", "list_node", "list_node", "delete_node"),
+    "services": (
+        "read_namespaced_service",
+        "patch_namespaced_service",
+        "list_namespaced_service",
+        "list_service_for_all_namespaces",
+        "delete_namespaced_service",
+    ),
+    "persistentvolumeclaims": (
+        "read_namespaced_persistent_volume_claim",
+        "patch_namespaced_persistent_volume_claim",
+        "list_namespaced_persistent_volume_claim",
+        "list_persistent_volume_claim_for_all_namespaces",
+        "delete_namespaced_persistent_volume_claim",
+    ),
     "pods": (
         "read_namespaced_pod",
         "patch_namespaced_pod",

@@ -25,9 +25,8 @@ What each call does (objects: :mod:`.render`; status mapping: :mod:`.status`; AP
   NVKE's leftovers; done when none is left;
 * ``kubeconfig``: the admin kubeconfig from ``<cluster>-kubeconfig``.
 
-What has been run against a real management cluster: nothing (see README "Cluster API
-provider"); the tests use a local HTTP server that plays the API calls, documented as a
-simulation.
+Tested against real Cluster API controllers on a real kube-apiserver, with CAPD's in-memory
+backend simulating the machines (README "Cluster API provider", tests/clusterapi/).
 """
 
 from __future__ import annotations
@@ -46,13 +45,16 @@ from django.db import transaction
 from ..base import (
     ClusterSpec,
     ControlPlaneStatus,
+    DeletionStatus,
     MachinePlacement,
     MachineStatus,
     NodeConfigStatus,
     NodePoolSpec,
     NodeSpec,
+    NodeVersions,
     Provider,
     ProviderError,
+    ReplacedMachine,
 )
 from ..fleet_claims import claim_fleet_gpus
 from . import render, status
@@ -67,8 +69,11 @@ from .render import (
     MACHINE_DEPLOYMENT,
     MACHINE_HEALTH_CHECK,
     NODE,
+    PERSISTENT_VOLUME_CLAIM,
     POD,
+    POD_DISRUPTION_BUDGET,
     SECRET,
+    SERVICE,
 )
 
 log = logging.getLogger(__name__)
@@ -146,7 +151,10 @@ class ClusterApiProvider(Provider):
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
         with _render_errors():
             objects = render.render_cluster(
-                cluster, namespace=self.namespace, infrastructure=self.infrastructure
+                cluster,
+                namespace=self.namespace,
+                infrastructure=self.infrastructure,
+                control_plane_replicas=settings.NVKE_CLUSTERAPI_CONTROL_PLANE_REPLICAS,
             )
         for obj in objects:
             self.api.apply(obj)
@@ -156,13 +164,31 @@ class ClusterApiProvider(Provider):
             desired_version=objects[1]["spec"]["version"],
         )
 
-    def delete_control_plane(self, cluster: ClusterSpec) -> bool:
+    def delete_control_plane(self, cluster: ClusterSpec) -> DeletionStatus:
+        """First what the cluster made outside itself (its LoadBalancer Services and
+        PersistentVolumeClaims in the workload cluster: load balancers and volumes that keep
+        costing money), deleted and waited for; then the ``Cluster`` (Cluster API deletes what
+        it owns) and NVKE's objects. Each call reports what is still there."""
         name = render.cluster_name(cluster)
         capi_cluster = self.api.get(CLUSTER, name, self.namespace)
-        if capi_cluster is not None and not (capi_cluster.get("metadata") or {}).get(
-            "deletionTimestamp"
-        ):
+        deleting = bool((capi_cluster or {}).get("metadata", {}).get("deletionTimestamp"))
+        if capi_cluster is not None and not deleting:
+            left = self._delete_workload_leftovers(cluster)
+            if left:
+                return DeletionStatus(
+                    gone=False,
+                    leftovers=tuple(left),
+                    message="waiting for the workload cluster's load balancers and volumes",
+                )
             self.api.delete(CLUSTER, name, self.namespace)
+        if self.api.get(CLUSTER, name, self.namespace) is not None:
+            # Cluster API deletes machines, control plane and infrastructure in its order (the
+            # DevCluster / Metal3Cluster last): nothing of it is touched meanwhile
+            return DeletionStatus(
+                gone=False,
+                leftovers=(f"Cluster {self.namespace}/{name}",),
+                message="waiting for Cluster API to delete the cluster",
+            )
         selector = {render.L_CLUSTER_ID: str(cluster.id)}
         left = []
         for kind in (
@@ -170,16 +196,52 @@ class ClusterApiProvider(Provider):
             MACHINE_DEPLOYMENT,
             KUBEADM_CONFIG_TEMPLATE,
             KUBEADM_CONTROL_PLANE,
+            *self._infrastructure_kinds(),
         ):
             for obj in self.api.list(kind, self.namespace, label_selector=selector):
-                left.append(f"{kind.kind} {_name(obj)}")
+                left.append(f"{kind.kind} {self.namespace}/{_name(obj)}")
                 if not (obj.get("metadata") or {}).get("deletionTimestamp"):
                     self.api.delete(kind, _name(obj), self.namespace)
-        if self.api.get(CLUSTER, name, self.namespace) is not None:
-            return False
         if left:
             log.info("Cluster API objects of %s still being deleted: %s", name, ", ".join(left))
-        return not left
+        return DeletionStatus(
+            gone=not left,
+            leftovers=tuple(left),
+            message="waiting for Cluster API to delete the cluster" if left else "",
+        )
+
+    def _infrastructure_kinds(self) -> list[render.Kind]:
+        if not self.infrastructure.managed:
+            return []
+        kinds = [self.infrastructure.kind("MachineTemplate")]
+        if self.infrastructure.prefix == "Dev":
+            kinds.append(self.infrastructure.kind("Cluster"))
+        return kinds
+
+    def _delete_workload_leftovers(self, cluster: ClusterSpec) -> list[str]:
+        """Delete the workload cluster's LoadBalancer Services and PVCs; what still exists
+        (``"Service ns/name (LoadBalancer)"``). A cluster whose kubeconfig Cluster API never
+        wrote has none."""
+        try:
+            workload = self._workload(cluster)
+        except ProviderError as exc:
+            if exc.code == "kubeconfig_not_ready":
+                return []
+            raise
+        left = []
+        for svc in workload.list(SERVICE):
+            if (svc.get("spec") or {}).get("type") != "LoadBalancer":
+                continue
+            meta = svc["metadata"]
+            left.append(f"Service {meta['namespace']}/{meta['name']} (LoadBalancer)")
+            if not meta.get("deletionTimestamp"):
+                workload.delete(SERVICE, meta["name"], meta["namespace"])
+        for pvc in workload.list(PERSISTENT_VOLUME_CLAIM):
+            meta = pvc["metadata"]
+            left.append(f"PersistentVolumeClaim {meta['namespace']}/{meta['name']}")
+            if not meta.get("deletionTimestamp"):
+                workload.delete(PERSISTENT_VOLUME_CLAIM, meta["name"], meta["namespace"])
+        return left
 
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         return self._kubeconfig(cluster)
@@ -196,6 +258,11 @@ class ClusterApiProvider(Provider):
         return base64.b64decode(value).decode()
 
     def _workload(self, cluster: ClusterSpec) -> KubeApi:
+        override = settings.NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG
+        if override:  # a test bed: one API server plays every workload cluster
+            api = management_api(override)
+            api.name = f"workload cluster {render.cluster_name(cluster)}"
+            return api
         return workload_api(self._kubeconfig(cluster), name=render.cluster_name(cluster))
 
     # --- machines -------------------------------------------------------------------------------
@@ -294,12 +361,58 @@ class ClusterApiProvider(Provider):
 
     # --- GPU reconfiguration of a running node --------------------------------------------------
 
-    def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
+    def _gpu_pods(self, workload: KubeApi, node_name: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in workload.list(POD, field_selector=f"spec.nodeName={node_name}")
+            if holds_gpu(p) and _evictable(p)
+        ]
+
+    def _workload_node(self, pool: NodePoolSpec, node: NodeSpec) -> tuple[KubeApi, str]:
+        """The workload cluster and the name of the node's Node ("" when it has none)."""
         machine = self._bound_machine(pool, node)
-        node_name = status.node_name(machine)
+        return self._workload(pool.cluster), status.node_name(machine)
+
+    def drain_blockers(self, pool: NodePoolSpec, node: NodeSpec) -> list[str]:
+        """The node's GPU pods a drain cannot evict now, as kubectl drain would refuse them:
+        ``"ns/pod (PodDisruptionBudget ns/pdb allows 0 disruptions)"`` for a budget at its
+        minimum (``status.disruptionsAllowed`` 0, or not yet computed by the disruption
+        controller), ``"ns/pod (no controller: it would not come back)"`` for a bare pod."""
+        workload, node_name = self._workload_node(pool, node)
+        if not node_name:
+            return []
+        blockers = []
+        budgets: dict[str, list[dict[str, Any]]] = {}
+        for pod in self._gpu_pods(workload, node_name):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            namespace = meta.get("namespace", "default")
+            where = f"{namespace}/{meta['name']}"
+            if not meta.get("ownerReferences"):
+                blockers.append(f"{where} (no controller: it would not come back)")
+                continue
+            if namespace not in budgets:
+                budgets[namespace] = workload.list(POD_DISRUPTION_BUDGET, namespace)
+            for pdb in budgets[namespace]:
+                if not status.selects(pdb, meta.get("labels") or {}):
+                    continue
+                allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
+                if allowed < 1:
+                    blockers.append(
+                        f"{where} (PodDisruptionBudget {namespace}/{_name(pdb)} "
+                        f"allows {allowed} disruptions)"
+                    )
+                    break
+        return blockers
+
+    def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
+        """Cordon the Node and evict its GPU pods through the Eviction API (disruption
+        budgets hold: a refused eviction is retried on the next call); True once none is left.
+        DaemonSet and mirror pods stay, as with kubectl drain."""
+        workload, node_name = self._workload_node(pool, node)
         if not node_name:
             return True  # nothing runs on a machine without a Node
-        workload = self._workload(pool.cluster)
         node_obj = workload.get(NODE, node_name)
         if node_obj is None:
             return True
@@ -312,11 +425,7 @@ class ClusterApiProvider(Provider):
                     "spec": {"unschedulable": True},
                 },
             )
-        pods = [
-            p
-            for p in workload.list(POD, field_selector=f"spec.nodeName={node_name}")
-            if holds_gpu(p) and _evictable(p)
-        ]
+        pods = self._gpu_pods(workload, node_name)
         blocked = []
         for pod in pods:
             meta = pod["metadata"]
@@ -329,7 +438,87 @@ class ClusterApiProvider(Provider):
             log.warning(
                 "drain of %s blocked by disruption budgets: %s", node_name, ", ".join(blocked)
             )
-        return not pods
+        return not self._gpu_pods(workload, node_name) if pods else True
+
+    # --- node upgrades: the Machine is replaced -------------------------------------------------
+
+    def upgrade_node(
+        self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
+    ) -> None:
+        """Upgrade a drained node by replacing its Machine: the pool's MachineDeployment gets
+        the new version (the workers never run newer than the control plane) and the pool's
+        GPU Operator objects the new driver; then the node's Machine is deleted (its Node
+        already drained by NVKE, so Cluster API is told to skip its own drain) and the
+        MachineSet of the new template creates the replacement, which :meth:`node_versions`
+        binds to the same NVKE node. Kubeadm machines are immutable: Cluster API v1.13 has no
+        in-place kubelet upgrade without a runtime extension, so replacement it is."""
+        self._apply_gpu_operator(pool, self._workload(pool.cluster))
+        self._sync_pool(pool, gpu_operator=self._gpu_operator_digest(pool))
+        machine = self._bound_machine(pool, node)
+        if machine is None:
+            return  # already replaced: node_versions binds the new one
+        meta = machine["metadata"]
+        self.api.merge_patch(
+            MACHINE,
+            meta["name"],
+            {
+                "metadata": {
+                    "annotations": {
+                        render.CAPI_EXCLUDE_NODE_DRAINING: "nvke",
+                        render.A_REPLACED_FOR_UPGRADE: str(node.id),
+                    }
+                }
+            },
+            self.namespace,
+        )
+        self.api.delete(MACHINE, meta["name"], self.namespace)
+
+    def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
+        """The kubelet version the node's Node reports (``status.nodeInfo.kubeletVersion``,
+        as a minor: ``1.37``) and the driver the host agent reports for the node's host
+        (``Host.driver_version``); ``nvml_ok`` while the agent still sees each of the node's
+        GPUs through NVML. Unknown ("") while the replacement Machine boots."""
+        machine = self._bound_machine(pool, node, bind=True)
+        found = status.machine_status(
+            node.id, machine, deployment=render.machine_deployment_name(pool)
+        )
+        driver, nvml_ok = _agent_report(node)
+        if not found.ready:
+            return NodeVersions(kubernetes_version="", driver_version=driver, nvml_ok=nvml_ok)
+        node_obj = self._workload(pool.cluster).get(NODE, status.node_name(machine))
+        kubelet = (
+            ((node_obj or {}).get("status") or {}).get("nodeInfo", {}).get("kubeletVersion", "")
+        )
+        return NodeVersions(
+            kubernetes_version=render.minor_version(kubelet),
+            driver_version=driver if pool.driver_version else "",
+            nvml_ok=nvml_ok,
+        )
+
+    # --- machines Cluster API replaced ----------------------------------------------------------
+
+    def replaced_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[ReplacedMachine]:
+        """READY nodes whose Machine Cluster API deleted by itself (a MachineHealthCheck
+        remediation, or someone deleting it): the node's entry in the MachineDeployment
+        becomes a vacancy (``replicas`` unchanged, so the MachineSet's replacement stays) that
+        the next node NVKE adds takes over."""
+        if not nodes:
+            return []
+        machines = self._machines(pool)
+        replaced: list[ReplacedMachine] = []
+        for node in nodes:
+            mine = [m for m in machines if status.node_id_of(m) == str(node.id)]
+            live = [m for m in mine if not _deleting(m)]
+            if live:
+                continue
+            if mine:
+                why = status.remediation_reason(mine[0])
+            else:
+                why = "its Machine was deleted by Cluster API"
+            replaced.append(ReplacedMachine(node.id, why))
+        if replaced:
+            self._sync_pool(pool, vacate={str(r.node_id) for r in replaced})
+        return replaced
 
     def apply_node_config(self, pool: NodePoolSpec, node: NodeSpec) -> None:
         from django.utils import timezone
@@ -410,17 +599,17 @@ class ClusterApiProvider(Provider):
     def _bound_machine(
         self, pool: NodePoolSpec, node: NodeSpec, *, bind: bool = False
     ) -> dict[str, Any] | None:
-        """The Machine running ``node``; with ``bind``, the oldest unbound live Machine of the
-        pool becomes the node's (annotation ``nvke.io/node-id``) when none is yet."""
+        """The Machine running ``node`` (a live one first: during an upgrade the old one is
+        being deleted); with ``bind``, when no live Machine is bound, the oldest unbound live
+        Machine of the pool becomes the node's (annotation ``nvke.io/node-id``)."""
         machines = self._machines(pool)
-        for machine in machines:
-            if status.node_id_of(machine) == str(node.id):
-                return machine
-        if not bind:
-            return None
+        bound = [m for m in machines if status.node_id_of(m) == str(node.id)]
+        live = [m for m in bound if not _deleting(m)]
+        if live or not bind:
+            return (live or bound or [None])[0]
         for machine in machines:
             meta = machine.get("metadata") or {}
-            if status.node_id_of(machine) or meta.get("deletionTimestamp"):
+            if status.node_id_of(machine) or _deleting(machine):
                 continue
             if render.CAPI_DELETE_MACHINE_ANNOTATION in (meta.get("annotations") or {}):
                 continue
@@ -430,7 +619,7 @@ class ClusterApiProvider(Provider):
                 {"metadata": {"annotations": {render.A_NODE_ID: str(node.id)}}},
                 self.namespace,
             )
-        return None
+        return bound[0] if bound else None
 
     def _gpu_operator_digest(self, pool: NodePoolSpec) -> str:
         return render.digest(
@@ -479,10 +668,15 @@ class ClusterApiProvider(Provider):
         *,
         add: dict[str, str] | None = None,
         remove: set[str] | None = None,
+        vacate: set[str] | None = None,
         gpu_operator: str | None = None,
     ) -> None:
-        """Apply the pool's MachineDeployment (and template, health check) for its nodes as
+        """Apply the pool's MachineDeployment (and templates, health check) for its nodes as
         recorded on it, plus ``add`` minus ``remove``; with no node left, delete them.
+
+        ``vacate``: nodes whose Machine Cluster API replaced; each entry becomes a vacancy
+        (``vacant:<id>``, counted in ``replicas``) that the next ``add`` takes over, so the
+        replacement Machine is kept and bound to the new node.
 
         The apply carries the resourceVersion read: two writers never lose each other's nodes
         (409, read again)."""
@@ -490,10 +684,19 @@ class ClusterApiProvider(Provider):
         for attempt in range(APPLY_ATTEMPTS):
             current = self.api.get(MACHINE_DEPLOYMENT, name, self.namespace)
             nodes = render.nodes_of(current)
-            nodes.update(add or {})
+            for node_id in vacate or ():
+                if node_id in nodes:
+                    nodes[f"{render.VACANT}{node_id}"] = nodes.pop(node_id)
+            for node_id, hostname in (add or {}).items():
+                if node_id in nodes:
+                    continue
+                vacancy = next((k for k in nodes if k.startswith(render.VACANT)), None)
+                if vacancy:
+                    del nodes[vacancy]
+                nodes[node_id] = hostname
             for node_id in remove or ():
                 nodes.pop(node_id, None)
-            if not nodes:
+            if not any(not k.startswith(render.VACANT) for k in nodes):
                 self._delete_pool_objects(pool, current)
                 return
             control_plane = self.api.get(
@@ -501,8 +704,15 @@ class ClusterApiProvider(Provider):
             )
             with _render_errors():
                 version = render.capi_version(
-                    getattr(pool, "kubernetes_version", None) or pool.cluster.kubernetes_version
+                    pool.kubernetes_version or pool.cluster.kubernetes_version
                 )
+            infra_template = render.render_worker_template(
+                pool,
+                namespace=self.namespace,
+                infrastructure=self.infrastructure,
+                host_ids=_host_ids(nodes.values()),
+                machine_spec=settings.NVKE_CLUSTERAPI_MACHINE_SPEC,
+            )
             with _render_errors():
                 template, deployment, health_check = render.render_node_pool(
                     pool,
@@ -510,12 +720,17 @@ class ClusterApiProvider(Provider):
                     namespace=self.namespace,
                     infrastructure=self.infrastructure,
                     kubernetes_version=status.running_version(control_plane, version),
+                    infrastructure_template=(
+                        infra_template["metadata"]["name"] if infra_template else None
+                    ),
                 )
             keep = gpu_operator or _annotations(current).get(render.A_GPU_OPERATOR)
             if keep:
                 deployment["metadata"]["annotations"][render.A_GPU_OPERATOR] = keep
             if current is not None:
                 deployment["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if infra_template:
+                self.api.apply(infra_template)
             self.api.apply(template)
             self.api.apply(health_check)
             try:
@@ -530,10 +745,12 @@ class ClusterApiProvider(Provider):
         if deployment is not None:
             self.api.delete(MACHINE_DEPLOYMENT, name, self.namespace)
         self.api.delete(MACHINE_HEALTH_CHECK, name, self.namespace)
-        for template in self.api.list(
-            KUBEADM_CONFIG_TEMPLATE, self.namespace, label_selector={render.L_POOL_ID: str(pool.id)}
-        ):
-            self.api.delete(KUBEADM_CONFIG_TEMPLATE, _name(template), self.namespace)
+        selector = {render.L_POOL_ID: str(pool.id)}
+        for kind in (KUBEADM_CONFIG_TEMPLATE, *self._infrastructure_kinds()):
+            if kind.kind.endswith("Cluster"):
+                continue
+            for template in self.api.list(kind, self.namespace, label_selector=selector):
+                self.api.delete(kind, _name(template), self.namespace)
 
 
 @contextlib.contextmanager
@@ -544,6 +761,30 @@ def _render_errors() -> Iterator[None]:
         yield
     except ValueError as exc:
         raise ProviderError(str(exc), retryable=False, code="clusterapi_cannot_render") from exc
+
+
+def _deleting(obj: dict[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _host_ids(hostnames: Any) -> list[str]:
+    """Fleet host ids of the hosts NVKE reserved (by hostname; "" entries skipped)."""
+    from fleet.models import Host
+
+    names = [h for h in hostnames if h]
+    return sorted(
+        str(i) for i in Host.objects.filter(hostname__in=names).values_list("id", flat=True)
+    )
+
+
+def _agent_report(node: NodeSpec) -> tuple[str, bool]:
+    """(driver version, NVML sees every GPU) as the host agent of the node's host reports
+    them: ``Host.driver_version`` and no GPU of the node missing from its inventory."""
+    from fleet.models import Gpu
+
+    gpus = list(Gpu.objects.filter(uuid__in=node.gpu_uuids).select_related("host"))
+    driver = gpus[0].host.driver_version if gpus else ""
+    return driver, all(g.missing_since is None for g in gpus)
 
 
 def _reserved_hostname(node: NodeSpec) -> str:

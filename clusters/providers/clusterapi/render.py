@@ -30,10 +30,12 @@ NVKE changes running nodes itself (drain, in-place reconfiguration, repair). Whi
 belong to which NVKE node is kept in the annotation ``nvke.io/nodes`` of the MachineDeployment
 (``{node id: reserved hostname}``; ``replicas`` is its length).
 
-Infrastructure objects (``<Prefix>Cluster``, ``<Prefix>MachineTemplate``) are referenced, never
-created: NVKE cannot validate another provider's CRDs. Per cluster ``<Prefix>Cluster`` named
-like the Cluster; worker machines use the template ``nvke-<gpu model slug>``, control-plane
-machines ``nvke-control-plane`` (one per management cluster, made by the operator).
+Infrastructure objects: for ``Dev`` (CAPD's in-memory backend, SIMULATED machines) NVKE
+creates the ``DevCluster`` and the ``DevMachineTemplate``s; for ``Metal3`` a
+``Metal3MachineTemplate`` per pool whose ``hostSelector`` admits only the hosts NVKE reserved
+(:func:`render_worker_template`). Otherwise they are referenced: per cluster a
+``<Prefix>Cluster`` named like the Cluster; worker machines use the template
+``nvke-<gpu model slug>``, control-plane machines ``nvke-control-plane`` (made by the operator).
 """
 
 from __future__ import annotations
@@ -76,6 +78,14 @@ CAPI_DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 #: a Machine with this annotation goes first when its MachineSet scales down, whatever the
 #: deletion order (api/core/v1beta2 common_types.go ``DeleteMachineAnnotation``)
 CAPI_DELETE_MACHINE_ANNOTATION = "cluster.x-k8s.io/delete-machine"
+#: a Machine with this annotation is deleted without Cluster API draining its Node first
+#: (api/core/v1beta2 machine_types.go ``ExcludeNodeDrainingAnnotation``): NVKE drained it
+CAPI_EXCLUDE_NODE_DRAINING = "machine.cluster.x-k8s.io/exclude-node-draining"
+#: Machine: NVKE deleted it to upgrade the node (id) it ran; the replacement runs that node
+A_REPLACED_FOR_UPGRADE = "nvke.io/replaced-for-upgrade"
+#: prefix of a MachineDeployment ``nvke.io/nodes`` key that holds a place for a node to come:
+#: the node's Machine was replaced by Cluster API (``vacant:<old node id>``)
+VACANT = "vacant:"
 
 #: GPU labels NVKE sets on running Nodes when a pool's config changes (in place); the others
 #: of ``gpu_config["labels"]`` (product, sharing) are GPU Feature Discovery's after boot.
@@ -144,6 +154,9 @@ CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SECRET = Kind("", "v1", "Secret", "secrets")
 NODE = Kind("", "v1", "Node", "nodes", namespaced=False)
 POD = Kind("", "v1", "Pod", "pods")
+SERVICE = Kind("", "v1", "Service", "services")
+PERSISTENT_VOLUME_CLAIM = Kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+POD_DISRUPTION_BUDGET = Kind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets")
 
 KINDS = {
     (k.api_version, k.kind): k
@@ -160,33 +173,71 @@ KINDS = {
         SECRET,
         NODE,
         POD,
+        SERVICE,
+        PERSISTENT_VOLUME_CLAIM,
+        POD_DISRUPTION_BUDGET,
     )
 }
 
 
 def kind_of(obj: Mapping[str, Any]) -> Kind:
-    """The :class:`Kind` of a rendered object (KeyError for a kind NVKE does not use)."""
-    return KINDS[(obj["apiVersion"], obj["kind"])]
+    """The :class:`Kind` of a rendered object; an infrastructure kind (``*.cluster.x-k8s.io``
+    group NVKE does not list) is namespaced with the plural ``<kind lowercased>s``."""
+    key = (obj["apiVersion"], obj["kind"])
+    if key in KINDS:
+        return KINDS[key]
+    group, _, version = obj["apiVersion"].rpartition("/")
+    if not group.startswith("infrastructure."):
+        raise KeyError(key)
+    return Kind(group, version, obj["kind"], f"{obj['kind'].lower()}s")
+
+
+#: API versions of the infrastructure providers NVKE knows (their CRDs' served version)
+INFRASTRUCTURE_VERSIONS = {"Dev": "v1beta2", "Docker": "v1beta2", "Metal3": "v1beta1"}
 
 
 @dataclass(frozen=True)
 class Infrastructure:
-    """The infrastructure provider the objects reference: API group and kind prefix."""
+    """The infrastructure provider the objects reference: API group, version and kind prefix.
+
+    NVKE creates the infrastructure objects of two providers itself (:func:`render_infrastructure`):
+    ``Dev`` (Cluster API's CAPD ``DevCluster`` / ``DevMachineTemplate`` with the in-memory
+    backend: SIMULATED machines, for test beds) and ``Metal3`` (a ``Metal3MachineTemplate``
+    per node pool whose ``hostSelector`` admits only the BareMetalHosts NVKE reserved, hosts
+    labelled ``nvke.io/host-id``). Any other prefix is referenced, never created.
+    """
 
     api_group: str
     prefix: str
+    version: str = "v1beta2"
 
     @classmethod
     def parse(cls, value: str) -> Infrastructure:
-        """``"Metal3"`` -> (infrastructure.cluster.x-k8s.io, Metal3);
-        ``"infrastructure.example.com/Foo"`` -> (infrastructure.example.com, Foo)."""
-        group, _, prefix = value.strip().rpartition("/")
-        if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", prefix):
+        """``"Metal3"`` -> (infrastructure.cluster.x-k8s.io, Metal3, v1beta1);
+        ``"infrastructure.example.com/Foo"`` -> (infrastructure.example.com, Foo, v1beta2);
+        ``"infrastructure.example.com/v1alpha1/Foo"`` names the version too."""
+        parts = value.strip().split("/")
+        prefix = parts[-1]
+        if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", prefix) or len(parts) > 3:
             raise ValueError(f"infrastructure kind prefix {prefix!r} is not a Kind prefix")
-        return cls(group or "infrastructure.cluster.x-k8s.io", prefix)
+        group = parts[0] if len(parts) > 1 else "infrastructure.cluster.x-k8s.io"
+        version = parts[1] if len(parts) == 3 else INFRASTRUCTURE_VERSIONS.get(prefix, "v1beta2")
+        return cls(group, prefix, version)
 
     def ref(self, suffix: str, name: str) -> dict[str, str]:
         return {"apiGroup": self.api_group, "kind": f"{self.prefix}{suffix}", "name": name}
+
+    def kind(self, suffix: str) -> Kind:
+        name = f"{self.prefix}{suffix}"
+        return Kind(self.api_group, self.version, name, f"{name.lower()}s")
+
+    @property
+    def managed(self) -> bool:
+        """Whether NVKE creates this provider's infrastructure objects itself."""
+        return self.api_group == "infrastructure.cluster.x-k8s.io" and self.prefix in (
+            "Dev",
+            "Metal3",
+        )
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -223,6 +274,111 @@ def worker_template_name(gpu_model: str) -> str:
 
 
 CONTROL_PLANE_TEMPLATE = "nvke-control-plane"
+
+#: CAPD's in-memory backend (``Dev``): how long its SIMULATED VM, Node, API server and etcd
+#: member take to "start" (Go durations; CAPD's own in-memory templates use 10 s and 2 s)
+DEV_STARTUP = {"vm": "2s", "node": "1s", "apiServer": "1s", "etcd": "1s"}
+#: BareMetalHost label carrying NVKE's host id (fleet ``Host.id``): the operator (or NVKE's
+#: inventory sync) labels each host so that a Metal3MachineTemplate can select it
+L_HOST_ID = "nvke.io/host-id"
+
+
+def _dev_machine_spec() -> dict[str, Any]:
+    return {
+        "backend": {
+            "inMemory": {
+                part: {"provisioning": {"startupDuration": duration, "startupJitter": "0.2"}}
+                for part, duration in DEV_STARTUP.items()
+            }
+        }
+    }
+
+
+def render_infrastructure_cluster(
+    cluster: ClusterSpec, *, namespace: str, infrastructure: Infrastructure
+) -> dict[str, Any] | None:
+    """The ``<Prefix>Cluster`` NVKE creates (``DevCluster``, in-memory backend); None where
+    the operator provides it (``Metal3Cluster`` needs the control-plane endpoint, which only
+    the site knows)."""
+    if not infrastructure.managed or infrastructure.prefix != "Dev":
+        return None
+    kind = infrastructure.kind("Cluster")
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        # an annotation is needed: CAPD v1.13.7 writes into metadata.annotations of a
+        # DevCluster without creating the map (a panic when there is none)
+        "metadata": _meta(
+            cluster_name(cluster),
+            namespace,
+            cluster_labels(cluster),
+            annotations={A_CLUSTER_NAME: cluster.name},
+        ),
+        "spec": {"backend": {"inMemory": {}}},
+    }
+
+
+def render_control_plane_template(
+    cluster: ClusterSpec, *, namespace: str, infrastructure: Infrastructure
+) -> dict[str, Any] | None:
+    """The control plane's ``<Prefix>MachineTemplate`` where NVKE makes it (``Dev``); None:
+    the shared ``nvke-control-plane`` the operator made is referenced."""
+    if not infrastructure.managed or infrastructure.prefix != "Dev":
+        return None
+    kind = infrastructure.kind("MachineTemplate")
+    spec = {"template": {"spec": _dev_machine_spec()}}
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": _meta(
+            f"{control_plane_name(cluster)}-{digest(spec, 8)}", namespace, cluster_labels(cluster)
+        ),
+        "spec": spec,
+    }
+
+
+def render_worker_template(
+    pool: NodePoolSpec,
+    *,
+    namespace: str,
+    infrastructure: Infrastructure,
+    host_ids: list[str],
+    machine_spec: Mapping[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The pool's ``<Prefix>MachineTemplate`` where NVKE makes it; None: the shared
+    ``nvke-<gpu model>`` is referenced.
+
+    * ``Dev``: the in-memory backend (SIMULATED machines);
+    * ``Metal3``: ``machine_spec`` (the site's ``image``, ``dataTemplate`` … from
+      ``NVKE_CLUSTERAPI_MACHINE_SPEC``) plus ``hostSelector`` ``nvke.io/host-id in
+      (<the hosts NVKE reserved for the pool's nodes>)``: Metal3 may only consume a
+      BareMetalHost whose GPUs NVKE reserved for this pool.
+
+    Its name ends with a digest of its spec (templates are immutable; a new host set is a new
+    template, which machines created afterwards use: the rollout is ``OnDelete``)."""
+    if not infrastructure.managed:
+        return None
+    if infrastructure.prefix == "Dev":
+        spec: dict[str, Any] = {"template": {"spec": _dev_machine_spec()}}
+    else:
+        machine = json.loads(json.dumps(dict(machine_spec or {})))
+        machine["hostSelector"] = {
+            "matchExpressions": [
+                {"key": L_HOST_ID, "operator": "in", "values": sorted(set(host_ids))}
+            ]
+        }
+        spec = {"template": {"spec": machine}}
+    kind = infrastructure.kind("MachineTemplate")
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "metadata": _meta(
+            f"{machine_deployment_name(pool)}-{digest(spec, 8)}",
+            namespace,
+            {**cluster_labels(pool.cluster), L_POOL_ID: str(pool.id)},
+        ),
+        "spec": spec,
+    }
 
 
 def capi_version(kubernetes_version: str) -> str:
@@ -278,8 +434,15 @@ def render_cluster(
     infrastructure: Infrastructure,
     control_plane_replicas: int = CONTROL_PLANE_REPLICAS,
 ) -> list[dict[str, Any]]:
-    """``[Cluster, KubeadmControlPlane]`` of an NVKE cluster."""
+    """``[Cluster, KubeadmControlPlane]`` of an NVKE cluster, then the infrastructure objects
+    NVKE makes for it (``DevCluster`` and the control plane's ``DevMachineTemplate``)."""
     name = cluster_name(cluster)
+    infra_cluster = render_infrastructure_cluster(
+        cluster, namespace=namespace, infrastructure=infrastructure
+    )
+    cp_template = render_control_plane_template(
+        cluster, namespace=namespace, infrastructure=infrastructure
+    )
     labels = cluster_labels(cluster)
     capi_cluster = {
         "apiVersion": CLUSTER.api_version,
@@ -310,14 +473,15 @@ def render_cluster(
                 "metadata": {"labels": {L_CLUSTER_ID: str(cluster.id)}},
                 "spec": {
                     "infrastructureRef": infrastructure.ref(
-                        "MachineTemplate", CONTROL_PLANE_TEMPLATE
+                        "MachineTemplate",
+                        cp_template["metadata"]["name"] if cp_template else CONTROL_PLANE_TEMPLATE,
                     ),
                 },
             },
             "rollout": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}},
         },
     }
-    return [capi_cluster, control_plane]
+    return [capi_cluster, control_plane, *(o for o in (infra_cluster, cp_template) if o)]
 
 
 def node_labels(pool: NodePoolSpec) -> dict[str, str]:
@@ -392,8 +556,12 @@ def render_node_pool(
     namespace: str,
     infrastructure: Infrastructure,
     kubernetes_version: str | None = None,
+    infrastructure_template: str | None = None,
 ) -> list[dict[str, Any]]:
     """``[KubeadmConfigTemplate, MachineDeployment, MachineHealthCheck]`` of a node pool.
+
+    ``infrastructure_template``: the name of the pool's machine template (default: the shared
+    ``nvke-<gpu model>``; see :func:`render_worker_template`).
 
     ``nodes``: ``{NVKE node id: hostname NVKE reserved for it}``; ``replicas`` is their count.
     ``kubernetes_version``: the workers' version (default: the cluster's); callers pass the
@@ -438,7 +606,8 @@ def render_node_pool(
                         }
                     },
                     "infrastructureRef": infrastructure.ref(
-                        "MachineTemplate", worker_template_name(pool.gpu_model)
+                        "MachineTemplate",
+                        infrastructure_template or worker_template_name(pool.gpu_model),
                     ),
                     "deletion": {"nodeDrainTimeoutSeconds": NODE_DRAIN_TIMEOUT_S},
                 },

@@ -437,3 +437,35 @@ def node_config_status(
         for gpu in node.gpu_uuids
     )
     return NodeConfigStatus(node.id, "success", layout)
+
+
+def selects(selector_owner: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether the label selector in ``spec.selector`` (a PodDisruptionBudget's) selects
+    ``labels``: ``matchLabels`` and ``matchExpressions`` (In, NotIn, Exists, DoesNotExist);
+    an empty selector selects everything (policy/v1)."""
+    selector = (selector_owner.get("spec") or {}).get("selector") or {}
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def remediation_reason(machine: Mapping[str, Any]) -> str:
+    """Why Cluster API deleted a Machine, in words: its ``HealthCheckSucceeded`` condition
+    (set by the MachineHealthCheck) when false, else that it was deleted."""
+    name = (machine.get("metadata") or {}).get("name", "")
+    cond = condition(machine, "HealthCheckSucceeded")
+    if cond is not None and cond.get("status") == "False":
+        why = describe(machine, "HealthCheckSucceeded")
+        return f"MachineHealthCheck remediated Machine {name}: {why}"
+    return f"Machine {name} was deleted by Cluster API"

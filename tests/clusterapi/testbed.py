@@ -1,0 +1,465 @@
+"""A real Cluster API management cluster for tests, started from the binaries `make capi-bins`
+builds (deploy/capi-testbed/): etcd, kube-apiserver, the Cluster API core manager, the kubeadm
+bootstrap and control-plane managers and CAPD, whose in-memory backend (``DevCluster`` /
+``DevMachine`` with ``backend.inMemory``) SIMULATES the machines and the workload clusters'
+control planes (Cluster API's own scale tests do the same).
+
+Everything listens on 127.0.0.1: etcd and the API servers on ports the OS picks, each
+manager's webhook server (self-signed certificate from :func:`make_pki`) likewise. CAPD's
+in-memory workload API servers take ports from 20000-30000 and a debug server on 19000
+(CAPD's fixed defaults). A second kube-apiserver on the same etcd (another ``--etcd-prefix``)
+plays the workload cluster for what the in-memory one cannot hold (server-side apply, the GPU
+Operator's CRDs, evictions, PodDisruptionBudgets): see ``sim_nodes.py``.
+
+Shapes: :class:`Testbed` ``.management_kubeconfig`` / ``.workload_kubeconfig`` are file
+paths; ``.logs`` the folder of every process' output (printed when a start fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as dt
+import ipaddress
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "deploy" / "capi-testbed" / "build.sh"
+
+#: (component, binary, CRD folder, webhook manifests) of the four managers
+MANAGERS = (
+    ("core", "capi-manager"),
+    ("bootstrap", "kubeadm-bootstrap-manager"),
+    ("controlplane", "kubeadm-control-plane-manager"),
+    ("infrastructure", "capd-manager"),
+)
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not be built or started (message names the process and its log)."""
+
+
+def bin_dir() -> Path:
+    """Build the binaries if missing (deploy/capi-testbed/build.sh) and return their folder."""
+    if shutil.which("go") is None and not os.environ.get("NVKE_CAPI_BIN_DIR"):
+        raise TestbedError("the Go toolchain is not installed: `make capi-bins` cannot build")
+    done = subprocess.run(
+        ["bash", str(BUILD)], capture_output=True, text=True, timeout=3600, check=False
+    )
+    if done.returncode != 0:
+        raise TestbedError(f"capi-bins failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- certificates -------------------------------------------------------------------------------
+
+
+@dataclass
+class Pki:
+    """PEM files in ``folder``: ca, apiserver (serving), admin (client, system:masters),
+    webhook (serving 127.0.0.1), sa (service-account signing key pair)."""
+
+    folder: Path
+
+    def path(self, name: str) -> str:
+        return str(self.folder / name)
+
+    def pem(self, name: str) -> bytes:
+        return (self.folder / name).read_bytes()
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _write_key(path: Path, key: rsa.RSAPrivateKey) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def make_pki(folder: Path) -> Pki:
+    """A CA and the certificates every process needs, valid for a day."""
+    folder.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nvke-testbed-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _write_key(folder / "ca.key", ca_key)
+
+    def issue(name: str, cn: str, *, org: str = "", server: bool) -> None:
+        key = _key()
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(
+                x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH if server else x509.OID_CLIENT_AUTH]),
+                critical=False,
+            )
+        )
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.DNSName("localhost"),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                    ]
+                ),
+                critical=False,
+            )
+        cert = builder.sign(ca_key, hashes.SHA256())
+        (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_key(folder / f"{name}.key", key)
+
+    issue("apiserver", "kube-apiserver", server=True)
+    issue("webhook", "webhook", server=True)
+    issue("admin", "nvke-testbed-admin", org="system:masters", server=False)
+    sa = _key()
+    _write_key(folder / "sa.key", sa)
+    (folder / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return Pki(folder)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+
+
+def _wait(what: str, check, proc: Process, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise TestbedError(f"{what} exited ({proc.popen.returncode}):\n{proc.tail()}")
+        with contextlib.suppress(OSError, ssl.SSLError, ValueError):
+            if check():
+                return
+        time.sleep(0.25)
+    raise TestbedError(f"{what} did not become ready in {timeout:.0f} s:\n{proc.tail()}")
+
+
+@dataclass
+class Testbed:
+    """A running management cluster (and the workload API server); stop with :meth:`stop`."""
+
+    folder: Path
+    bins: Path
+    pki: Pki
+    processes: list[Process] = field(default_factory=list)
+    management_kubeconfig: str = ""
+    workload_kubeconfig: str = ""
+    management_url: str = ""
+    workload_url: str = ""
+
+    @property
+    def logs(self) -> Path:
+        return self.folder / "logs"
+
+    def start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = self.logs / f"{name}.log"
+        out = log.open("wb")
+        popen = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            cwd=self.folder,
+            start_new_session=True,
+        )
+        out.close()
+        proc = Process(name, popen, log)
+        self.processes.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            with contextlib.suppress(Exception):
+                proc.stop()
+        self.processes.clear()
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=self.pki.path("ca.crt"))
+        ctx.load_cert_chain(self.pki.path("admin.crt"), self.pki.path("admin.key"))
+        return ctx
+
+    def _ok(self, url: str) -> bool:
+        with urllib.request.urlopen(url, context=self._ssl(), timeout=2) as resp:
+            return resp.status == 200 and resp.read().strip() == b"ok"
+
+    def start_etcd(self) -> str:
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        proc = self.start(
+            "etcd",
+            [
+                str(self.bins / "etcd"),
+                "--data-dir",
+                str(self.folder / "etcd"),
+                "--listen-client-urls",
+                url,
+                "--advertise-client-urls",
+                url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+                "--quota-backend-bytes",
+                str(2 * 1024**3),
+            ],
+        )
+
+        def healthy() -> bool:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                return b'"health":"true"' in resp.read()
+
+        _wait("etcd", healthy, proc, 60)
+        return url
+
+    def start_apiserver(self, name: str, etcd: str) -> tuple[str, str]:
+        """A kube-apiserver (etcd prefix ``/<name>``); returns (url, kubeconfig path)."""
+        port = free_port()
+        url = f"https://127.0.0.1:{port}"
+        pki = self.pki
+        proc = self.start(
+            name,
+            [
+                str(self.bins / "kube-apiserver"),
+                f"--etcd-servers={etcd}",
+                f"--etcd-prefix=/{name}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.folder / name}",
+                f"--tls-cert-file={pki.path('apiserver.crt')}",
+                f"--tls-private-key-file={pki.path('apiserver.key')}",
+                f"--client-ca-file={pki.path('ca.crt')}",
+                f"--service-account-key-file={pki.path('sa.pub')}",
+                f"--service-account-signing-key-file={pki.path('sa.key')}",
+                f"--service-account-issuer={url}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                # no kube-controller-manager runs: no "default" ServiceAccounts to admit with
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        _wait(name, lambda: self._ok(f"{url}/readyz"), proc, 180)
+        kubeconfig = self.folder / f"{name}.kubeconfig"
+        kubeconfig.write_text(self.kubeconfig_text(url, name))
+        return url, str(kubeconfig)
+
+    def kubeconfig_text(self, url: str, name: str) -> str:
+        return yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": name,
+                        "cluster": {
+                            "server": url,
+                            "certificate-authority": self.pki.path("ca.crt"),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "admin",
+                        "user": {
+                            "client-certificate": self.pki.path("admin.crt"),
+                            "client-key": self.pki.path("admin.key"),
+                        },
+                    }
+                ],
+                "contexts": [{"name": name, "context": {"cluster": name, "user": "admin"}}],
+                "current-context": name,
+            }
+        )
+
+    def install(self, component: str, webhook_port: int) -> None:
+        """The component's CRDs (conversion through its webhook server when a CRD serves more
+        than one version) and its webhook configurations, rewritten to ``127.0.0.1``."""
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+
+        api_client = k8s_config.new_client_from_config(config_file=self.management_kubeconfig)
+        ext = k8s.ApiextensionsV1Api(api_client)
+        adm = k8s.AdmissionregistrationV1Api(api_client)
+        import base64
+
+        ca = base64.b64encode(self.pki.pem("ca.crt")).decode()
+        base = f"https://127.0.0.1:{webhook_port}"
+        folder = self.bins.parent / "crds" / component
+        for path in sorted(folder.glob("*.yaml")):
+            crd = yaml.safe_load(path.read_text())
+            # the contract labels the releases' kustomizations add (config/crd/kustomization.yaml
+            # ``labels``): Cluster API finds a provider's API version for a contract by them
+            labels = crd["metadata"].setdefault("labels", {})
+            for version in crd["spec"]["versions"]:
+                if version["name"] in ("v1beta1", "v1beta2"):
+                    labels[f"cluster.x-k8s.io/{version['name']}"] = version["name"]
+            if len(crd["spec"]["versions"]) > 1:
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {"url": f"{base}/convert", "caBundle": ca},
+                        "conversionReviewVersions": ["v1", "v1beta1"],
+                    },
+                }
+            ext.create_custom_resource_definition(crd)
+        manifests = folder / "webhooks.yaml.txt"
+        if not manifests.exists():
+            return
+        for doc in yaml.safe_load_all(manifests.read_text()):
+            if not doc:
+                continue
+            doc = copy.deepcopy(doc)
+            doc["metadata"] = {"name": f"{component}-{doc['metadata']['name']}"}
+            for hook in doc.get("webhooks") or []:
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"{base}{path}", "caBundle": ca}
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                adm.create_mutating_webhook_configuration(doc)
+            else:
+                adm.create_validating_webhook_configuration(doc)
+
+    def start_manager(self, component: str, binary: str, webhook_port: int) -> Process:
+        certs = self.folder / "webhook-certs" / component  # watched: one folder each
+        certs.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.pki.path("webhook.crt"), certs / "tls.crt")
+        shutil.copy(self.pki.path("webhook.key"), certs / "tls.key")
+        health = free_port()
+        args = [
+            str(self.bins / binary),
+            f"--kubeconfig={self.management_kubeconfig}",
+            "--leader-elect=false",
+            f"--webhook-port={webhook_port}",
+            f"--webhook-cert-dir={certs}",
+            f"--health-addr=127.0.0.1:{health}",
+            "--diagnostics-address=127.0.0.1:0",
+            "--insecure-diagnostics",
+            "--skip-crd-migration-phases=StorageVersionMigration,CleanupManagedFields",
+            "--sync-period=1m",
+            "--v=2",
+        ]
+        env = {"POD_IP": "127.0.0.1", "POD_NAMESPACE": "capi-system"}
+        proc = self.start(component, args, env)
+
+        def ready() -> bool:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as resp:
+                return resp.status == 200
+
+        _wait(f"{component} manager", ready, proc, 120)
+        return proc
+
+
+def start_testbed(folder: Path | None = None) -> Testbed:
+    """Build (if needed) and start everything; the caller must :meth:`Testbed.stop` it."""
+    bins = bin_dir() / "bin"
+    folder = folder or Path(tempfile.mkdtemp(prefix="nvke-capi-"))
+    bed = Testbed(folder=folder, bins=bins, pki=make_pki(folder / "pki"))
+    try:
+        etcd = bed.start_etcd()
+        bed.management_url, bed.management_kubeconfig = bed.start_apiserver("management", etcd)
+        bed.workload_url, bed.workload_kubeconfig = bed.start_apiserver("workload", etcd)
+        ports = {component: free_port() for component, _ in MANAGERS}
+        for component, _ in MANAGERS:
+            bed.install(component, ports[component])
+        for component, binary in MANAGERS:
+            bed.start_manager(component, binary, ports[component])
+    except BaseException:
+        bed.stop()
+        raise
+    return bed
