@@ -22,7 +22,7 @@ run: install
 	$(PY) -m nvke.embedded run
 
 test: install
-	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (once: see capi-bins)
+	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (built once: capi-bins)
 	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -43,7 +43,7 @@ lock: install
 
 # The schema fuzz run of `make test`, longer: 60 examples per operation and key (~20 min).
 fuzz: install
-	NVKE_FUZZ_EXAMPLES=$${NVKE_FUZZ_EXAMPLES:-60} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+	NVKE_FUZZ_EXAMPLES=$${NVKE_FUZZ_EXAMPLES:-60} \
 	LOG_LEVEL=$${LOG_LEVEL:-ERROR} $(PY) -m pytest tests/api/test_fuzz_schemathesis.py -q \
 	-p no:cacheprovider --timeout 3600
 
@@ -70,7 +70,6 @@ faults: install
 	NVKE_FAULT_PG_OUTAGE_S=$${NVKE_FAULT_PG_OUTAGE_S:-60} \
 	NVKE_FAULT_KILL_ROUNDS=$${NVKE_FAULT_KILL_ROUNDS:-10} \
 	NVKE_FAULT_CLUSTERS=$${NVKE_FAULT_CLUSTERS:-30} \
-	REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 	$(PY) -m pytest tests/e2e/test_faults.py tests/e2e/test_faults_postgres.py -q -s -p no:cacheprovider --timeout 1800
 
 # helm for the chart tests (tests/deploy), built from its Go module into a cache folder outside

@@ -303,26 +303,14 @@ def add_xid(
 # --- the agent of a host without an agent process -------------------------------------------------
 
 
-def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
-    """Run the host's agent report in-process when no agent process is registered for it.
-
-    The report is made by the agent's own ``simulated`` source from this host's state file
-    (so faults show exactly as a running agent would show them) and stored by
-    :func:`fleet.ingest.ingest_report`, the function behind ``POST /api/v1/agent/reports``.
-    Hosts with a registered agent are left to it (returns False). ``events_after``: the
-    host's Xid events with a larger id are included (default: none).
-    """
+def simulated_report(host: Any, seq: int, *, events_after: int | None = None) -> dict[str, Any]:
+    """The agent report (the ``POST /api/v1/agent/reports`` body) that the agent's own
+    ``simulated`` source makes from this host's state file, as sequence number ``seq``: faults
+    show exactly as a running agent would show them. ``events_after``: the host's Xid events
+    with a larger id are included (default: none)."""
     from nvke_agent.sources.base import SourceError
     from nvke_agent.sources.simulated import SimulatedSource
 
-    from fleet.ingest import ingest_report
-    from fleet.models import Host
-
-    if not getattr(settings, "NVKE_SIMULATED_IN_PROCESS_AGENT", True):
-        return False
-    row = Host.objects.filter(pk=host.pk).values("registered_at", "last_report_seq").first()
-    if row is None or row["registered_at"] is not None:
-        return False
     ensure(host)
     source = SimulatedSource(state_path(host.id), events_after=events_after)
     error = None
@@ -331,9 +319,9 @@ def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
         events = source.events()
     except SourceError as exc:
         inventory, events, error = None, [], str(exc)
-    body: dict[str, Any] = {
+    return {
         "host_id": str(host.id),
-        "seq": max(int(row["last_report_seq"]), IN_PROCESS_SEQ_BASE) + 1,
+        "seq": seq,
         "agent_version": "in-process (simulated)",
         "source": source.name,
         "driver_version": inventory["driver_version"] if inventory else None,
@@ -343,7 +331,27 @@ def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
         "events": events if events_after is not None else [],
         "source_error": error,
     }
-    ingest_report(Host.objects.get(pk=host.pk), body)
+
+
+def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
+    """Run the host's agent report in-process when no agent process is registered for it.
+
+    The report is :func:`simulated_report`, stored by :func:`fleet.ingest.ingest_report`, the
+    function behind ``POST /api/v1/agent/reports``. Hosts with a registered agent are left to
+    it (returns False).
+    """
+    from fleet.ingest import ingest_report
+    from fleet.models import Host
+
+    if not getattr(settings, "NVKE_SIMULATED_IN_PROCESS_AGENT", True):
+        return False
+    row = Host.objects.filter(pk=host.pk).values("registered_at", "last_report_seq").first()
+    if row is None or row["registered_at"] is not None:
+        return False
+    seq = max(int(row["last_report_seq"]), IN_PROCESS_SEQ_BASE) + 1
+    ingest_report(
+        Host.objects.get(pk=host.pk), simulated_report(host, seq, events_after=events_after)
+    )
     return True
 
 

@@ -93,14 +93,16 @@ def test_a_gpu_fault_repaired_automatically_is_credited_for_exactly_its_unhealth
     11:35. The reconciler reboots the node at 11:50 and, back at 12:00, closes the interval:
     unhealthy 11:35-12:00 = 1,500 s on one GPU (GPU scope) = 1,500 GPU-s =
     0.416667 GPU-h x 2.50 = 1.041.. -> credit line -1.04."""
+    from clusters.providers import simhosts
     from fleet.models import GpuHealthInterval
     from nodepools.models import Node
     from nodepools.reconcile import reconcile_nodepool
 
     host, pool_id, node = running_node
     bad = node.gpu_uuids[1]
+    agent = agent_client(host)
     with django_capture_on_commit_callbacks(execute=True):
-        resp = agent_client(host).post(
+        resp = agent.post(
             "/api/v1/agent/reports", xid_report(host, 1, bad, 48, XID_AT), format="json"
         )
     assert resp.status_code == 200, resp.content
@@ -108,12 +110,19 @@ def test_a_gpu_fault_repaired_automatically_is_credited_for_exactly_its_unhealth
     assert (node.repair_state, node.repair_action) == ("requested", "reboot")
     reconcile_nodepool(pool_id, now=datetime(2026, 11, 5, 11, 50, tzinfo=UTC))  # reboots
     assert Node.objects.get(pk=node.pk).repair_state == "rebooting"
+    # back from the reboot, the host's agent reports (SIMULATED host: what its state shows,
+    # a clean GPU); only then does the repair end and the interval close
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = agent.post(
+            "/api/v1/agent/reports", simhosts.simulated_report(host, 2), format="json"
+        )
+    assert resp.status_code == 200, resp.content
     reconcile_nodepool(pool_id, now=datetime(2026, 11, 5, 12, 0, tzinfo=UTC))  # back, closed
     interval = GpuHealthInterval.objects.get(gpu_uuid=bad)
     assert (interval.started_at, interval.ended_at, interval.ended_by) == (
         XID_AT,
         datetime(2026, 11, 5, 12, 0, tzinfo=UTC),
-        "auto-repair: node rebooted",
+        "auto-repair: rebooted, the agent's report is clean",
     )
     invoice, credits = credit_lines(tenant_a.id)
     assert credits == [("SLA_CREDIT", Decimal(-1500), Decimal("-1.04"))]
@@ -146,7 +155,7 @@ def test_an_xid_for_a_gpu_the_host_does_not_own_is_refused_and_credits_nothing(
     assert (problem["code"], problem["field"]) == ("invalid_report", "events[0].gpu_uuid")
     assert f"{node.gpu_uuids[0]!r} is not a GPU of host h2" in problem["detail"]
     assert not XidEvent.objects.exists()
-    assert not AgentReport.objects.exists()  # not even the seq is taken
+    assert not AgentReport.objects.filter(host=other).exists()  # not even the seq is taken
     assert not GpuHealthInterval.objects.exists()
     assert set(Host.objects.values_list("hostname", "state")) == {
         ("h1", "ALLOCATED"),
