@@ -543,7 +543,6 @@ def _claim_batch(
             .filter(pk__in=wanted, state__in=SCHEDULABLE_HOST_STATES)
             .values_list("pk", flat=True)
         )
-        skipped = skipped or bool(wanted - got)
         locked |= got
         # Under the lock nobody else can claim on these hosts; check what we read is still so.
         fresh = {v.id: v for v in _views_for_hosts(hosts & locked)}

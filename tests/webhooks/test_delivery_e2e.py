@@ -7,13 +7,11 @@ becomes a signed CloudEvent. The receiver answers 500 twice: it sees the retries
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import requests
 
-from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
-from tests.helpers import broker_client
+from tests.e2e.conftest import start_worker, stop, wait_for
 from tests.webhooks.receiver import Receiver, start
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -35,30 +33,7 @@ def webhook_settings(settings):
 @pytest.fixture
 def webhook_worker(transactional_db, tmp_path):
     """A real worker whose settings allow loopback webhook targets (as the tests configure)."""
-    broker_client().flushdb()
-    log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(BIN / "celery"),
-            "-A",
-            "nvke",
-            "worker",
-            "-Q",
-            "reconcile,telemetry,billing,default",
-            "--concurrency",
-            "2",
-            "--loglevel",
-            "INFO",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-        ],
-        cwd=ROOT,
-        env=service_env(**WEBHOOK_ENV),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc, log = start_worker(tmp_path, **WEBHOOK_ENV)
     yield proc
     stop(proc)
     log.close()
