@@ -33,6 +33,26 @@ def broker_client():
     return redis.Redis.from_url(broker_redis_url(settings.CELERY_BROKER_URL))
 
 
+#: the inventory fields of one GPU in the agent's wire format (agent/README.md)
+WIRE_GPU_FIELDS = (
+    "uuid", "index", "pci_bus_id", "minor_number", "product_name", "memory_total_bytes",
+    "mig_mode", "mig_devices", "attributes",
+)  # fmt: skip
+
+
+def wire_inventory_gpus(api_gpus: list[dict]) -> list[dict]:
+    """The inventory an agent would send for GPUs read from the fleet API (``GET
+    /api/v1/fleet/hosts/{id}``): the wire fields only, ``health`` being the agent's counters
+    object (the API's ``health_counters``), not the API's ``HEALTHY``/``UNHEALTHY`` verdict."""
+    return [
+        {
+            **{k: g[k] for k in WIRE_GPU_FIELDS if k in g},
+            "health": g.get("health_counters") or {},
+        }
+        for g in api_gpus
+    ]
+
+
 def drive_cluster(cluster_id, max_steps: int = 20) -> int:
     """Call the cluster reconciler until it converges; returns the number of steps."""
     from clusters.reconcile import reconcile_cluster

@@ -21,6 +21,7 @@ import requests
 
 from tests.conftest import capture
 from tests.e2e.conftest import BIN, ROOT, service_env
+from tests.helpers import wire_inventory_gpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -55,7 +56,9 @@ def run_agent(server: str, state_dir, replay, token: str) -> subprocess.Complete
 
 
 def replay_file(path, gpus: list[dict], times: list[datetime]):
-    lines = [{"kind": "inventory", "driver_version": "535.54.03", "gpus": gpus}]
+    lines = [
+        {"kind": "inventory", "driver_version": "535.54.03", "gpus": wire_inventory_gpus(gpus)}
+    ]
     lines += [
         {
             "kind": "sample",

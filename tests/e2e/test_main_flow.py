@@ -19,6 +19,7 @@ import requests
 
 from tests.conftest import CAPTURES, capture
 from tests.e2e.conftest import BIN, ROOT, service_env, wait_for
+from tests.helpers import wire_inventory_gpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -102,7 +103,13 @@ def test_tenant_gets_a_gpu_cluster_the_fleet_reports_usage_comes_back(
     # 3. the agent registers and replays 10, 40, 70 and N/A utilization
     replay = tmp_path / "replay.jsonl"
     t0 = datetime.fromisoformat("2026-01-01T00:00:00+00:00")
-    lines = [{"kind": "inventory", "driver_version": "535.54.03", "gpus": host["gpus"]}]
+    lines = [
+        {
+            "kind": "inventory",
+            "driver_version": "535.54.03",
+            "gpus": wire_inventory_gpus(host["gpus"]),
+        }
+    ]
     for i, util in enumerate([10.0, 40.0, 70.0, None]):
         lines.append(
             {
