@@ -368,7 +368,13 @@ def test_redis_stopped_and_restarted_empty_mid_rollout(fleet, principal, private
     down_at = time.monotonic()
     # a mutation during the outage commits; its message cannot be sent (counted)
     failures = ENQUEUE_FAILURES.labels("nodepools.tasks.reconcile_nodepool")._value.get()
-    pool = NodePool.objects.filter(phase="RUNNING").first()
+    # a RUNNING pool of a cluster with no other operation under way (one per cluster at a time)
+    from clusters.choices import ACTIVE_OPERATION_STATUSES
+    from clusters.models import Operation
+
+    busy = Operation.objects.filter(status__in=ACTIVE_OPERATION_STATUSES).values("cluster_id")
+    pool = NodePool.objects.filter(phase="RUNNING").exclude(cluster_id__in=busy).first()
+    assert pool is not None, "every RUNNING pool's cluster has an operation under way"
     set_node_pool_size(principal=principal, pool=pool, node_count=pool.node_count + 1)
     assert ENQUEUE_FAILURES.labels("nodepools.tasks.reconcile_nodepool")._value.get() == (
         failures + 1
