@@ -115,9 +115,11 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
                 return existing
         now = timezone.now()
         previous_phase = cluster.phase
+        # operation rows before the tenant's quota row (the lock order that avoids a deadlock
+        # with a reconciler that holds an operation and waits for the quota)
+        cancel_operations(cluster.id, "superseded by the cluster's deletion", now)
         if cluster.deletion_requested_at is None:
             quotas.release(cluster.tenant_id, clusters=1)
-        cancel_operations(cluster.id, "superseded by the cluster's deletion", now)
         cluster.deletion_requested_at = cluster.deletion_requested_at or now
         cluster.phase = Phase.DELETING
         cluster.generation += 1

@@ -40,8 +40,9 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
             .first()
         )
         if locked is not None:
-            release_pool_quota(locked)
+            # operation rows before the quota row (see nodepools.services.delete_nodepool)
             cancel_operations(pool.id, "superseded by the cluster's deletion", now)
+            release_pool_quota(locked)
             NodePool.objects.filter(pk=pool.pk).update(
                 deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
             )

@@ -206,10 +206,13 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             if existing is not None and existing.type == OperationType.DELETE_NODE_POOL:
                 return existing
         now = timezone.now()
+        previous_phase = pool.phase
+        # Lock order: operation rows before the tenant's quota row, as everywhere (a reconciler
+        # holding this pool's operation may be waiting for the quota row: the reverse order
+        # deadlocks, found by tests/tenants/test_quota_leaks.py's randomised races).
+        cancel_operations(pool.id, "superseded by the node pool's deletion", now)
         if pool.deletion_requested_at is None:
             release_pool_quota(pool)
-        previous_phase = pool.phase
-        cancel_operations(pool.id, "superseded by the node pool's deletion", now)
         pool.deletion_requested_at = pool.deletion_requested_at or now
         pool.phase = Phase.DELETING
         pool.generation += 1
