@@ -145,10 +145,17 @@ def test_a_redelivered_task_is_a_no_op(running_cluster, private_redis, tmp_path)
     try:
         publish(private_redis, reconcile_nodepool, str(pool.id))
         wait_for(lambda: NodePool.objects.get(pk=pool.pk).phase == "RUNNING", what="RUNNING")
+        client = redis.Redis.from_url(private_redis.url)
+        # the step after RUNNING (the cluster's NodesReady condition) may still be running:
+        # the snapshot is taken once nothing is queued or held by the worker
+        wait_for(
+            lambda: client.llen("reconcile") == 0 and client.hlen("unacked") == 0,
+            what="the rollout's last step to finish",
+        )
+        time.sleep(1.0)
         before = snapshot()
         for _ in range(3):  # as Redis does when a countdown outlives the visibility timeout
             publish(private_redis, reconcile_nodepool, str(pool.id))
-        client = redis.Redis.from_url(private_redis.url)
         wait_for(lambda: client.llen("reconcile") == 0, what="the queue to drain")
         time.sleep(1.0)
         assert snapshot() == before
