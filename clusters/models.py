@@ -52,6 +52,9 @@ class Cluster(models.Model):
     deleted_at = models.DateTimeField(null=True, blank=True)
     delete_attempts = models.PositiveSmallIntegerField(default=0)
     reconcile_failures = models.PositiveSmallIntegerField(default=0)
+    #: when the current run of retryable provider failures began (None: the last call worked);
+    #: the reconciler gives up after ``NVKE_PROVIDER_RETRY_DEADLINE_S``, as node pools do
+    reconcile_retry_since = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -9,8 +9,10 @@ Phases: PROVISIONING -> RUNNING once the provider reports the control plane read
 deletion: DELETING (node pools are asked to go through the ``cluster_deleting`` signal) ->
 control plane deleted -> DELETED, or DELETE_FAILED with the leftovers named after
 ``NVKE_MAX_DELETE_ATTEMPTS`` polls that found something left (each one counts, with
-exponential backoff between them: 1, 2, 4 … 60 s). Provider errors back off exponentially and end in
-ERROR (with a condition in words a tenant understands) after ``MAX_RECONCILE_FAILURES``.
+exponential backoff between them: 1, 2, 4 … 60 s). Retryable provider errors back off
+exponentially (1, 2, 4 … 60 s) and end in ERROR (with a condition in words a tenant understands)
+once they have lasted ``NVKE_PROVIDER_RETRY_DEADLINE_S`` (the node pool reconciler's deadline:
+one rule for both); a non-retryable one ends in ERROR at once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from .specs import cluster_spec
 
 log = logging.getLogger(__name__)
 
-MAX_RECONCILE_FAILURES = 6
 DELETE_POLL_S = 1.0
 
 
@@ -91,6 +92,7 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
         cluster.kubeconfig_encrypted = crypto.encrypt(kubeconfig)
     cluster.observed_generation = cluster.generation
     cluster.reconcile_failures = 0
+    cluster.reconcile_retry_since = None
     cluster.conditions = set_condition(
         cluster.conditions, "ControlPlaneReady", True, "Ready", "control plane is ready", now
     )
@@ -106,6 +108,7 @@ def _step_ensure(cluster: Cluster, now: datetime) -> float | None:
             "kubeconfig_encrypted",
             "observed_generation",
             "reconcile_failures",
+            "reconcile_retry_since",
             "conditions",
         ],
     )
@@ -231,26 +234,53 @@ def _delete_failed(cluster: Cluster, message: str, now: datetime) -> None:
 
 
 def _provider_failed(cluster: Cluster, exc: ProviderError, now: datetime) -> float | None:
+    """A provider call failed: back off (retryable, within the deadline) or go ERROR.
+
+    Returns the requeue delay in s, or None once the cluster is ERROR for this generation."""
     cluster.reconcile_failures += 1
+    cluster.reconcile_retry_since = cluster.reconcile_retry_since or now
+    waited = (now - cluster.reconcile_retry_since).total_seconds()
+    deadline = settings.NVKE_PROVIDER_RETRY_DEADLINE_S
     message = f"the infrastructure provider failed: {exc}"
-    if not exc.retryable or cluster.reconcile_failures >= MAX_RECONCILE_FAILURES:
+    if not exc.retryable or waited >= deadline:
+        if exc.retryable:
+            message = (
+                f"gave up after {cluster.reconcile_failures} attempt(s) over {waited:.0f} s "
+                f"(deadline {deadline:.0f} s); the infrastructure provider failed: {exc}"
+            )
         cluster.phase = Phase.ERROR
         cluster.observed_generation = cluster.generation
+        cluster.reconcile_failures, cluster.reconcile_retry_since = 0, None
         cluster.conditions = set_condition(
             cluster.conditions, "Ready", False, "ProviderError", message, now
         )
-        _save(cluster, ["phase", "observed_generation", "reconcile_failures", "conditions"])
+        _save(
+            cluster,
+            [
+                "phase",
+                "observed_generation",
+                "reconcile_failures",
+                "reconcile_retry_since",
+                "conditions",
+            ],
+        )
         finish_operation(
             cluster.id,
             error={"code": exc.code, "message": message, "retryable": exc.retryable},
             now=now,
         )
         return None
+    delay = backoff(cluster.reconcile_failures)
     cluster.conditions = set_condition(
-        cluster.conditions, "Ready", False, "ProviderRetrying", message, now
+        cluster.conditions,
+        "Ready",
+        False,
+        "ProviderRetrying",
+        f"attempt {cluster.reconcile_failures} failed, retrying in {delay:.0f} s: {message}",
+        now,
     )
-    _save(cluster, ["reconcile_failures", "conditions"])
-    return backoff(cluster.reconcile_failures)
+    _save(cluster, ["reconcile_failures", "reconcile_retry_since", "conditions"])
+    return delay
 
 
 def _save(cluster: Cluster, fields: list[str]) -> None:

@@ -17,7 +17,9 @@ not tell NVKE what NVKE told it. Faults are injected on the hosts (``manage.py s
 Kept for tests: GPUs named in ``settings.NVKE_SIMULATED_FAILING_GPUS`` fail their
 reconfiguration (MIG Manager reports ``mig.config.state=failed`` and changes nothing): a list
 of GPU UUIDs (every config fails), or ``{uuid: [mig.config names]}`` (only those; ``"*"`` =
-all); GPUs in ``NVKE_SIMULATED_FAILING_UPGRADES`` lose NVML after a driver install.
+all); GPUs in ``NVKE_SIMULATED_FAILING_UPGRADES`` lose NVML after a driver install; the
+control planes of clusters named in ``NVKE_SIMULATED_CONTROL_PLANE_OUTAGE`` (``"*"``: all) are
+behind an infrastructure API that answers 503 (a retryable ``ProviderError``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .base import (
     NodeSpec,
     NodeVersions,
     Provider,
+    ProviderError,
 )
 from .fleet_claims import claim_fleet_gpus
 
@@ -54,6 +57,13 @@ class SimulatedProvider(Provider):
     name = "simulated"
 
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
+        outage = getattr(settings, "NVKE_SIMULATED_CONTROL_PLANE_OUTAGE", None) or ()
+        if "*" in outage or cluster.name in outage:
+            raise ProviderError(
+                "the infrastructure API answered 503 Service Unavailable (simulated outage)",
+                retryable=True,
+                code="infrastructure_unavailable",
+            )
         ready_at = cluster.created_at + timedelta(
             seconds=settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S
         )

@@ -204,8 +204,11 @@ def test_a_deletion_a_load_balancer_blocks_ends_delete_failed_naming_it(
             "left: Service default/stuck-lb (LoadBalancer), PersistentVolumeClaim default/data"
             in ready["message"]
         )
-        # the Cluster itself is kept until its load balancer is gone
-        assert apis.get("clusters", capi_name(cluster)) is not None
+        # the Cluster itself is not even asked to go (no deletionTimestamp: Cluster API would
+        # tear the workload cluster down under the load balancer) until the leftovers are gone
+        kept = apis.get("clusters", capi_name(cluster))
+        assert kept["metadata"]["name"] == capi_name(cluster)
+        assert "deletionTimestamp" not in kept["metadata"]
     finally:
         for read, patch in (
             ("stuck-lb", apis.core.patch_namespaced_service),

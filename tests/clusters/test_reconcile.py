@@ -154,3 +154,66 @@ def test_tasks_skip_rows_that_are_gone():
     missing = "00000000-0000-0000-0000-000000000000"
     assert cluster_task.run(missing) is None
     assert pool_task.run(missing) is None
+
+
+def test_cluster_provider_outage_backs_off_then_recovers(cluster_id, settings):
+    """A retryable outage backs off 1, 2, 4 s with the attempt named; once it is over the
+    cluster goes RUNNING and the retry clock is cleared."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters.models import Cluster, Operation
+
+    settings.NVKE_SIMULATED_CONTROL_PLANE_OUTAGE = ["c1"]
+    settings.NVKE_PROVIDER_RETRY_DEADLINE_S = 600
+    t0 = timezone.now()
+    delays = [reconcile_cluster(cluster_id, now=t0 + timedelta(seconds=s)) for s in (0, 1, 3)]
+    assert delays == [1.0, 2.0, 4.0]
+    cluster = Cluster.objects.get(pk=cluster_id)
+    assert (cluster.phase, cluster.reconcile_failures) == ("PROVISIONING", 3)
+    assert cluster.reconcile_retry_since == t0
+    ready = next(c for c in cluster.conditions if c["type"] == "Ready")
+    assert ready["reason"] == "ProviderRetrying"
+    assert ready["message"].startswith("attempt 3 failed, retrying in 4 s:")
+    assert "503" in ready["message"]
+    settings.NVKE_SIMULATED_CONTROL_PLANE_OUTAGE = []
+    assert reconcile_cluster(cluster_id, now=t0 + timedelta(seconds=7)) is None
+    cluster.refresh_from_db()
+    assert (cluster.phase, cluster.reconcile_failures, cluster.reconcile_retry_since) == (
+        "RUNNING",
+        0,
+        None,
+    )
+    assert Operation.objects.get(target_id=cluster_id).status == "DONE"
+
+
+def test_cluster_provider_outage_past_the_deadline_is_an_error_naming_it(cluster_id, settings):
+    """The cluster reconciler gives up on the node pools' deadline, not after a fixed count:
+    attempts at 0, 1, 3, 7, 15, 31, 63 s go on (63 s < 100 s; the backoff is capped at 60 s),
+    the one at 123 s gives up."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters.models import Cluster, Operation
+
+    settings.NVKE_SIMULATED_CONTROL_PLANE_OUTAGE = ["*"]
+    settings.NVKE_PROVIDER_RETRY_DEADLINE_S = 100
+    t0, at = timezone.now(), 0.0
+    delays = []
+    while (delay := reconcile_cluster(cluster_id, now=t0 + timedelta(seconds=at))) is not None:
+        delays.append(delay)
+        at += delay
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0]
+    assert at == 123
+    cluster = Cluster.objects.get(pk=cluster_id)
+    assert cluster.phase == "ERROR"
+    ready = next(c for c in cluster.conditions if c["type"] == "Ready")
+    assert ready["reason"] == "ProviderError"
+    assert ready["message"].startswith("gave up after 8 attempt(s) over 123 s (deadline 100 s)")
+    op = Operation.objects.get(target_id=cluster_id)
+    assert op.status == "FAILED"
+    assert op.error["code"] == "infrastructure_unavailable"
+    assert op.error["retryable"] is True
+    assert_idempotent(reconcile_cluster, cluster_id)
