@@ -62,6 +62,7 @@ AGENT_INTERVAL_S = 10
 SIGNAL_RETURN_CODES = (130, 143)  # honcho's return code after SIGINT / SIGTERM
 OUTPUT_GRACE_S = 1.0  # after a process exits, how long its relay waits for the rest of its output
 RESTART_BACKOFF_S = (1.0, 30.0)  # first delay, cap: 1, 2, 4 ... 30 s between restarts
+ORPHAN_STOP_S = 5.0  # a dead process's leftover group members: SIGTERM, then SIGKILL after this
 RESTART_STABLE_S = (
     60.0  # a process that ran this long starts its backoff again from the first delay
 )
@@ -300,7 +301,8 @@ class _Process(honcho.process.Process):
       a grandchild that left the process group (``setsid``, a daemonizing double fork) would
       hold the pipe open and honcho's loop would wait for it forever. Such leftovers are
       stopped by :meth:`Supervisor.sweep` once the loop ends.
-    - With ``restart`` set, a child that dies while the supervisor is not stopping is started
+    - With ``restart`` set, a child that dies while the supervisor is not stopping has what it
+      left in its process group stopped (a Celery worker's pool children) and is started
       again after a backoff (a new ``start`` message carries its pid); only then, or when
       stopping, does the relay report ``stop``.
     """
@@ -329,6 +331,9 @@ class _Process(honcho.process.Process):
             returncode = self._run_child()
             if not self.restart or self.stopping.is_set():
                 break
+            # What the dead process left in its group (a SIGKILLed Celery worker's prefork
+            # children, reparented, still running its tasks) goes before the new one starts.
+            stop_process_group(self._child.pid, ORPHAN_STOP_S)
             if time.monotonic() - started >= RESTART_STABLE_S:
                 failures = 0
             first, cap = RESTART_BACKOFF_S

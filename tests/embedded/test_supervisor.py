@@ -21,7 +21,15 @@ import textwrap
 import time
 from pathlib import Path
 
-from .support import PYTHON, REPO_ROOT, all_gone, processes_mentioning, python_env, wait_until
+from .support import (
+    PYTHON,
+    REPO_ROOT,
+    alive,
+    all_gone,
+    processes_mentioning,
+    python_env,
+    wait_until,
+)
 
 WEB = """
 import http.server, os, subprocess, sys
@@ -52,7 +60,11 @@ open(os.path.join(d, "escaper"), "w").write(f"{os.getpid()}\\n{pid}\\n")
 time.sleep(300)
 """
 FLAKY = """
-import os, sys, time
+import os, subprocess, sys, time
+# a pool child in its process group, as a Celery worker's prefork children are
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", sys.argv[1]])
+with open(os.path.join(sys.argv[1], "flaky-children"), "a") as f:
+    f.write(f"{child.pid}\\n")
 with open(os.path.join(sys.argv[1], "flaky"), "a") as f:
     f.write(f"{os.getpid()}\\n")
 while True: time.sleep(1)
@@ -191,6 +203,12 @@ def test_a_restartable_process_killed_comes_back_with_backoff_and_is_recorded(
     second = _state(tmp_path)["processes"]["flaky"]["pid"]
     assert wait_until(lambda: len((tmp_path / "pids" / "flaky").read_text().split()) == 2, 10)
     assert (tmp_path / "pids" / "flaky").read_text().split() == [str(first), str(second)]
+    # the killed process's pool child (left in its process group, reparented) was stopped
+    # before the restart: no orphan keeps running tasks beside the new worker
+    children = [int(p) for p in (tmp_path / "pids" / "flaky-children").read_text().split()]
+    assert len(children) == 2
+    assert all_gone([children[0]]) == []
+    assert alive(children[1])  # the new one's child runs
     assert driver.poll() is None  # the others kept running
 
     driver.send_signal(signal.SIGINT)
