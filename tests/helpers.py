@@ -84,6 +84,23 @@ SNAPSHOT_TABLES = (
 )
 
 
+def running_h100_pool(owner, make_host, *, hosts: int, nodes: int) -> tuple[str, str]:
+    """``hosts`` 8-GPU H100 hosts in us-east-1a, a RUNNING cluster ``c1`` and a RUNNING node
+    pool ``h100`` of ``nodes`` 8-GPU nodes on them; returns (cluster id, node pool id)."""
+    for _ in range(hosts):
+        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = owner.post(
+        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
+    ).json()["target_id"]
+    drive_cluster(cluster)
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": nodes},
+    ).json()
+    drive_pool(op["target_id"])
+    return cluster, op["target_id"]
+
+
 def snapshot() -> dict[str, list[tuple[Any, ...]]]:
     """Every row of the control-plane tables, ordered, for before/after comparisons."""
     out = {}

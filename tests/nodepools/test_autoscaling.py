@@ -8,25 +8,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_pool, running_h100_pool
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def pool(owner, make_host):
-    for _ in range(4):
-        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
-    op = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 2},
-    ).json()
-    drive_pool(op["target_id"])
-    return cluster, op["target_id"]
+    return running_h100_pool(owner, make_host, hosts=4, nodes=2)
 
 
 SEQ = itertools.count(1)  # report numbers are per host and never reused
