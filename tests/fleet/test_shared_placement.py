@@ -213,3 +213,57 @@ def test_the_database_refuses_overlapping_live_instances_of_one_gpu(make_host, t
         profile="1g.10gb", start=4, size=1, compute_slices=1, holder_id=uuid.uuid4(),
         tenant=tenant_b, **common,
     )  # fmt: skip
+
+
+# --- the agent's scrub evidence on the wire ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scrubs", "field", "code"),
+    [
+        ("done", "inventory.gpus[0].slice_scrubs", "invalid_type"),
+        (
+            [{"start": 99, "size": 1}],
+            "inventory.gpus[0].slice_scrubs[0].start",
+            "number_out_of_range",
+        ),
+        ([{"start": 0, "size": "1"}], "inventory.gpus[0].slice_scrubs[0].size", "invalid_type"),
+        ([{"scrub_id": "x" * 300}], "inventory.gpus[0].slice_scrubs[0].scrub_id", "value_too_long"),
+        ([{}] * 57, "inventory.gpus[0].slice_scrubs", "invalid_type"),
+    ],
+)
+def test_malformed_slice_scrubs_in_a_report_are_refused_naming_the_field(scrubs, field, code):
+    from fleet.formats import FormatError, check_inventory
+
+    gpu = "GPU-11111111-2222-3333-4444-555555555555"
+    inventory = {"gpus": [{"uuid": gpu, "index": 0, "slice_scrubs": scrubs}]}
+    with pytest.raises(FormatError) as err:
+        check_inventory(inventory, {gpu})
+    assert (err.value.field, err.value.code) == (field, code)
+
+
+def test_the_simulated_source_reports_the_hosts_slice_scrubs(tmp_path):
+    import json
+
+    from nvke_agent.sources.simulated import SimulatedSource
+
+    record = {"scrub_id": "s-1", "start": 4, "size": 1, "status": "ok", "cleared_bytes": 1024}
+    state = {
+        "nvml_error": "",
+        "driver_version": "580.0.0",
+        "cuda_version": "13.0",
+        "gpus": [
+            {
+                "uuid": "GPU-sim-1",
+                "index": 0,
+                "mig_mode": "enabled",
+                "instances": [],
+                "slice_scrubs": [record],
+            }
+        ],
+        "events": [],
+    }
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(state))
+    (gpu,) = SimulatedSource(path).inventory()["gpus"]
+    assert (gpu["mig_devices"], gpu["slice_scrubs"]) == ([], [record])
