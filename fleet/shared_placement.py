@@ -411,7 +411,8 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
     Reads the agent's facts through :func:`fleet.observed.host_facts` (one truth: what the
     last report said), never what the provider says it did.
     """
-    from .observed import host_facts
+    from .conf import scrub_timeout_s
+    from .observed import host_facts, set_host_warning
 
     rows = list(
         GpuInstance.objects.filter(host=host)
@@ -426,6 +427,7 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
         return 0
     now = now or timezone.now()
     freed = 0
+    late: list[str] = []
     for row in rows:
         gpu = facts.gpus.get(row.gpu.uuid)
         if gpu is None or gpu.missing:
@@ -451,7 +453,11 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
             None,
         )
         if on_slices or evidence is None:
-            continue  # the instance is still there, or no confirmed clear yet: keep waiting
+            # the instance is still there, or no confirmed clear yet: keep waiting (and say so
+            # once NVKE_SCRUB_TIMEOUT_S has passed: the slice is out of service until then)
+            if row.released_at and (now - row.released_at).total_seconds() >= scrub_timeout_s():
+                late.append(f"{row.profile}@{row.start} of GPU {row.gpu.index}")
+            continue
         updated = GpuInstance.objects.filter(pk=row.pk, state=SliceState.SCRUBBING).update(
             state=SliceState.FREE, freed_at=now, scrub_evidence=evidence
         )
@@ -466,7 +472,19 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
                 "verified by the agent: free",
                 data={"instance": str(row.id), "gpu_uuid": row.gpu.uuid, "evidence": evidence},
             )
+    set_host_warning(
+        host.pk,
+        SCRUB_WARNING,
+        f"{SCRUB_WARNING}{', '.join(late)}: the agent has not confirmed them destroyed and "
+        "cleared; they stay out of placement"
+        if late
+        else None,
+    )
     return freed
+
+
+#: prefix of the host warning about released slices whose scrub is overdue
+SCRUB_WARNING = "slice scrub overdue: "
 
 
 def _known_active():

@@ -239,6 +239,14 @@ def test_a_slice_stays_scrubbing_while_the_agent_still_reports_its_instance(
     assert simhosts.report_in_process(shared_host)
     row.refresh_from_db()
     assert row.state == "SCRUBBING"  # the agent still lists the GPU instance at start 0
+    # past NVKE_SCRUB_TIMEOUT_S the host says which slice is overdue
+    settings.NVKE_SCRUB_TIMEOUT_S = 0
+    assert simhosts.report_in_process(shared_host)
+    shared_host.refresh_from_db()
+    assert shared_host.warnings == [
+        "slice scrub overdue: 1g.10gb@0 of GPU 0: the agent has not confirmed them destroyed "
+        "and cleared; they stay out of placement"
+    ]
     # the instance disappears without a clear (no scrub record): still not free
     simhosts.change(shared_host, lambda s: s["gpus"][0].update(instances=[]))
     assert simhosts.report_in_process(shared_host)
