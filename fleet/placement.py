@@ -3,7 +3,8 @@
 Rules, in the order they decide:
 
 1. **Eligible GPUs**: the host has the requested GPU model, is in the requested region (and
-   zone, when one is asked for) and in a schedulable state (``AVAILABLE``/``ALLOCATED``); the
+   zone, when one is asked for) and in a schedulable state (``AVAILABLE``/``ALLOCATED``) and
+   dedicated (a shared host's GPUs go out as MIG instances: :mod:`fleet.shared_placement`); the
    GPU is free, healthy, scrubbed (``scrub_state`` CLEAN) and listed by the agent.
 2. **Tenancy**: a host is dedicated to one tenant while that tenant holds any of its GPUs. Two
    tenants may share a host only when *both* holders' isolation allows hardware-isolated

@@ -348,7 +348,7 @@ def holders_on(host_id: Any) -> list[Any]:
         .values_list("holder_id", flat=True)
         .distinct()
     )
-    return list(whole | slices)
+    return sorted(whole | slices, key=str)
 
 
 def change_host_state(
