@@ -76,3 +76,29 @@ class HostEventKind(models.TextChoices):
     SCRUB = "scrub"
     XID = "xid"
     INVENTORY = "inventory"  # the agent's inventory disagrees with the host record
+
+
+class HostTenancy(models.TextChoices):
+    """Who a host's GPUs serve (:attr:`fleet.models.Host.tenancy`).
+
+    ``dedicated``: bare-metal nodes, whole GPUs, one tenant per host at a time (the default).
+    ``shared``: a hypervisor host whose tenant nodes are VMs holding MIG GPU instances (or
+    MIG-backed vGPUs) of its GPUs, several tenants per physical GPU (NVIDIA's multi-tenant
+    reference architecture); only ``tenancy: shared`` MIG/vGPU pools are placed there.
+    """
+
+    DEDICATED = "dedicated"
+    SHARED = "shared"
+
+
+class SliceState(models.TextChoices):
+    """Where a GPU instance of a shared GPU is (:class:`fleet.models.GpuInstance`).
+
+    ``ACTIVE``: a tenant's node holds it; ``SCRUBBING``: released, the instance is being
+    destroyed and its memory cleared, waiting for the host agent to confirm; ``FREE``: the
+    agent confirmed the scrub, its slices may be placed again (the row stays as history).
+    """
+
+    ACTIVE = "ACTIVE"
+    SCRUBBING = "SCRUBBING"
+    FREE = "FREE"

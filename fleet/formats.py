@@ -212,6 +212,16 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
                     check_int(device.get(key), f"{at}.{key}", (0, 2**63 - 1))
                 if len(device) > MAX_OBJECT_ENTRIES:
                     raise FormatError(at, "too_many_entries", f"at most {MAX_OBJECT_ENTRIES}")
+        scrubs = gpu.get("slice_scrubs")
+        if scrubs is not None:
+            if not isinstance(scrubs, list) or len(scrubs) > MAX_MIG_DEVICES_PER_GPU:
+                raise FormatError(
+                    f"{where}.slice_scrubs", "invalid_type", "a list of at most 56 slice scrubs"
+                )
+            for j, scrub in enumerate(scrubs):
+                check_flat_object(scrub, f"{where}.slice_scrubs[{j}]")
+                for key in ("start", "size"):
+                    check_int(scrub.get(key), f"{where}.slice_scrubs[{j}].{key}", (0, 64))
         for key in ("health", "attributes"):
             if gpu.get(key) is not None:
                 check_flat_object(gpu[key], f"{where}.{key}")

@@ -52,8 +52,8 @@ from django.utils import timezone
 
 from nvke.validation import BadValue, to_utc
 
-from . import conf, formats, health, hygiene, metrics, topology
-from .choices import GpuHealth, HealthReason, HostEventKind
+from . import conf, formats, health, hygiene, metrics, shared_placement, topology
+from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
 
@@ -707,6 +707,8 @@ def _apply_inventory(
             fields["mig_devices"] = [d for d in g["mig_devices"] if isinstance(d, dict)]
         if g.get("mig_mode") in ("enabled", "disabled", None) and "mig_mode" in g:
             fields["mig_mode"] = g["mig_mode"]
+        if isinstance(g.get("slice_scrubs"), list):
+            fields["slice_scrubs"] = [d for d in g["slice_scrubs"] if isinstance(d, dict)]
         if isinstance(g.get("health"), dict):
             fields["health_counters"] = g["health"]
         if isinstance(g.get("attributes"), dict):
@@ -717,6 +719,8 @@ def _apply_inventory(
         if fields:
             Gpu.objects.filter(host=host, uuid=uuid).update(**fields)
     hygiene.check_from_inventory(host, listed, now)
+    if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
+        shared_placement.confirm_scrubs(host, now=now)
     topo = topology.from_agent(inventory.get("topology"), host.gpu_count)
     if topo is not None and topo.get("links") != (host.topology or {}).get("links"):
         islands = topology.island_of(topo)

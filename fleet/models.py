@@ -12,7 +12,12 @@ import uuid
 from typing import Any
 
 from django.contrib.postgres.constraints import ExclusionConstraint
-from django.contrib.postgres.fields import ArrayField, DateTimeRangeField, RangeOperators
+from django.contrib.postgres.fields import (
+    ArrayField,
+    DateTimeRangeField,
+    IntegerRangeField,
+    RangeOperators,
+)
 from django.db import models
 from django.db.models import Q
 
@@ -23,8 +28,10 @@ from .choices import (
     HealthReason,
     HostEventKind,
     HostState,
+    HostTenancy,
     ScrubState,
     ScrubStatus,
+    SliceState,
 )
 
 
@@ -58,6 +65,12 @@ class Host(models.Model):
     drain_nodes = models.PositiveIntegerField(default=0)
     drain_force = models.BooleanField(default=False)
     topology = models.JSONField(default=dict, blank=True)
+    #: dedicated (whole GPUs, one tenant at a time) or shared (a hypervisor: tenants' VM nodes
+    #: hold MIG GPU instances, :class:`GpuInstance`); set by an operator while no whole GPU is
+    #: held (:mod:`fleet.shared_placement`)
+    tenancy = models.CharField(
+        max_length=16, choices=HostTenancy.choices, default=HostTenancy.DEDICATED
+    )
     gpu_model = models.ForeignKey(
         "catalog.GpuModel", on_delete=models.PROTECT, related_name="hosts"
     )
@@ -182,6 +195,11 @@ class Gpu(models.Model):
     serial = models.CharField(max_length=64, blank=True)
     attributes = models.JSONField(default=dict, blank=True)
     health_counters = models.JSONField(default=dict, blank=True)
+    #: on a shared host: the memory clears of released GPU instances the agent last reported
+    #: (``[{"scrub_id", "start", "size", "status": "ok" | "failed", "cleared_bytes",
+    #: "finished_at", "method"}]``), the evidence :func:`fleet.shared_placement.confirm_scrubs`
+    #: needs before a slice is FREE
+    slice_scrubs = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["host", "index"]
@@ -539,3 +557,73 @@ class RollupCursor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.received_until}"
+
+
+class GpuInstance(models.Model):
+    """One MIG GPU instance of a shared host's GPU, managed by NVKE across tenants.
+
+    ``profile`` at memory slices ``start`` .. ``start + size - 1`` (the catalog's ``-lgipp``
+    placement table, :mod:`catalog.mig`); ``compute_slices`` of the profile. ``holder_id`` is
+    the tenant's VM node holding it (a plain UUID, as on :class:`Gpu`), ``tenant`` its tenant;
+    ``gpu_instance_id`` the id NVML gave it (as the host's agent reports it; null until
+    reported). State (:class:`~fleet.choices.SliceState`): ACTIVE while held; SCRUBBING from
+    release until the agent's report shows the instance destroyed *and* the scrub
+    ``scrub_id`` completed (``scrub_evidence``: what the agent reported); FREE afterwards,
+    kept as history. ``previous_tenant`` is whose data the scrub clears.
+
+    Last line of defence against two placements taking overlapping slices: an exclusion
+    constraint — no two non-FREE rows of one GPU whose memory-slice ranges overlap.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpu_instances")
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="instances")
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField()
+    size = models.PositiveSmallIntegerField()
+    compute_slices = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=12, choices=SliceState.choices, default=SliceState.ACTIVE)
+    holder_id = models.UUIDField(null=True, blank=True, db_index=True)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    previous_tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    gpu_instance_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    scrub_id = models.UUIDField(null=True, blank=True)
+    scrub_evidence = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+    freed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["host", "gpu", "start", "created_at"]
+        constraints = [
+            ExclusionConstraint(
+                name="gpuinstance_no_overlap",
+                expressions=[
+                    ("gpu", RangeOperators.EQUAL),
+                    (
+                        models.Func(
+                            "start",
+                            models.F("start") + models.F("size"),
+                            function="int4range",
+                            output_field=IntegerRangeField(),
+                        ),
+                        RangeOperators.OVERLAPS,
+                    ),
+                ],
+                condition=~Q(state=SliceState.FREE),
+            ),
+            models.CheckConstraint(
+                condition=~Q(state=SliceState.ACTIVE)
+                | Q(holder_id__isnull=False, tenant__isnull=False),
+                name="gpuinstance_active_has_holder",
+            ),
+            models.CheckConstraint(condition=Q(size__gt=0), name="gpuinstance_size_positive"),
+        ]
+        indexes = [models.Index(fields=["host", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start} on {self.gpu_id} ({self.state})"

@@ -34,6 +34,11 @@ class GpuFacts:
     failed_checks: tuple[str, ...]
     health: str
     health_reason: str
+    #: every reported MIG device as ``(profile, start, size, gpu_instance_id)`` (placement
+    #: ``-1`` when the source cannot tell), and the slice scrubs the agent reported
+    #: (``Gpu.slice_scrubs``)
+    devices: tuple[tuple[str, int, int, int | None], ...] = ()
+    slice_scrubs: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,27 @@ def _instances(devices: Any) -> tuple[tuple[str, int, int], ...]:
         else:
             out.append(("?", -1, -1))
     return tuple(sorted(out))
+
+
+def _devices(devices: Any) -> tuple[tuple[str, int, int, int | None], ...]:
+    out = []
+    for device in devices or []:
+        if not isinstance(device, dict):
+            continue
+        profile = device.get("profile")
+        start, size = device.get("placement_start"), device.get("placement_size")
+        gi = device.get("gpu_instance_id")
+        if not (isinstance(start, int) and isinstance(size, int)):
+            start, size = -1, -1
+        out.append(
+            (
+                profile if isinstance(profile, str) else "?",
+                start,
+                size,
+                gi if isinstance(gi, int) else None,
+            )
+        )
+    return tuple(sorted(out, key=lambda d: (d[1], d[0])))
 
 
 def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFacts | None:
@@ -91,6 +117,7 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         "health_counters",
         "health",
         "health_reason",
+        "slice_scrubs",
     ):
         failed = tuple(
             f["detail"]
@@ -107,6 +134,8 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
             failed_checks=failed,
             health=row["health"],
             health_reason=row["health_reason"],
+            devices=_devices(row["mig_devices"]) if row["mig_mode"] == "enabled" else (),
+            slice_scrubs=tuple(s for s in row["slice_scrubs"] or [] if isinstance(s, dict)),
         )
     return HostFacts(
         host_id=host["id"],

@@ -3,7 +3,8 @@
 Rules, in the order they decide:
 
 1. **Eligible GPUs**: the host has the requested GPU model, is in the requested region (and
-   zone, when one is asked for) and in a schedulable state (``AVAILABLE``/``ALLOCATED``); the
+   zone, when one is asked for) and in a schedulable state (``AVAILABLE``/``ALLOCATED``) and
+   dedicated (a shared host's GPUs go out as MIG instances: :mod:`fleet.shared_placement`); the
    GPU is free, healthy, scrubbed (``scrub_state`` CLEAN) and listed by the agent.
 2. **Tenancy**: a host is dedicated to one tenant while that tenant holds any of its GPUs. Two
    tenants may share a host only when *both* holders' isolation allows hardware-isolated
@@ -610,6 +611,7 @@ WITH eligible AS (
            ROW_NUMBER() OVER (PARTITION BY zone, free_gpus ORDER BY hostname) AS rank
       FROM fleet_host
      WHERE gpu_model_id = %(model)s AND state IN ('AVAILABLE', 'ALLOCATED')
+       AND tenancy = 'dedicated'  -- shared hosts: fleet/shared_placement.py
        AND free_gpus >= %(smallest)s
        AND (region = %(where)s OR zone = %(where)s OR zone LIKE %(prefix)s)
        AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
@@ -658,7 +660,7 @@ def load_host_views(
 
 
 _VIEWS_SQL = """
-SELECT h.id, h.hostname, h.zone, h.region, h.gpu_model_id, h.state,
+SELECT h.id, h.hostname, h.zone, h.region, h.gpu_model_id, h.state, h.tenancy,
        g.index, g.uuid, g.health = 'HEALTHY' AND g.scrub_state = 'CLEAN'
                         AND g.missing_since IS NULL,
        g.holder_id, g.holder_tenant_id, g.holder_shares_host, g.holder_group_id,
@@ -681,12 +683,13 @@ def _views_for_hosts(host_ids: Iterable[uuid.UUID]) -> list[HostView]:
     with connection.cursor() as cursor:
         cursor.execute(_VIEWS_SQL, [ids])
         rows = cursor.fetchall()
-    for hid, hostname, zone, region, model, state, *gpu in rows:
+    for hid, hostname, zone, region, model, state, tenancy, *gpu in rows:
         if hid != current:
             if current is not None:
                 views.append(_view(head, gpus))
             current, gpus = hid, []
-            head = (hid, hostname, zone, region, model, state)
+            # a shared host's GPUs are handed out as MIG instances only (shared_placement.py)
+            head = (hid, hostname, zone, region, model, state if tenancy == "dedicated" else "")
         index, gpu_uuid, usable, holder, tenant, shares, group, island = gpu
         gpus.append(GpuSlot(index, gpu_uuid, island, usable, holder, tenant, shares, group))
     if current is not None:

@@ -333,13 +333,22 @@ def _mig_device_dict(device) -> dict:
 
 def holders_on(host_id: Any) -> list[Any]:
     """Node ids holding GPUs of the host, each once (order_by(): Gpu's default ordering would
-    make DISTINCT count GPUs, not nodes)."""
-    return list(
+    make DISTINCT count GPUs, not nodes); on a shared host, the nodes holding GPU instances."""
+    from .models import GpuInstance
+
+    whole = set(
         Gpu.objects.filter(host_id=host_id, holder_id__isnull=False)
         .order_by()
         .values_list("holder_id", flat=True)
         .distinct()
     )
+    slices = set(
+        GpuInstance.objects.filter(host_id=host_id, state="ACTIVE")
+        .order_by()
+        .values_list("holder_id", flat=True)
+        .distinct()
+    )
+    return sorted(whole | slices, key=str)
 
 
 def change_host_state(

@@ -12,8 +12,10 @@ Shapes (DESIGN §10; every key besides ``mode`` optional unless said):
 * ``{"mode": "time-slicing", "replicas": 4}`` (optionally ``"mig_profile"``: time-slice each
   MIG device of a ``single`` layout), ``{"mode": "mps", "replicas": 4}``;
 * ``"tenancy": "dedicated"`` (default: the pool's GPUs serve this tenant only) or ``"shared"``
-  (its MIG instances / vGPUs may sit on a physical GPU beside other tenants' — only MIG and
-  vGPU isolate memory and faults, so time-slicing and MPS are refused).
+  (its MIG instances / MIG-backed vGPUs sit on a physical GPU of a *shared host* beside other
+  tenants' — only MIG and vGPU isolate memory and faults, so time-slicing and MPS are refused,
+  and so is a time-sliced vGPU type, which has no MIG instance to place; see
+  :mod:`fleet.shared_placement`).
 
 Every refusal is an :class:`~nvke.errors.InvalidInput` (400 problem+json) with a stable
 ``code`` and the ``field`` at fault; the README's "GPU isolation" section lists them all.
@@ -170,6 +172,14 @@ def _validate(gpu_model: GpuModel, isolation: Any) -> tuple[dict[str, Any], Isol
     else:
         policy, plan = _sharing(gpu_model, mode, isolation)
     if tenancy != "dedicated":
+        if not plan.mig_placements:  # a time-sliced vGPU type: no MIG instance to place
+            raise InvalidInput(
+                "tenancy 'shared' places MIG GPU instances on shared hosts; these vGPU types "
+                "are time-sliced, not MIG-backed, so use a MIG-backed vGPU type or tenancy "
+                "'dedicated'",
+                code="shared_vgpu_not_mig_backed",
+                field="isolation.tenancy",
+            )
         policy["tenancy"] = tenancy
     return policy, plan
 
@@ -197,15 +207,9 @@ def _tenancy(mode: IsolationMode, tenancy: Any) -> str:
             code="invalid_isolation",
             field="isolation.tenancy",
         )
-    # MIG / vGPU may share a GPU across tenants, but fleet placement hands out whole GPUs of
-    # hosts dedicated to one tenant today; refusing is honest until it places GPU instances.
-    raise InvalidInput(
-        "sharing a physical GPU's MIG instances or vGPUs between tenants is allowed by the "
-        "isolation rules but not offered by this NVKE release's placement (hosts are dedicated "
-        "to one tenant); use tenancy 'dedicated'",
-        code="cross_tenant_sharing_not_available",
-        field="isolation.tenancy",
-    )
+    # MIG / vGPU: hardware-isolated; placed as GPU instances on shared hosts
+    # (fleet/shared_placement.py); a time-sliced vGPU is refused by _validate below.
+    return tenancy
 
 
 def _mig_table(gpu_model: GpuModel) -> MigTable:

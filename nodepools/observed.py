@@ -34,6 +34,7 @@ from catalog.services import parse_driver_version
 from fleet.observed import HostFacts, host_facts, set_host_warning
 
 from .models import Node, NodePool
+from .shared import node_slices
 
 OK = "ok"
 WAITING = "waiting"
@@ -109,6 +110,7 @@ def differences(
     if facts.source_error:
         return [f"NVML does not initialise on {host} (agent: {facts.source_error})"]
     out = []
+    slices = node_slices(node)  # a VM node of a shared host: its own GPU instances
     if not driver_matches(expected.driver, facts.driver_version):
         out.append(f"driver expected {expected.driver}, reported {facts.driver_version or 'none'}")
     for gpu_uuid in node.gpu_uuids:
@@ -122,7 +124,18 @@ def differences(
         if gpu.missing:
             out.append(f"{gpu_uuid} is not in {host}'s agent inventory")
             continue
-        if expected.mig_enabled is not None:
+        if slices is not None:
+            want_own = slices.get(gpu_uuid, ())
+            reported = set(gpu.instances)
+            if gpu.mig_mode != "enabled":
+                out.append(f"{gpu_uuid}: MIG mode expected enabled, reported {gpu.mig_mode}")
+            elif not set(want_own) <= reported:
+                # only the node's own instances are named: the others are other tenants'
+                out.append(
+                    f"{gpu_uuid}: the node's MIG instances expected {_fmt(want_own)}, "
+                    f"missing {_fmt(sorted(set(want_own) - reported))}"
+                )
+        elif expected.mig_enabled is not None:
             want = "enabled" if expected.mig_enabled else "disabled"
             have = "enabled" if gpu.mig_mode == "enabled" else (gpu.mig_mode or "not reported")
             if want != have:

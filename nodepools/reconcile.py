@@ -40,6 +40,7 @@ import logging
 import random
 import secrets
 import uuid
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import transaction
@@ -52,7 +53,7 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
-from . import host_moves, observed
+from . import host_moves, observed, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -153,7 +154,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
             node, list(report.gpu_layout) if report and report.state == "success" else []
         )
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
-        node_ready.send(sender=Node, node=node)
+        # a VM node of a shared host bills one ledger row per GPU instance, by fraction
+        node_ready.send(sender=Node, node=node, allocations=shared.allocations(node))
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     if waits:
         _set_conditions(
@@ -499,9 +501,14 @@ def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
 
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
+    own = shared.node_slices(node)  # shared host: never show other tenants' instances
     out = []
     for gpu_uuid in node.gpu_uuids:
         gpu = facts.gpus.get(gpu_uuid) if facts else None
+        if gpu is not None and own is not None:
+            gpu = replace(
+                gpu, instances=tuple(i for i in gpu.instances if i in own.get(gpu_uuid, ()))
+            )
         extra = by_gpu.get(gpu_uuid) or {}
         out.append(
             {

@@ -19,6 +19,7 @@ from clusters.choices import GONE_PHASES, OperationType, Phase, TargetType
 from clusters.models import Cluster, Operation, active_operation, cancel_operations
 from clusters.services import ensure_no_active_operation
 from fleet.placement import max_host_gpus
+from fleet.shared_placement import is_shared_policy
 from nvke.errors import Conflict, InvalidInput
 from nvke.queueing import send_on_commit
 from tenants import audit, quotas
@@ -116,12 +117,16 @@ def create_nodepool(
         policy=policy,
     )
     largest = max_host_gpus(model.slug)
-    if largest and gpus_per_node > largest:
+    # a shared pool's node is a VM holding gpus_per_node GPU instances of one host's GPUs
+    per_gpu = (model.max_mig_instances or 1) if is_shared_policy(policy) else 1
+    if largest and gpus_per_node > largest * per_gpu:
+        each = f" of at most {per_gpu} GPU instances each" if per_gpu > 1 else ""
         raise InvalidInput(
-            f"gpus_per_node={gpus_per_node} but the largest {model.slug} host has {largest} GPUs",
+            f"gpus_per_node={gpus_per_node} but the largest {model.slug} host has {largest} "
+            f"GPUs{each}",
             code="gpus_per_node_too_large",
             field="gpus_per_node",
-            extra={"max_gpus_per_node": largest},
+            extra={"max_gpus_per_node": largest * per_gpu},
         )
     gpu_config = render_gpu_config(
         gpu_model=model,

@@ -173,6 +173,11 @@ def _add_source_options(parser: argparse.ArgumentParser) -> None:
     _option(parser, "--sim-state", help="simulated: the SIMULATED host's state file")
     _option(
         parser,
+        "--slice-scrub-dir",
+        help="nvml on a shared (hypervisor) host: where the clear tool records slice scrubs",
+    )
+    _option(
+        parser,
         "--no-rebase",
         action="store_true",
         help="replay: keep the file's timestamps instead of moving them to now",
@@ -426,6 +431,7 @@ def _open_source(args: argparse.Namespace, *, loop: bool | None = None) -> Sourc
             rebase=not args.no_rebase,
             loop=getattr(args, "loop", False) if loop is None else loop,
             sim_state=args.sim_state,
+            slice_scrub_dir=getattr(args, "slice_scrub_dir", None),
         )
     except SourceUnavailable as exc:
         _say(f"cannot start source {args.source}: {exc}")

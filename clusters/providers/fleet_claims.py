@@ -3,7 +3,7 @@ nodes (the simulated one and the Cluster API one reserve GPUs the same way)."""
 
 from __future__ import annotations
 
-from fleet import placement
+from fleet import placement, shared_placement
 
 from .base import InsufficientCapacity, NodePoolSpec, NodeSpec, ProviderError
 
@@ -12,13 +12,17 @@ PLACEMENT_CONTENDED = "placement_contended"
 
 
 def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placement.Placement]:
-    """Claim ``pool.gpus_per_node`` GPUs per node in the pool's region, all or none.
+    """Claim ``pool.gpus_per_node`` GPUs per node in the pool's region, all or none; for a
+    ``tenancy: shared`` MIG/vGPU pool, GPU instances of a shared host per node instead
+    (:mod:`fleet.shared_placement`; the placements carry the GPUs they touch).
 
     Raises the provider-level InsufficientCapacity (retryable) when the fleet lacks room even
     with every other claim's lock released, and a retryable ProviderError
     ``placement_contended`` when concurrent claims hold every host that would fit (the caller
     tries again after a short backoff, see :mod:`fleet.placement`).
     """
+    if shared_placement.is_shared_policy(pool.isolation):
+        return _claim_slices(pool, nodes)  # type: ignore[return-value]
     requests = [
         placement.GpuRequest(
             holder_id=node.id,
@@ -35,3 +39,26 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
         raise InsufficientCapacity(str(exc), retryable=True) from exc
     except placement.PlacementContended as exc:
         raise ProviderError(str(exc), retryable=True, code=PLACEMENT_CONTENDED) from exc
+
+
+def _claim_slices(
+    pool: NodePoolSpec, nodes: list[NodeSpec]
+) -> list[shared_placement.SlicePlacement]:
+    """A ``tenancy: shared`` pool: each node is a VM holding GPU instances of a shared host."""
+    instances = shared_placement.instances_for_policy(
+        pool.gpu_model, pool.isolation, pool.gpus_per_node
+    )
+    requests = [
+        shared_placement.SliceRequest(
+            holder_id=node.id,
+            tenant_id=pool.cluster.tenant_id,
+            gpu_model=pool.gpu_model,
+            region=pool.cluster.region,
+            instances=instances,
+        )
+        for node in nodes
+    ]
+    try:
+        return shared_placement.claim_slices(requests)
+    except shared_placement.SharedCapacityShort as exc:
+        raise InsufficientCapacity(str(exc), retryable=True) from exc

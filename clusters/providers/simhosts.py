@@ -18,6 +18,8 @@ workers never lose each other's change and an agent never reads half a file::
                "mig_mode": "enabled" | "disabled" | null, "mig_mode_pending",
                "instances": [{"profile", "start", "size", "gpu_instance_id", "uuid",
                               "memory_total_bytes"}],
+               "slice_scrubs": [{"scrub_id", "start", "size", "status", "cleared_bytes",
+                                 "finished_at", "method"}]  (shared hosts),
                "health": {"remapped_rows_pending", "remapped_rows_failure",
                           "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", …}}],
      "events": [{"id", "ts", "gpu_uuid", "type": "xid", "xid", "message"}], "next_event_id"}
@@ -60,6 +62,8 @@ FAULTS = {
     "nvml-init-fails": "NVML does not initialise on this host",
     "reboot-leaves-remap-pending": "a reboot does not reset the GPUs: a pending row remap "
     "stays pending",
+    "gi-destroy-fails": "destroying a released MIG GPU instance fails (in use): the instance "
+    "stays and its memory is not cleared (a shared host's slice is never freed)",
 }
 NVML_MISMATCH = "Driver/library version mismatch (simulated)"
 NVML_FAILS = "Unknown Error (simulated: NVML does not initialise)"
@@ -214,6 +218,66 @@ def apply_mig(
                     "memory_total_bytes": per_slice * int(p["size"]) or None,
                 }
             )
+
+
+def create_instances(state: dict[str, Any], holder: Any, instances: list[dict[str, Any]]) -> None:
+    """On a shared host: create a tenant node's GPU instances (``[{"gpu_uuid", "profile",
+    "start", "size"}]``) beside the other tenants' (``nvidia-smi mig -cgi <profile>:<start>``),
+    enabling MIG mode first where it is off. NVML gives each the lowest free GPU-instance id.
+    Idempotent: an instance already at that start is left as it is."""
+    for item in instances:
+        for gpu in _gpus(state, [item["gpu_uuid"]]):
+            if not gpu.get("mig_capable"):
+                continue
+            gpu["mig_mode"] = gpu["mig_mode_pending"] = "enabled"
+            current = gpu.setdefault("instances", [])
+            if any(int(i["start"]) == int(item["start"]) for i in current):
+                continue
+            used = {int(i["gpu_instance_id"]) for i in current}
+            number = next(n for n in range(1, 64) if n not in used)
+            per_slice = (gpu.get("memory_total_bytes") or 0) // 8
+            key = f"{gpu['uuid']}/{item['profile']}@{item['start']}/{holder}"
+            current.append(
+                {
+                    "profile": item["profile"],
+                    "start": int(item["start"]),
+                    "size": int(item["size"]),
+                    "gpu_instance_id": number,
+                    "uuid": f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, key)}",
+                    "memory_total_bytes": per_slice * int(item["size"]) or None,
+                }
+            )
+
+
+def scrub_instances(state: dict[str, Any], scrubs: list[dict[str, Any]]) -> None:
+    """On a shared host: for each released slice (``[{"gpu_uuid", "start", "size",
+    "scrub_id"}]``) destroy the GPU instance on it (``nvidia-smi mig -dci / -dgi``), then clear
+    the slice's memory (a scratch instance at the same placement, its memory overwritten with
+    zeros, destroyed again) and record the clear, which the agent reports as the GPU's
+    ``slice_scrubs``. Fault ``gi-destroy-fails``: the instance stays and nothing is cleared."""
+    if "gi-destroy-fails" in state["faults"]:
+        return
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for item in scrubs:
+        start, size = int(item["start"]), int(item["size"])
+        for gpu in _gpus(state, [item["gpu_uuid"]]):
+            slices = set(range(start, start + size))
+            gpu["instances"] = [
+                i
+                for i in gpu.get("instances") or []
+                if not slices & set(range(int(i["start"]), int(i["start"]) + int(i["size"])))
+            ]
+            per_slice = (gpu.get("memory_total_bytes") or 0) // 8
+            record = {
+                "scrub_id": str(item["scrub_id"]),
+                "start": start,
+                "size": size,
+                "status": "ok",
+                "cleared_bytes": per_slice * size,
+                "finished_at": now,
+                "method": "simulated: zero-fill through a scratch GPU instance at the slice",
+            }
+            gpu["slice_scrubs"] = [*(gpu.get("slice_scrubs") or [])[-31:], record]
 
 
 def install_driver(state: dict[str, Any], version: str) -> None:

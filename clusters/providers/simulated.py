@@ -34,7 +34,7 @@ from django.core.cache import cache
 
 from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
 from catalog.models import GpuModel
-from fleet import placement
+from fleet import placement, shared_placement
 
 from . import simhosts
 from .base import (
@@ -113,9 +113,18 @@ class SimulatedProvider(Provider):
     def delete_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> None:
         for node in nodes:
             placement.release_gpus(node.id)
+            # a VM node of a shared host: its GPU instances are destroyed and their memory
+            # cleared on the host; they are FREE once the host's agent reports both
+            released = shared_placement.release_slices(node.id)
+            scrubs = [
+                {"gpu_uuid": r.gpu.uuid, "start": r.start, "size": r.size, "scrub_id": r.scrub_id}
+                for r in released
+            ]
             host = _host(node)
             if host is not None:
-                simhosts.change(host, lambda state, n=node: _forget(state, n))
+                simhosts.change(host, lambda state, n=node, s=scrubs: _forget(state, n, s))
+                if scrubs:
+                    simhosts.report_in_process(host)
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
         return not self.drain_blockers(pool, node)
@@ -219,7 +228,20 @@ def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
     return True
 
 
-def _forget(state: dict, node: NodeSpec) -> None:
+def _shared_instances(node: NodeSpec) -> list[dict] | None:
+    """The GPU instances NVKE placed for a VM node of a shared host, or None for other nodes."""
+    rows = shared_placement.instances_of(node.id)
+    if not rows:
+        return None
+    return [
+        {"gpu_uuid": r.gpu.uuid, "profile": r.profile, "start": r.start, "size": r.size}
+        for r in rows
+    ]
+
+
+def _forget(state: dict, node: NodeSpec, scrubs: list[dict] | None = None) -> None:
+    if scrubs:
+        simhosts.scrub_instances(state, scrubs)
     state["kubelet"].pop(str(node.id), None)
     (state.get("mig_manager") or {}).pop(str(node.id), None)
 
@@ -227,8 +249,15 @@ def _forget(state: dict, node: NodeSpec) -> None:
 def _mig_manager(state: dict, pool: NodePoolSpec, node: NodeSpec) -> None:
     """MIG Manager on the host applies the mig-parted entry the node's label names to the
     node's GPUs (placements by the catalog's table, as mig-parted creates them), and records
-    the ``mig.config.state`` it would label the node with."""
+    the ``mig.config.state`` it would label the node with. A VM node of a shared host instead
+    gets exactly the GPU instances NVKE placed for it, beside the other tenants' (the host's
+    MIG layout is NVKE's, not one node's mig-parted entry)."""
     config = pool.gpu_config
+    shared = _shared_instances(node)
+    if shared is not None:
+        simhosts.create_instances(state, node.id, shared)
+        state.setdefault("mig_manager", {})[str(node.id)] = {"state": "success", "shared": True}
+        return
     label = (config.get("labels") or {}).get("nvidia.com/mig.config", "")
     failing = getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", None) or {}
     if not isinstance(failing, dict):  # a list of UUIDs: every config fails on them

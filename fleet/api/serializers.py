@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from fleet.choices import HostState
+from fleet.choices import HostState, HostTenancy, SliceState
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 from nvke.validation import BoundedDateTimeField
 
@@ -55,6 +55,7 @@ class HostSerializer(serializers.ModelSerializer):
             "state",
             "state_reason",
             "state_changed_at",
+            "tenancy",
             "drain_target",
             "drain_nodes",
             "drain_force",
@@ -115,6 +116,33 @@ class AgentRegisterSerializer(serializers.Serializer):
     bootstrap_token = serializers.CharField(max_length=200)
     hostname = serializers.CharField(max_length=253, required=False, allow_blank=True)
     agent_version = serializers.CharField(max_length=32, required=False, allow_blank=True)
+
+
+class TenancySerializer(serializers.Serializer):
+    """``{"tenancy": "dedicated" | "shared"}``."""
+
+    tenancy = serializers.ChoiceField(choices=HostTenancy.choices)
+
+
+class SliceInstanceSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    profile = serializers.CharField()
+    start = serializers.IntegerField(help_text="first memory slice (catalog -lgipp placement)")
+    size = serializers.IntegerField(help_text="memory slices")
+    state = serializers.ChoiceField(choices=SliceState.choices)
+    tenant_id = serializers.CharField(help_text="holder's tenant (while SCRUBBING: the last)")
+    tenant = serializers.CharField()
+    holder_id = serializers.CharField(help_text="the VM node holding it ('' when released)")
+    gpu_instance_id = serializers.IntegerField(allow_null=True)
+    released_at = serializers.DateTimeField(allow_null=True)
+
+
+class SliceMapGpuSerializer(serializers.Serializer):
+    gpu_uuid = serializers.CharField()
+    index = serializers.IntegerField()
+    memory_slices = serializers.IntegerField()
+    instances = SliceInstanceSerializer(many=True)
+    free = serializers.ListField(child=serializers.IntegerField(), help_text="free memory slices")
 
 
 class CordonSerializer(serializers.Serializer):

@@ -15,7 +15,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet import conf, fragmentation, health, ingest, rollups, services
+from fleet import conf, fragmentation, health, ingest, rollups, services, shared_placement
 from fleet.authentication import HostCredentialAuthentication, IsAgent
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 from nvke.errors import ApiError, InvalidInput
@@ -37,8 +37,10 @@ from .serializers import (
     HostSerializer,
     MarkHealthyResultSerializer,
     MarkHealthySerializer,
+    SliceMapGpuSerializer,
     TelemetryPointSerializer,
     TelemetryQuerySerializer,
+    TenancySerializer,
 )
 
 IMPORT_FIELDS = ("hostname", "zone", "region", "rack", "nvidia_smi_xml", "nvidia_smi_topo")
@@ -139,6 +141,24 @@ class HostViewSet(
     def retire(self, request, pk=None):
         """Drain into RETIRED (final; the agent's credential stops working)."""
         return self._host_response(services.retire_host(self.get_object(), actor=_actor(request)))
+
+    @extend_schema(request=TenancySerializer, responses={200: HostSerializer})
+    @action(detail=True, methods=["post"])
+    def tenancy(self, request, pk=None):
+        """Mark the host dedicated or shared (409 while nodes of the other kind hold GPUs)."""
+        form = TenancySerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        host = shared_placement.set_host_tenancy(
+            self.get_object(), tenancy=form.validated_data["tenancy"], actor=_actor(request)
+        )
+        return self._host_response(host)
+
+    @extend_schema(request=None, responses={200: SliceMapGpuSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def slices(self, request, pk=None):
+        """A shared host's slice map: per GPU, who holds which GPU instance where."""
+        host = self.get_object()
+        return Response(SliceMapGpuSerializer(shared_placement.slice_map(host), many=True).data)
 
     @extend_schema(request=MarkHealthySerializer, responses={200: MarkHealthyResultSerializer})
     @action(detail=True, methods=["post"], url_path="mark-healthy")

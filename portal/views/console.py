@@ -30,6 +30,8 @@ from clusters.choices import Phase
 from clusters.models import Cluster
 from fleet import health as fleet_health
 from fleet import services as fleet_services
+from fleet import shared_placement
+from fleet.choices import HostTenancy
 from fleet.fragmentation import fragmentation_report
 from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent
 from nvke.errors import ApiError, InvalidInput, NotFound
@@ -124,11 +126,42 @@ def _host_context(host: Host) -> dict:
     return {
         "host": host,
         "gpus": rows,
+        "slice_map": _slice_map(host) if host.tenancy == "shared" else None,
         "intervals": GpuHealthInterval.objects.filter(host=host).order_by("-started_at")[:50],
         "events": HostEvent.objects.filter(host=host).order_by("-ts", "-id")[:50],
         "cordon_form": CordonForm(),
         "drain_form": DrainForm(),
     }
+
+
+def _slice_map(host: Host) -> list[dict]:
+    """A shared host's slice map for the page: per GPU its memory slices in order as segments
+    ``{"start", "size", "instance" (None = free), "node"}`` covering every slice once."""
+    from nodepools.models import Node
+
+    gpus = shared_placement.slice_map(host)
+    holder_ids = [i["holder_id"] for g in gpus for i in g["instances"] if i["holder_id"]]
+    nodes = {
+        str(n.id): n
+        for n in Node.objects.filter(id__in=holder_ids).select_related("cluster", "nodepool")
+    }
+    out = []
+    for gpu in gpus:
+        by_start = {i["start"]: i for i in gpu["instances"]}
+        segments, slice_no = [], 0
+        while slice_no < gpu["memory_slices"]:
+            instance = by_start.get(slice_no)
+            if instance is None:
+                segments.append({"start": slice_no, "size": 1, "instance": None, "node": None})
+                slice_no += 1
+                continue
+            node = nodes.get(instance["holder_id"])
+            segments.append(
+                {"start": slice_no, "size": instance["size"], "instance": instance, "node": node}
+            )
+            slice_no += instance["size"]
+        out.append({**gpu, "segments": segments})
+    return out
 
 
 @console_page
@@ -142,7 +175,7 @@ def host_detail(request: HttpRequest, host_id) -> HttpResponse:
     return render(request, "portal/console/host_detail.html", _host_context(host))
 
 
-HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "mark-healthy")
+HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "mark-healthy", "tenancy")
 
 
 @require_POST
@@ -175,6 +208,22 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
             )
         elif action == "maintenance":
             host = fleet_services.set_maintenance(host, actor=actor)
+        elif action == "tenancy":
+            tenancy = request.POST.get("tenancy", "")
+            if tenancy not in HostTenancy.values:
+                raise InvalidInput("choose dedicated or shared", code="invalid", field="tenancy")
+            before_tenancy = host.tenancy
+            host = shared_placement.set_host_tenancy(host, tenancy=tenancy, actor=actor)
+            audit.record(
+                actor=actor,
+                action="host.tenancy",
+                target_type="host",
+                target_id=host.pk,
+                before={"tenancy": before_tenancy},
+                after={"tenancy": host.tenancy},
+            )
+            messages.success(request, f"{host.hostname}: tenancy now {host.tenancy}.")
+            return redirect("console:host", host.pk)
         else:  # one GPU (its open interval's row) or every unhealthy GPU of the host
             gpu = request.POST.get("gpu_uuid") or None
             if gpu is not None and not host.gpus.filter(uuid=gpu).exists():

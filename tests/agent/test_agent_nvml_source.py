@@ -401,6 +401,31 @@ def test_inventory_lists_gpus_and_mig_devices_skipping_empty_slots() -> None:
     source.close()
 
 
+def test_on_a_shared_host_the_clear_tools_slice_scrub_records_are_reported(tmp_path) -> None:
+    """``--slice-scrub-dir``: one record per clear, ``<dir>/<GPU UUID>/<scrub id>.json``;
+    a half-written (malformed) file and records of other GPUs are not reported."""
+    import json
+
+    gpu = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    folder = tmp_path / gpu
+    folder.mkdir()
+    record = {"scrub_id": "8ec4d399", "start": 4, "size": 2, "status": "ok", "extra": "dropped"}
+    (folder / "8ec4d399.json").write_text(json.dumps(record))
+    (folder / "partial.json").write_text('{"scrub_id": ')
+    (tmp_path / "GPU-other").mkdir()
+    (tmp_path / "GPU-other" / "x.json").write_text(json.dumps({**record, "scrub_id": "x"}))
+    source = open_source(
+        SimulatedNvml([a100_with_mig(), t4()]), xid_events=False, slice_scrub_dir=str(tmp_path)
+    )
+    a100, tesla = source.inventory()["gpus"]
+    assert a100["slice_scrubs"] == [{"scrub_id": "8ec4d399", "start": 4, "size": 2, "status": "ok"}]
+    assert tesla["slice_scrubs"] == []
+    source.close()
+    plain = open_source(SimulatedNvml([t4()]), xid_events=False)
+    assert "slice_scrubs" not in plain.inventory()["gpus"][0]  # not a shared host
+    plain.close()
+
+
 def test_mig_gpu_has_null_utilization_and_one_sample_per_mig_device() -> None:
     sim = SimulatedNvml([a100_with_mig()])
     source = open_source(sim, xid_events=False)

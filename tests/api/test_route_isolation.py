@@ -60,6 +60,8 @@ ROUTES = {
     "host-events": "operator",
     "host-checks": "operator",
     "host-scrubs": "operator",
+    "host-tenancy": "operator",
+    "host-slices": "operator",
     "host-health": "operator",
     "host-telemetry": "operator",
     "fleet-fragmentation": "operator",
@@ -508,11 +510,19 @@ def fleet_operator_requests(host):
     return [
         *[
             ("post", f"{base}/{action}")
-            for action in ("cordon", "uncordon", "drain", "maintenance", "retire", "mark-healthy")
+            for action in (
+                "cordon",
+                "uncordon",
+                "drain",
+                "maintenance",
+                "retire",
+                "mark-healthy",
+                "tenancy",
+            )
         ],
         *[
             ("get", f"{base}/{view}")
-            for view in ("events", "checks", "scrubs", "health", "telemetry")
+            for view in ("events", "checks", "scrubs", "health", "telemetry", "slices")
         ],
         ("get", "/api/v1/fleet/fragmentation"),
     ]

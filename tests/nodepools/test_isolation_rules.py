@@ -45,6 +45,23 @@ def test_exclusive_and_defaults_are_normalised(catalog):
     assert accept("t4", {"mode": "exclusive", "tenancy": "dedicated"}) == {"mode": "exclusive"}
 
 
+def test_mig_and_mig_backed_vgpu_may_be_shared_across_tenants(catalog):
+    """Placed as GPU instances on shared hosts (fleet/shared_placement.py, #18)."""
+    from fleet.shared_placement import instances_for_policy
+
+    policy = accept(
+        "h100-sxm5-80gb", {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}
+    )
+    assert policy == {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}
+    assert instances_for_policy("h100-sxm5-80gb", policy, 2) == ("1g.10gb", "1g.10gb")
+    vgpu = accept(
+        "h200-nvl-141gb", {"mode": "vgpu", "vgpu_profile": "H200-1-35C", "tenancy": "shared"}
+    )
+    assert vgpu == {"mode": "vgpu", "vgpu_profile": "H200-1-35C", "tenancy": "shared"}
+    # a MIG-backed vGPU type is placed as the MIG instance behind it (catalog: 1g.35gb)
+    assert instances_for_policy("h200-nvl-141gb", vgpu, 3) == ("1g.35gb",) * 3
+
+
 def test_single_profile_fills_every_gpu_by_the_placement_table(catalog):
     assert accept("h100-sxm5-80gb", {"mode": "mig", "mig_profile": "1g.10gb"}) == {
         "mode": "mig",
@@ -261,9 +278,9 @@ def test_time_slicing_and_mps(catalog):
             "isolation.tenancy",
         ),
         (
-            "h100-sxm5-80gb",
-            {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"},
-            "cross_tenant_sharing_not_available",
+            "a10",
+            {"mode": "vgpu", "vgpu_profile": "A10-12Q", "tenancy": "shared"},
+            "shared_vgpu_not_mig_backed",
             "isolation.tenancy",
         ),
         (

@@ -43,11 +43,13 @@ def open_source(
     rebase: bool = True,
     loop: bool = False,
     sim_state: str | None = None,
+    slice_scrub_dir: str | None = None,
 ) -> Source:
     """Open the source called ``name`` (one of :data:`SOURCE_NAMES`).
 
     ``xml`` is required for ``nvidia-smi-xml``, ``replay`` for ``replay`` and ``sim_state`` for
-    ``simulated``; ``start`` (aware
+    ``simulated``; ``slice_scrub_dir`` (nvml, shared hosts) where slice clears are recorded;
+    ``start`` (aware
     UTC) is the instant the replay's first record is rebased to (default: the first collect). Raises
     :class:`SourceUnavailable` when the source cannot start, :class:`ValueError` for bad
     arguments.
@@ -55,7 +57,7 @@ def open_source(
     if name == "nvml":
         from nvke_agent.sources.nvml import NvmlSource
 
-        return NvmlSource()
+        return NvmlSource(slice_scrub_dir=slice_scrub_dir)
     if name == "nvidia-smi-xml":
         if not xml:
             raise ValueError("--xml FILE is required with --source nvidia-smi-xml")

@@ -50,6 +50,12 @@ class GpuInventory(TypedDict):
     #: static facts (serial, architecture, compute_capability, vbios_version, power limits in
     #: mW, max clocks in MHz, nvlink_links_active)
     attributes: NotRequired[dict[str, Any]]
+    #: shared (hypervisor) hosts: completed memory clears of released MIG slices,
+    #: ``[{"scrub_id", "start", "size", "status": "ok" | "failed", "cleared_bytes",
+    #: "finished_at", "method"}]`` — written by the host's slice-scrub tool (the simulated
+    #: source reads them from the simulated host); the control plane frees a slice only when
+    #: its scrub id is here and the instance is gone
+    slice_scrubs: NotRequired[list[dict[str, Any]]]
 
 
 class Inventory(TypedDict):

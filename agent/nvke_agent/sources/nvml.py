@@ -57,6 +57,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from nvke_agent.commands import run_command
+from nvke_agent.slice_scrubs import read_records
 from nvke_agent.sources.base import (
     Event,
     GpuInventory,
@@ -123,8 +124,13 @@ class NvmlSource:
         xid_events: bool = True,
         event_wait_ms: int = 1000,
         runner: Callable[[Any], Any] | None = None,
+        slice_scrub_dir: str | None = None,
     ) -> None:
-        """Initialise NVML; raises :class:`SourceUnavailable` with NVML's message on failure."""
+        """Initialise NVML; raises :class:`SourceUnavailable` with NVML's message on failure.
+
+        ``slice_scrub_dir``: on a shared (hypervisor) host, where the clear tool records the
+        memory clears of released MIG slices (:mod:`nvke_agent.slice_scrubs`)."""
+        self._slice_scrub_dir = slice_scrub_dir
         if nvml is None:
             import pynvml
 
@@ -201,7 +207,7 @@ class NvmlSource:
             migs = self._mig_inventory(handle) if mig_mode == "enabled" else []
             health = self._health(handle, mig_mode, modes)
             attributes = self._attributes(handle)
-        return GpuInventory(
+        gpu = GpuInventory(
             uuid=uuid,
             index=index,
             name=_str(name) if name is not None else "",
@@ -212,6 +218,9 @@ class NvmlSource:
             health=health,
             attributes=attributes,
         )
+        if self._slice_scrub_dir:
+            gpu["slice_scrubs"] = read_records(self._slice_scrub_dir, uuid)
+        return gpu
 
     def _mode_name(self, mode: int) -> str:
         return "enabled" if mode == self._nvml.NVML_DEVICE_MIG_ENABLE else "disabled"

@@ -154,4 +154,6 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
         ],
         health=health,
         attributes={"simulated": True},
+        # clears of released GPU instances on a shared host, as the host recorded them
+        slice_scrubs=[dict(s) for s in gpu.get("slice_scrubs") or [] if isinstance(s, dict)],
     )
