@@ -71,6 +71,7 @@ class Move:
     to_host: str
     to_gpu_indexes: tuple[int, ...]
     gpu_hours: float
+    shares_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ class _Group:
                 to_host=placement.hostname,
                 to_gpu_indexes=tuple(placement.gpu_indexes),
                 gpu_hours=len(placement.gpu_indexes) * self.move_hours,
+                shares_host=node["shares"],
             )
             for holder, node, placement in placed
         )
@@ -464,3 +466,92 @@ def plan_defrag(
         after=totals(copies),
         move_hours=move_hours,
     )
+
+
+# --- the database side ----------------------------------------------------------------------------
+
+
+class TargetUnavailable(Exception):
+    """A planned target's GPUs are no longer free for the node (taken, unhealthy, the host
+    left the schedulable states or is locked by a claim): the plan is out of date."""
+
+
+def load_views(*, gpu_model: str | None = None, zone: str | None = None) -> list[HostView]:
+    """Snapshots of the schedulable hosts (optionally of one model / zone), two queries.
+
+    Unschedulable hosts are left out: they are neither sources (a drain moves their nodes)
+    nor targets.
+    """
+    from .choices import SCHEDULABLE_HOST_STATES
+    from .models import Host
+    from .placement import _views_for_hosts
+
+    hosts = Host.objects.filter(state__in=SCHEDULABLE_HOST_STATES)
+    if gpu_model:
+        hosts = hosts.filter(gpu_model_id=gpu_model)
+    if zone:
+        hosts = hosts.filter(zone=zone)
+    return _views_for_hosts(hosts.values_list("pk", flat=True))
+
+
+def claim_exact(
+    *,
+    holder_id: uuid.UUID,
+    tenant_id: uuid.UUID,
+    host_id: uuid.UUID,
+    gpu_indexes: tuple[int, ...],
+    shares_host: bool = False,
+    group_id: uuid.UUID | None = None,
+) -> Placement:
+    """Claim the GPUs ``gpu_indexes`` of ``host_id`` for ``holder_id`` (a move's target).
+
+    Must run inside ``transaction.atomic()``. The host row is locked as placement locks it
+    (``FOR NO KEY UPDATE SKIP LOCKED``: a claim in flight there makes this fail rather than
+    wait), then the GPUs are checked under the lock (free, usable, the tenancy rule) and
+    claimed with placement's guarded UPDATE. Raises :class:`TargetUnavailable`.
+    """
+    from django.db import transaction
+
+    from .choices import SCHEDULABLE_HOST_STATES
+    from .models import Host
+    from .placement import _still_fits, _views_for_hosts, _write
+
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("claim_exact must run inside transaction.atomic()")
+    locked = (
+        Host.objects.select_for_update(skip_locked=True, no_key=True)
+        .filter(pk=host_id, state__in=SCHEDULABLE_HOST_STATES)
+        .values_list("hostname", "zone")
+        .first()
+    )
+    if locked is None:
+        raise TargetUnavailable("the target host is not schedulable or is being claimed on")
+    hostname, zone = locked
+    fresh = {v.id: v for v in _views_for_hosts([host_id])}
+    slots = {g.index: g for g in fresh[host_id].gpus} if host_id in fresh else {}
+    request = GpuRequest(
+        holder_id=holder_id,
+        tenant_id=tenant_id,
+        gpu_model=fresh[host_id].gpu_model if host_id in fresh else "",
+        gpus=len(gpu_indexes),
+        region=zone,
+        zone=zone,
+        group_id=group_id,
+        shares_host=shares_host,
+    )
+    placement = Placement(
+        holder_id,
+        host_id,
+        hostname,
+        zone,
+        tuple(slots[i].uuid for i in gpu_indexes if i in slots),
+        tuple(gpu_indexes),
+    )
+    if len(placement.gpu_uuids) != len(gpu_indexes) or not _still_fits(
+        placement, fresh, {holder_id: request}
+    ):
+        raise TargetUnavailable(
+            f"GPUs {list(gpu_indexes)} of {hostname} are no longer free for this node"
+        )
+    _write([placement], {holder_id: request})
+    return placement
