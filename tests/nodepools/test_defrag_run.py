@@ -294,3 +294,92 @@ def test_bad_plan_parameters_are_400_naming_the_field(operator):
     resp = operator.post("/api/v1/fleet/defrag/runs", {"move_minutes": -1}, format="json")
     assert resp.status_code == 400
     assert "move_minutes" in str(resp.json())
+
+
+def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operator, make_host):
+    """H100 NVL host n1 (SIMULATED; NVLink bridges join GPU pairs: islands [0,1] [2,3] [4,5]
+    [6,7]). Tenant A: pool x's node on GPU 0 or 1, pool y's node on GPU 2 (x had a second node
+    on the other GPU of island 0, scaled away; which one goes is the scale-down's choice
+    between two nodes created at the same instant). n1 is the only host, so it cannot be
+    emptied; island 0 (x's node, one GPU free) is freed by moving x's node into island 1's
+    free GPU 3 (partly used, tightest)."""
+    from billing.models import LedgerEntry
+    from fleet.models import Gpu
+    from nodepools.defrag_models import DefragRun
+    from nodepools.models import Node
+    from tests.helpers import drive_cluster
+
+    n1 = make_host("h100-nvl-94gb", gpus=8, hostname="n1")
+    for gpu in Gpu.objects.filter(host=n1):
+        gpu.nvlink_island = gpu.index // 2
+        gpu.save(update_fields=["nvlink_island"])
+    cluster = owner.post(
+        "/api/v1/clusters", {"name": "nvl", "kubernetes_version": "1.36", "region": "us-east-1"}
+    ).json()["target_id"]
+    drive_cluster(cluster)
+    pools = {}
+    for name, count in (("x", 2), ("y", 1)):
+        op = owner.post(
+            f"/api/v1/clusters/{cluster}/nodepools",
+            {
+                "name": name,
+                "gpu_model": "h100-nvl-94gb",
+                "gpus_per_node": 1,
+                "node_count": count,
+                "isolation": {"mode": "exclusive"},
+            },
+            format="json",
+        ).json()
+        pools[name] = op["target_id"]
+        drive_all([pools[name]])
+    owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools/{pools['x']}/set-size",
+        {"node_count": 1},
+        format="json",
+    )
+    drive_all(list(pools.values()))
+
+    def held():
+        return {
+            g.index: name
+            for name, pool in pools.items()
+            for n in Node.objects.filter(nodepool_id=pool, phase="READY")
+            for g in Gpu.objects.filter(holder_id=n.id)
+        }
+
+    [x_gpu] = [i for i, name in held().items() if name == "x"]
+    assert x_gpu in (0, 1) and held() == {x_gpu: "x", 2: "y"}
+    # TEST SET-UP: the released GPU's scrub, which the host's agent confirms in production
+    Gpu.objects.filter(host=n1, index=1 - x_gpu).update(scrub_state="CLEAN")
+    old = Node.objects.get(nodepool_id=pools["x"], phase="READY")
+
+    plan = operator.get("/api/v1/fleet/defrag/plan").json()
+    assert plan["hosts_freed"] == []
+    assert plan["islands_freed"] == [["n1", 0]]
+    [step] = plan["steps"]
+    assert (step["kind"], step["island_gpus"]) == ("island", [0, 1])
+    assert [(m["node"], m["from_gpu_indexes"], m["to_gpu_indexes"]) for m in step["moves"]] == [
+        (old.name, [x_gpu], [3])
+    ]
+    # free islands: before 2 (islands 2 and 3), after 3 (0, 2, 3)
+    assert (plan["before"]["islands_free"], plan["after"]["islands_free"]) == (2, 3)
+    assert plan["gpu_hours"] == 0.25  # 1 GPU x 15 min
+
+    run_id = operator.post("/api/v1/fleet/defrag/runs", {}, format="json").json()["id"]
+    drive_run(run_id, list(pools.values()))
+    run = DefragRun.objects.get(pk=run_id)
+    assert (run.status, run.error, run.freed) == ("DONE", None, ["n1 island 0"])
+    assert held() == {2: "y", 3: "x"}
+    old.refresh_from_db()
+    assert (old.phase, old.move_state) == ("DELETED", "moved")
+    assert not Gpu.objects.filter(host=n1, index__in=[0, 1], holder_id__isnull=False).exists()
+    # the ledger: the old node's row (GPU 0 or 1) ends at its release, the new one's (GPU 3) starts
+    # at its READY; no GPU has overlapping rows
+    new = Node.objects.get(nodepool_id=pools["x"], phase="READY")
+    [old_row] = LedgerEntry.objects.filter(node_id=old.id)
+    [new_row] = LedgerEntry.objects.filter(node_id=new.id)
+    assert (old_row.period.upper, new_row.period.lower) == (old.released_at, new.ready_at)
+    assert old_row.gpu_uuid != new_row.gpu_uuid
+    # the pool's HOST_MAINTENANCE operation (the drain machinery) moved it, and is DONE
+    ops = owner.get(f"/api/v1/operations?target_id={pools['x']}").json()["results"]
+    assert [o["status"] for o in ops if o["type"] == "HOST_MAINTENANCE"] == ["DONE"]
