@@ -28,9 +28,11 @@ order, replacement first:
    pods waited for ``NVKE_HOST_DRAIN_TIMEOUT_S``) and releases it (ledger closed by
    ``node_released``).
 3. *watch*: when a moved node's drain is blocked (``drain-blocked``: a PodDisruptionBudget …)
-   the run STOPS: FAILED with ``move_blocked`` naming the node, its tenant and the pods; the
-   host stays cordoned with the replacement running (drain it again with force to go on, or
-   uncordon it to cancel the move). When every old node is released the step is done: a host
+   the run STOPS: FAILED with ``move_blocked`` naming the node, its tenant and the pods; a
+   host step's host stays cordoned with the replacement running (drain it again with force to
+   go on, or uncordon it to cancel the move); an island step's move is cancelled (the run no
+   longer asks for it: ``host_moves`` puts the node back to READY and scales the surplus
+   replacement down, newest first). When every old node is released the step is done: a host
    step's host (CORDONED, empty) is uncordoned back to AVAILABLE, a whole host free.
 
 A step not done within ``NVKE_DEFRAG_STEP_TIMEOUT_S`` FAILS the run with ``move_timed_out``.
@@ -359,12 +361,17 @@ def _watch_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
         if node is not None and node.move_state == DRAIN_BLOCKED:
             pool = NodePool.objects.get(pk=node.nodepool_id)
             cond = get_condition(pool.conditions, "HostDrainBlocked") or {}
+            if step["kind"] == planner.HOST:
+                then = (
+                    f"{step['hostname']} stays cordoned with the replacement running: drain it "
+                    "again with force to go on, or uncordon it to cancel the move"
+                )
+            else:  # the run no longer asks for the move: the node stays, the surplus goes
+                then = "the move is cancelled: the node stays and its replacement is scaled down"
             return _stop(
                 run,
                 "move_blocked",
-                f"{_what(move)}: its drain is blocked ({cond.get('message') or 'pods'}); "
-                f"{step['hostname']} stays cordoned with the replacement running: drain it "
-                "again with force to go on, or uncordon it to cancel the move",
+                f"{_what(move)}: its drain is blocked ({cond.get('message') or 'pods'}); {then}",
                 now,
             )
     released = [n for n in old.values() if n.move_state == MOVED or n.phase == NodePhase.DELETED]
