@@ -26,7 +26,9 @@ order, replacement first:
    then sees the replacement counted and the old node moving: it waits for the replacement
    to be READY (observed-state gate), drains the old node with the upgrade rules (blocking
    pods waited for ``NVKE_HOST_DRAIN_TIMEOUT_S``) and releases it (ledger closed by
-   ``node_released``).
+   ``node_released``). The tenant pays one node throughout: billing opens the replacement's
+   ledger rows when the moved node's rows close (:func:`replaced_by`, ``billing.receivers``),
+   so on the ledger the moved node ends exactly when its replacement begins.
 3. *watch*: when a moved node's drain is blocked (``drain-blocked``: a PodDisruptionBudget …)
    the run STOPS: FAILED with ``move_blocked`` naming the node, its tenant and the pods; a
    host step's host stays cordoned with the replacement running (drain it again with force to
@@ -188,6 +190,27 @@ def requested_moves(node_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
     return out
 
 
+def replaced_by(node_id: uuid.UUID) -> uuid.UUID | None:
+    """The replacement a run created for node ``node_id`` (None when it is not moved by a
+    run). Billing opens the replacement's ledger rows when the moved node's close."""
+    return _linked(node_id, "holder_id", "replacement_id")
+
+
+def replacing(node_id: uuid.UUID) -> uuid.UUID | None:
+    """The node a run's replacement ``node_id`` takes over from (None for any other node)."""
+    return _linked(node_id, "replacement_id", "holder_id")
+
+
+def _linked(node_id: uuid.UUID, key: str, other: str) -> uuid.UUID | None:
+    wanted = {"steps": [{"moves": [{key: str(node_id)}]}]}
+    for run in DefragRun.objects.filter(plan__contains=wanted):
+        for step in run.plan["steps"]:
+            for move in step["moves"]:
+                if move.get(key) == str(node_id) and move.get(other):
+                    return uuid.UUID(move[other])
+    return None
+
+
 def advance_run(run_id: uuid.UUID | str, now: datetime | None = None) -> float | None:
     """One step of a run (module docstring); the delay to come back, or None when it ended."""
     now = now or timezone.now()
@@ -280,9 +303,11 @@ def _start_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
     if len(locked) != len(pool_ids):
         return POLL_S  # a reconciler is at one of the pools right now: come back
     try:
+        replacements: dict[str, str] = {}
         with transaction.atomic():  # savepoint: a failed replacement leaves nothing behind
             for move in moves:
-                _place_replacement(nodes[move["holder_id"]], move, now)
+                new = _place_replacement(nodes[move["holder_id"]], move, now)
+                replacements[move["holder_id"]] = str(new.pk)
             if step["kind"] == planner.HOST:
                 drain_host(host, actor=f"defrag {run.pk}", target=HostState.CORDONED)
     except planner.TargetUnavailable as exc:
@@ -294,6 +319,9 @@ def _start_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
 
         for pool_id in pool_ids:
             transaction.on_commit(lambda pid=pool_id: reconcile_nodepool.delay(str(pid)))
+    for move in moves:  # each move's replacement (billing reads it: replaced_by / replacing)
+        move["replacement_id"] = replacements[move["holder_id"]]
+    run.plan["steps"][run.step] = step
     run.status = OperationStatus.RUNNING
     run.started_at = run.started_at or now
     run.step_state = "moving"

@@ -3,11 +3,14 @@
 ``GET /api/v1/fleet/defrag/plan`` — the dry run (:func:`nodepools.defrag.make_plan`): what the
 plan frees, the nodes and tenants it disrupts, GPU-hours, the moves in order. Nothing changes.
 ``POST /api/v1/fleet/defrag/runs`` — plan now and execute it: 202 with the run (operation
-shaped: status, progress, error). ``GET /api/v1/fleet/defrag/runs[/{id}]`` — runs, newest first.
+shaped: status, progress, error), ``Location`` the run's URL and ``Retry-After``.
+``GET /api/v1/fleet/defrag/runs[/{id}]`` — runs, newest first.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.response import Response
@@ -82,4 +85,12 @@ class DefragRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewset
         form = DefragQuerySerializer(data=request.data)
         form.is_valid(raise_exception=True)
         run = defrag.start_run(actor=_actor(request), **form.validated_data)
-        return Response(DefragRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+        url = reverse("nodepools:defrag-run-detail", args=[run.pk])
+        return Response(
+            DefragRunSerializer(run).data,
+            status=status.HTTP_202_ACCEPTED,
+            headers={
+                "Location": request.build_absolute_uri(url),
+                "Retry-After": str(settings.NVKE_OPERATION_RETRY_AFTER_S),
+            },
+        )

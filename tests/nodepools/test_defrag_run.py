@@ -115,6 +115,7 @@ def test_a_run_frees_exactly_the_promised_hosts_with_no_overlap_in_the_ledger(
     resp = operator.post("/api/v1/fleet/defrag/runs", {}, format="json")
     assert resp.status_code == 202, resp.content
     body = resp.json()
+    assert resp["Location"] == f"http://testserver/api/v1/fleet/defrag/runs/{body['id']}"
     assert (body["status"], body["progress"]) == (
         "PENDING",
         {"done": 0, "total": 2, "stage": "0 of 2 step(s) done"},
@@ -159,9 +160,11 @@ def test_a_run_frees_exactly_the_promised_hosts_with_no_overlap_in_the_ledger(
         old_rows = list(LedgerEntry.objects.filter(node_id=gone.id))
         new_rows = list(LedgerEntry.objects.filter(node_id=replacement.id))
         assert len(old_rows) == len(new_rows) == 4  # a row per GPU
-        # the old rows end at the release, the new ones begin at the replacement's READY
+        # replacement first: the replacement was READY before the old node was released, but
+        # the tenant pays one node: the old rows end at the release and the new ones begin then
+        assert replacement.ready_at < gone.released_at
         assert {r.period.upper for r in old_rows} == {gone.released_at}
-        assert {r.period.lower for r in new_rows} == {replacement.ready_at}
+        assert {r.period.lower for r in new_rows} == {gone.released_at}
         assert {r.period.upper for r in new_rows} == {None}  # still running
         # different GPUs: on each GPU the rows never overlap (and the database forbids it)
         assert not {r.gpu_uuid for r in old_rows} & {r.gpu_uuid for r in new_rows}
@@ -220,6 +223,13 @@ def test_a_blocked_drain_stops_the_run_at_that_move_naming_node_tenant_and_pods(
             "retryable": False,
         }
         assert run.progress["stage"].startswith("stopped at step 1 of 2: node ")
+        # the replacement runs READY on a-2 beside the blocked node; the tenant pays one node
+        from billing.models import LedgerEntry
+
+        replacement = Node.objects.get(nodepool_id=pools["a-1"][1], phase="READY")
+        assert replacement.host.hostname == "a-2"
+        assert not LedgerEntry.objects.filter(node_id=replacement.id).exists()
+        assert LedgerEntry.objects.filter(node_id=node_a.id, period__upper_inf=True).count() == 4
         # the second step never started: b-1 keeps its node, nothing cordoned there
         assert Host.objects.get(hostname="b-1").state == "ALLOCATED"
         assert Node.objects.filter(nodepool_id=pools["b-1"][1]).count() == 1
@@ -373,12 +383,12 @@ def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operat
     old.refresh_from_db()
     assert (old.phase, old.move_state) == ("DELETED", "moved")
     assert not Gpu.objects.filter(host=n1, index__in=[0, 1], holder_id__isnull=False).exists()
-    # the ledger: the old node's row (GPU 0 or 1) ends at its release, the new one's (GPU 3) starts
-    # at its READY; no GPU has overlapping rows
+    # the ledger: the old node's row (GPU 0 or 1) ends at its release, when the new one's
+    # (GPU 3) begins
     new = Node.objects.get(nodepool_id=pools["x"], phase="READY")
     [old_row] = LedgerEntry.objects.filter(node_id=old.id)
     [new_row] = LedgerEntry.objects.filter(node_id=new.id)
-    assert (old_row.period.upper, new_row.period.lower) == (old.released_at, new.ready_at)
+    assert (old_row.period.upper, new_row.period.lower) == (old.released_at, old.released_at)
     assert old_row.gpu_uuid != new_row.gpu_uuid
     # the pool's HOST_MAINTENANCE operation (the drain machinery) moved it, and is DONE
     ops = owner.get(f"/api/v1/operations?target_id={pools['x']}").json()["results"]
