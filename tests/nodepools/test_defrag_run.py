@@ -22,6 +22,7 @@ for 8-GPU nodes 24 - 8 x 1 = 16. After: whole hosts free 3 (a-1, b-1, spare), st
 from __future__ import annotations
 
 import itertools
+import uuid
 
 import pytest
 
@@ -279,7 +280,6 @@ def test_a_closed_maintenance_window_stops_the_run_before_anything_changes(
 
 
 def test_tenants_cannot_see_or_start_defragmentation(owner, viewer, outsider, anonymous, operator):
-    import uuid
 
     from nodepools.defrag_models import DefragRun
 
@@ -307,16 +307,15 @@ def test_bad_plan_parameters_are_400_naming_the_field(operator):
     assert "move_minutes" in str(resp.json())
 
 
-def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operator, make_host):
+@pytest.fixture
+def nvl_fleet(owner, make_host):
     """H100 NVL host n1 (SIMULATED; NVLink bridges join GPU pairs: islands [0,1] [2,3] [4,5]
     [6,7]). Tenant A: pool x's node on GPU 0 or 1, pool y's node on GPU 2 (x had a second node
     on the other GPU of island 0, scaled away; which one goes is the scale-down's choice
     between two nodes created at the same instant). n1 is the only host, so it cannot be
     emptied; island 0 (x's node, one GPU free) is freed by moving x's node into island 1's
     free GPU 3 (partly used, tightest)."""
-    from billing.models import LedgerEntry
     from fleet.models import Gpu
-    from nodepools.defrag_models import DefragRun
     from nodepools.models import Node
     from tests.helpers import drive_cluster
 
@@ -362,6 +361,17 @@ def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operat
     assert x_gpu in (0, 1) and held() == {x_gpu: "x", 2: "y"}
     # TEST SET-UP: the released GPU's scrub, which the host's agent confirms in production
     Gpu.objects.filter(host=n1, index=1 - x_gpu).update(scrub_state="CLEAN")
+    return n1, pools, x_gpu, held
+
+
+def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operator, nvl_fleet):
+    """The fleet of :func:`nvl_fleet`."""
+    from billing.models import LedgerEntry
+    from fleet.models import Gpu
+    from nodepools.defrag_models import DefragRun
+    from nodepools.models import Node
+
+    n1, pools, x_gpu, held = nvl_fleet
     old = Node.objects.get(nodepool_id=pools["x"], phase="READY")
 
     plan = operator.get("/api/v1/fleet/defrag/plan").json()
@@ -394,3 +404,50 @@ def test_an_island_step_moves_one_node_and_frees_its_nvlink_island(owner, operat
     # the pool's HOST_MAINTENANCE operation (the drain machinery) moved it, and is DONE
     ops = owner.get(f"/api/v1/operations?target_id={pools['x']}").json()["results"]
     assert [o["status"] for o in ops if o["type"] == "HOST_MAINTENANCE"] == ["DONE"]
+
+
+def test_a_blocked_island_move_stops_the_run_and_is_cancelled_unbilled(
+    operator, nvl_fleet, settings
+):
+    """The fleet of :func:`nvl_fleet`; x's node has a pod whose budget allows no disruption."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from billing.models import LedgerEntry
+    from clusters.providers.simulated import simulate_drain_blockers
+    from nodepools.defrag import advance_run
+    from nodepools.defrag_models import DefragRun
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    _n1, pools, x_gpu, held = nvl_fleet
+    old = Node.objects.get(nodepool_id=pools["x"], phase="READY")
+    simulate_drain_blockers(old.id, [BLOCKER])
+    try:
+        run_id = operator.post("/api/v1/fleet/defrag/runs", {}, format="json").json()["id"]
+        for _ in range(6):
+            advance_run(run_id)
+            reconcile_nodepool(pools["x"])
+        [move] = DefragRun.objects.get(pk=run_id).plan["steps"][0]["moves"]
+        replacement = Node.objects.get(pk=move["replacement_id"])  # the run's replacement
+        assert (replacement.nodepool_id, replacement.phase) == (uuid.UUID(pools["x"]), "READY")
+        assert not LedgerEntry.objects.filter(node_id=replacement.id).exists()  # one node paid
+        later = timezone.now() + timedelta(seconds=settings.NVKE_HOST_DRAIN_TIMEOUT_S + 1)
+        reconcile_nodepool(pools["x"], now=later)  # past the drain timeout: drain-blocked
+        assert advance_run(run_id) is None
+        run = DefragRun.objects.get(pk=run_id)
+        assert (run.status, run.error["code"], run.freed) == ("FAILED", "move_blocked", [])
+        assert run.error["message"].endswith(
+            "the move is cancelled: the node stays and its replacement is scaled down"
+        )
+        # the run no longer asks for the move: the node stays, the surplus replacement goes
+        drive_all(list(pools.values()))
+        old.refresh_from_db()
+        replacement.refresh_from_db()
+        assert (old.phase, old.move_state) == ("READY", "")
+        assert replacement.phase == "DELETED"
+        assert held() == {x_gpu: "x", 2: "y"}
+        assert not LedgerEntry.objects.filter(node_id=replacement.id).exists()  # never billed
+    finally:
+        simulate_drain_blockers(old.id, [])
