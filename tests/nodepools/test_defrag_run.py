@@ -280,7 +280,6 @@ def test_a_closed_maintenance_window_stops_the_run_before_anything_changes(
 
 
 def test_tenants_cannot_see_or_start_defragmentation(owner, viewer, outsider, anonymous, operator):
-
     from nodepools.defrag_models import DefragRun
 
     run = DefragRun.objects.create(requested_by="op", status="DONE", active=None)
