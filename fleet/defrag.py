@@ -39,6 +39,10 @@ not a charge: the tenant is billed by the ledger as always (DESIGN §6).
 multi-GPU NVLink islands free, free GPUs and, per common shape (8, 4, 2, 1 GPUs as
 :mod:`fleet.fragmentation` uses them), the stranded GPUs (free GPUs no node of that shape can
 use, inside islands, ignoring tenancy).
+
+**Not here yet**: nodes hold whole GPUs in this placement model, so a move frees whole GPUs by
+moving whole-GPU nodes; consolidating MIG slices of GPUs shared across tenants (to free whole
+GPUs of shared hosts) needs the shared-host slice map and is not planned by this module.
 """
 
 from __future__ import annotations
