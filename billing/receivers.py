@@ -18,7 +18,26 @@ from .ledger import close_allocations, open_allocation
 
 @receiver(node_ready)
 def open_ledger(sender, node, allocations=None, **kwargs) -> None:
-    """Open one row per GPU (or slice) the node holds, from ``node.ready_at``. Idempotent."""
+    """Open one row per GPU (or slice) the node holds, from ``node.ready_at``. Idempotent.
+
+    A defragmentation run's replacement (:func:`nodepools.defrag.replacing`) is billed from
+    the moment the node it replaces is released (its rows open then, see
+    :func:`close_ledger`): a move the operator makes never bills the tenant twice.
+    """
+    from nodepools.defrag import replacing
+    from nodepools.models import Node
+
+    moved = replacing(node.id)
+    start = node.ready_at
+    if moved is not None:
+        released = Node.objects.filter(pk=moved).values_list("released_at", flat=True).first()
+        if released is None:
+            return  # opened when the moved node is released
+        start = max(start, released)
+    _open(node, allocations, start)
+
+
+def _open(node, allocations, start) -> None:
     if allocations is None:
         allocations = [
             {"gpu_uuid": uuid, "mig_profile": node.nodepool.isolation.get("mig_profile", "")}
@@ -28,7 +47,7 @@ def open_ledger(sender, node, allocations=None, **kwargs) -> None:
         open_allocation(
             node=node,
             gpu_uuid=alloc["gpu_uuid"],
-            start=node.ready_at,
+            start=start,
             mig_gpu_instance_id=alloc.get("mig_gpu_instance_id"),
             mig_profile=alloc.get("mig_profile", ""),
         )
@@ -36,5 +55,17 @@ def open_ledger(sender, node, allocations=None, **kwargs) -> None:
 
 @receiver(node_released)
 def close_ledger(sender, node, **kwargs) -> None:
-    """Close the node's open rows at ``node.released_at`` (guarded UPDATE; idempotent)."""
+    """Close the node's open rows at ``node.released_at`` (guarded UPDATE; idempotent); when
+    a defragmentation run moved the node, its READY replacement's rows open at that instant."""
+    from nodepools.defrag import replaced_by
+    from nodepools.models import Node
+
     close_allocations(node, node.released_at)
+    successor = replaced_by(node.id)
+    if successor is None:
+        return
+    new = Node.objects.filter(
+        pk=successor, ready_at__isnull=False, released_at__isnull=True
+    ).first()
+    if new is not None:
+        _open(new, None, max(new.ready_at, node.released_at))

@@ -14,15 +14,16 @@ Per GPU model and zone, over the schedulable hosts (``AVAILABLE``/``ALLOCATED``)
   GPUs could hold (``free_gpus * max_instances`` of the profile: a free GPU can be partitioned
   any way; GPUs already partitioned are held by a node and not free).
 
-``moves`` is a plan (nothing is executed): hosts partly used are emptied, smallest first, by
-moving each of their nodes onto *another partly used* host of the same model and zone that
-the placement rules allow (same tenant or both sharing, inside one NVLink island), never onto a
-wholly free host. A host is listed as freed only when every node on it found a place.
+``moves`` is a plan (nothing is executed): the host steps of the defragmentation planner
+(:mod:`fleet.defrag`, which an operator can dry-run and run): hosts partly used are emptied,
+least held first, by moving each of their nodes onto *another partly used* host of the same
+model and zone that the placement rules allow (same tenant or both sharing, inside one NVLink
+island), never onto a wholly free host. A host is listed as freed only when every node on it
+found a place.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -31,7 +32,7 @@ from catalog.models import GpuModel
 
 from .choices import SCHEDULABLE_HOST_STATES
 from .models import Host
-from .placement import FREE, GpuRequest, HostView, Planner, _views_for_hosts
+from .placement import FREE, HostView, _views_for_hosts
 
 SHAPES = (8, 4, 2, 1)
 
@@ -76,90 +77,28 @@ def summarise(views: Iterable[HostView], mig: dict[str, list[tuple[str, int]]]) 
 
 
 def plan_moves(views: list[HostView]) -> dict[str, Any]:
-    """Moves that would free whole hosts (see module docstring); ``views`` are not changed."""
-    by_group: dict[tuple[str, str], list[HostView]] = defaultdict(list)
-    for view in views:
-        by_group[(view.gpu_model, view.zone)].append(_copy(view))
-    moves: list[dict[str, Any]] = []
-    freed: list[str] = []
-    for (_model, zone), hosts in sorted(by_group.items()):
-        planner = Planner(hosts)
-        partial = [h for h in hosts if 0 < h.free < h.gpu_count and _held(h) > 0]
-        partial.sort(key=lambda h: (_held(h), h.hostname))
-        for host in partial:
-            if host.id not in planner.hosts:
-                continue
-            nodes = _nodes_on(host)
-            planner.remove(host.id)
-            placed = []
-            for holder, (k, tenant, shares, group) in sorted(
-                nodes.items(), key=lambda item: (-item[1][0], str(item[0]))
-            ):
-                request = GpuRequest(
-                    holder_id=holder,
-                    tenant_id=tenant,
-                    gpu_model=host.gpu_model,
-                    gpus=k,
-                    region=zone,
-                    zone=zone,
-                    group_id=group,
-                    shares_host=shares,
-                )
-                found = planner.find(request, allow_split=False, use_free_hosts=False)
-                if found is None:
-                    break
-                target, indexes, _split = found
-                placed.append(planner._apply(request, target, indexes, False))
-            if len(placed) == len(nodes):
-                for placement in placed:
-                    moves.append(
-                        {
-                            "holder_id": str(placement.holder_id),
-                            "tenant_id": str(nodes[placement.holder_id][1]),
-                            "gpus": len(placement.gpu_uuids),
-                            "from_host": host.hostname,
-                            "to_host": placement.hostname,
-                            "to_gpu_indexes": list(placement.gpu_indexes),
-                        }
-                    )
-                freed.append(host.hostname)
-            else:
-                for placement in placed:
-                    planner.unplace(placement)
-                planner.add(host)
+    """Moves that would free whole hosts: the host steps of the defragmentation planner
+    (:func:`fleet.defrag.plan_defrag`, one planner for both), in this report's shape;
+    ``views`` are not changed."""
+    from .defrag import plan_defrag
+
+    plan = plan_defrag(views, islands=False)
+    moves = [
+        {
+            "holder_id": str(m.holder_id),
+            "tenant_id": str(m.tenant_id),
+            "gpus": m.gpus,
+            "from_host": m.from_host,
+            "to_host": m.to_host,
+            "to_gpu_indexes": list(m.to_gpu_indexes),
+        }
+        for m in plan.moves
+    ]
     return {
         "moves": moves,
-        "hosts_freed": freed,
+        "hosts_freed": plan.hosts_freed,
         "gpus_moved": sum(m["gpus"] for m in moves),
     }
-
-
-def _held(view: HostView) -> int:
-    return sum(1 for g in view.gpus if g.holder is not None)
-
-
-def _nodes_on(view: HostView) -> dict[uuid.UUID, tuple[int, uuid.UUID, bool, uuid.UUID | None]]:
-    nodes: dict[uuid.UUID, list] = {}
-    for g in view.gpus:
-        if g.holder is None:
-            continue
-        entry = nodes.setdefault(g.holder, [0, g.tenant, g.shares, g.group])
-        entry[0] += 1
-    return {k: tuple(v) for k, v in nodes.items()}  # type: ignore[misc]
-
-
-def _copy(view: HostView) -> HostView:
-    from dataclasses import replace
-
-    return HostView(
-        id=view.id,
-        hostname=view.hostname,
-        zone=view.zone,
-        region=view.region,
-        gpu_model=view.gpu_model,
-        gpus=[replace(g) for g in view.gpus],
-        schedulable=view.schedulable,
-    )
 
 
 def mig_capacity_table() -> dict[str, list[tuple[str, int]]]:

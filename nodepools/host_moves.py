@@ -66,12 +66,16 @@ def draining_hosts(host_ids: set) -> dict:
 
 
 def mark_moving(pool: NodePool, live: list[Node], now: datetime) -> dict:
-    """Nodes on a draining host start moving (``replacing``); nodes whose host's drain was
-    cancelled stop (back to READY). Returns :func:`draining_hosts` of the live nodes."""
+    """Nodes on a draining host (or moved by a defragmentation run, :mod:`nodepools.defrag`)
+    start moving (``replacing``); nodes whose host's drain was cancelled stop (back to READY).
+    Returns :func:`draining_hosts` of the live nodes."""
+    from .defrag import requested_moves
+
     hosts = draining_hosts({n.host_id for n in live if n.host_id})
+    requested = requested_moves({n.id for n in live})  # a defragmentation run's island step
     changed = False
     for node in live:
-        on_draining = node.host_id in hosts
+        on_draining = node.host_id in hosts or node.id in requested
         if on_draining and not node.move_state and node.phase != NodePhase.PROVISIONING:
             node.move_state = REPLACING
             node.save(update_fields=["move_state"])

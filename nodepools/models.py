@@ -145,3 +145,6 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+from .defrag_models import DefragRun  # noqa: E402,F401  (registered in this app)

@@ -20,9 +20,15 @@ def reconcile_nodepool(pool_id: str) -> None:
 
 @shared_task(acks_late=True, ignore_result=True)
 def resync_nodepools() -> int:
-    """Beat: re-enqueue every unconverged node pool."""
+    """Beat: re-enqueue every unconverged node pool (and the active defragmentation run, so a
+    lost message only delays it)."""
+    from .defrag_models import DefragRun
+
     ids = reconcile.nodepools_needing_reconcile()
-    return sum(enqueue_once(reconcile_nodepool, pool_id) for pool_id in ids)
+    runs = DefragRun.objects.filter(active=True).values_list("pk", flat=True)
+    return sum(enqueue_once(reconcile_nodepool, pool_id) for pool_id in ids) + sum(
+        enqueue_once(run_defrag, str(run_id)) for run_id in runs
+    )
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -33,3 +39,14 @@ def autoscale_nodepools() -> int:
     from .autoscaling import autoscale
 
     return len(autoscale(timezone.now()))
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def run_defrag(run_id: str) -> None:
+    """One step of a defragmentation run (nodepools/defrag.py); requeues itself."""
+    from .defrag import advance_run
+
+    clear_pending(run_defrag.name, run_id)
+    delay = advance_run(run_id)
+    if delay is not None:
+        enqueue_once(run_defrag, run_id, countdown=delay)

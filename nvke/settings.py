@@ -407,6 +407,10 @@ NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = env.int("NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S", def
 # Host drains: pods blocking a moved node's drain are waited for this long, then the move pauses
 # on that node until the operator drains the host again with force (nodepools/host_moves.py).
 NVKE_HOST_DRAIN_TIMEOUT_S = env.int("NVKE_HOST_DRAIN_TIMEOUT_S", default=600)
+# Defragmentation (nodepools/defrag.py): the expected time of one node move (its disruption in
+# GPU-hours = the node's GPUs x this), and how long one step may take before the run fails.
+NVKE_DEFRAG_MOVE_MINUTES = env.float("NVKE_DEFRAG_MOVE_MINUTES", default=15.0)
+NVKE_DEFRAG_STEP_TIMEOUT_S = env.int("NVKE_DEFRAG_STEP_TIMEOUT_S", default=3600)
 # Auto-repair: a node NOT_READY this long is replaced (see nodepools/repair.py).
 NVKE_NODE_REPAIR_TIMEOUT_S = env.int("NVKE_NODE_REPAIR_TIMEOUT_S", default=300)
 # Samples: retention of raw rows, and how far from "now" a sample timestamp may be.

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import console
+from .views import console, console_defrag
 
 app_name = "console"
 
@@ -11,6 +11,9 @@ urlpatterns = [
     path("hosts", console.host_list, name="hosts"),
     path("hosts/<uuid:host_id>", console.host_detail, name="host"),
     path("hosts/<uuid:host_id>/<str:action>", console.host_action, name="host-action"),
+    path("defrag", console_defrag.defrag_page, name="defrag"),
+    path("defrag/runs", console_defrag.defrag_start, name="defrag-start"),
+    path("defrag/runs/<uuid:run_id>", console_defrag.defrag_run, name="defrag-run"),
     path("tenants", console.tenant_list, name="tenants"),
     path("tenants/<uuid:tenant_id>", console.tenant_detail, name="tenant"),
     path("prices", console.price_list, name="prices"),

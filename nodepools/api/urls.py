@@ -1,5 +1,6 @@
 from django.urls import path
 
+from .defrag import DefragPlanView, DefragRunViewSet
 from .scale import NodePoolAutoscalingView, NodePoolSetSizeView
 from .upgrade import NodePoolResumeUpgradeView, NodePoolUpgradeView
 from .views import NodePoolViewSet
@@ -13,6 +14,17 @@ pool_detail = NodePoolViewSet.as_view(
 pool_gpu_config = NodePoolViewSet.as_view({"get": "gpu_config"})
 
 urlpatterns = [
+    path("fleet/defrag/plan", DefragPlanView.as_view(), name="defrag-plan"),
+    path(
+        "fleet/defrag/runs",
+        DefragRunViewSet.as_view({"get": "list", "post": "create"}),
+        name="defrag-run-list",
+    ),
+    path(
+        "fleet/defrag/runs/<uuid:pk>",
+        DefragRunViewSet.as_view({"get": "retrieve"}),
+        name="defrag-run-detail",
+    ),
     path("clusters/<uuid:cluster_pk>/nodepools", pool_list, name="nodepool-list"),
     path("clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>", pool_detail, name="nodepool-detail"),
     path(

@@ -95,8 +95,8 @@ def test_202_answers_document_location_and_retry_after(schema):
             assert headers["Location"] == {"$ref": "#/components/headers/Location"}, path
             assert headers["Retry-After"] == {"$ref": "#/components/headers/RetryAfter"}, path
     # clusters create/patch/delete/rotate, node pools create/patch/delete/set-size/
-    # autoscaling/upgrade, webhook redelivery
-    assert accepted == 11
+    # autoscaling/upgrade, webhook redelivery, defragmentation run
+    assert accepted == 12
 
 
 def test_retrieves_document_etag_and_every_response_the_request_id(schema):

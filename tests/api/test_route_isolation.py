@@ -65,6 +65,9 @@ ROUTES = {
     "host-health": "operator",
     "host-telemetry": "operator",
     "fleet-fragmentation": "operator",
+    "defrag-plan": "operator",
+    "defrag-run-list": "operator",
+    "defrag-run-detail": "operator",
     "gpu-model-list": "catalog",
     "gpu-model-detail": "catalog",
     "kubernetes-version-list": "catalog",
@@ -525,6 +528,9 @@ def fleet_operator_requests(host):
             for view in ("events", "checks", "scrubs", "health", "telemetry", "slices")
         ],
         ("get", "/api/v1/fleet/fragmentation"),
+        ("get", "/api/v1/fleet/defrag/plan"),
+        ("get", "/api/v1/fleet/defrag/runs"),
+        ("post", "/api/v1/fleet/defrag/runs"),
     ]
 
 

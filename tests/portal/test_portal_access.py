@@ -51,6 +51,9 @@ PAGES = {
     "portal:invoice-detail": "tenant",
     "console:overview": "console",
     "console:hosts": "console",
+    "console:defrag": "console",
+    "console:defrag-start": "console",
+    "console:defrag-run": "console",
     "console:host": "console",
     "console:host-action": "console",
     "console:tenants": "console",
@@ -162,6 +165,7 @@ def test_an_outsider_gets_the_same_404_on_tenant_as_objects_as_on_missing_ones(
 def test_tenant_users_get_404_on_every_console_page(alice_client, h100_host, tenant_a):
     urls = ["/console/", "/console/hosts", f"/console/hosts/{h100_host.id}"]
     urls += ["/console/tenants", f"/console/tenants/{tenant_a.id}", "/console/prices"]
+    urls += ["/console/defrag", f"/console/defrag/runs/{tenant_a.id}"]
     for url in urls:
         assert alice_client.get(url).status_code == 404, url
     response = alice_client.post(f"/console/hosts/{h100_host.id}/cordon", {"reason": "x"})
@@ -242,6 +246,7 @@ def test_every_form_control_has_a_label(alice_client, ops_client, world, h100_ho
         (ops_client, f"/console/tenants/{tenant_a.id}"),
         (ops_client, "/console/prices"),
         (ops_client, "/console/hosts"),
+        (ops_client, "/console/defrag"),
     ]
     for client, url in pages:
         parser = _Controls()
