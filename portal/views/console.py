@@ -31,19 +31,23 @@ from clusters.models import Cluster
 from fleet import health as fleet_health
 from fleet import services as fleet_services
 from fleet.fragmentation import fragmentation_report
-from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent
+from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent, XidEvent
 from nvke.errors import ApiError, InvalidInput, NotFound
 from nvke.queueing import enqueue_once
+from portal import xid_events
 from portal.access import console_page
 from portal.forms import (
+    ConfirmNameForm,
     CordonForm,
     DrainForm,
     HostFilterForm,
     PriceForm,
     QuotaForm,
     TenantCreateForm,
+    XidFilterForm,
     validate_with,
 )
+from portal.host_drain import DISRUPTIVE, disruption, drain_view
 from portal.queries import (
     driver_versions,
     gpus_by_model_and_health,
@@ -58,7 +62,10 @@ from tenants.api.views import quota_body
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 
-from .common import call_service
+from .common import call_service, is_htmx
+
+#: seconds between htmx polls of a host's drain progress
+POLL_S = 2
 
 
 @console_page
@@ -128,6 +135,8 @@ def _host_context(host: Host) -> dict:
         "events": HostEvent.objects.filter(host=host).order_by("-ts", "-id")[:50],
         "cordon_form": CordonForm(),
         "drain_form": DrainForm(),
+        "drain": drain_view(host),
+        "poll_s": POLL_S,
     }
 
 
@@ -139,10 +148,42 @@ def host_detail(request: HttpRequest, host_id) -> HttpResponse:
         host = Host.objects.select_related("gpu_model").get(pk=host_id)
     except (Host.DoesNotExist, ValueError) as exc:
         raise NotFound() from exc
-    return render(request, "portal/console/host_detail.html", _host_context(host))
+    context = _host_context(host)
+    if is_htmx(request) and request.GET.get("fragment") == "live":
+        return render(request, "portal/console/partials/host_live.html", context)
+    return render(request, "portal/console/host_detail.html", context)
 
 
-HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "mark-healthy")
+HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "retire", "mark-healthy")
+
+
+@console_page
+def host_confirm(request: HttpRequest, host_id, action: str) -> HttpResponse:
+    """The typed-name confirmation of a drain, maintenance or retirement: what it will
+    disrupt (the nodes on the host, per tenant), then a form posting to the action."""
+    try:
+        host = Host.objects.select_related("gpu_model").get(pk=host_id)
+    except (Host.DoesNotExist, ValueError) as exc:
+        raise NotFound() from exc
+    if action not in DISRUPTIVE:
+        raise NotFound()
+    return _confirm_page(request, host, action, ConfirmNameForm(expected=host.hostname))
+
+
+def _confirm_page(request, host: Host, action: str, form, status: int = 200) -> HttpResponse:
+    drain_form = DrainForm(request.POST or None, initial={"target": request.GET.get("target")})
+    return render(
+        request,
+        "portal/console/host_confirm.html",
+        {
+            "host": host,
+            "action": action,
+            "form": form,
+            "drain_form": drain_form,
+            "impact": disruption(host, action),
+        },
+        status=status,
+    )
 
 
 @require_POST
@@ -156,6 +197,10 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
     actor = request.principal.label
     before = host.state
     cordon, drain = CordonForm(request.POST), DrainForm(request.POST)
+    if action in DISRUPTIVE:  # moves tenants' nodes: the host's name typed, checked here
+        confirm = ConfirmNameForm(request.POST, expected=host.hostname)
+        if not confirm.is_valid():
+            return _confirm_page(request, host, action, confirm, status=400)
     try:
         if action == "cordon":
             cordon.is_valid()
@@ -175,6 +220,8 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
             )
         elif action == "maintenance":
             host = fleet_services.set_maintenance(host, actor=actor)
+        elif action == "retire":
+            host = fleet_services.retire_host(host, actor=actor)
         else:  # one GPU (its open interval's row) or every unhealthy GPU of the host
             gpu = request.POST.get("gpu_uuid") or None
             if gpu is not None and not host.gpus.filter(uuid=gpu).exists():
@@ -196,6 +243,26 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
     progress = f" {host.state_reason}." if host.drain_target else ""  # nodes moved / pending
     messages.success(request, f"{host.hostname}: {action} done, now {host.state}.{progress}")
     return redirect("console:host", host.pk)
+
+
+@console_page
+def xid_list(request: HttpRequest) -> HttpResponse:
+    """Xid events with filters (host, GPU, code, the catalog's action and severity, a time
+    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page."""
+    choices = xid_events.filter_choices()
+    form = XidFilterForm(request.GET or None, **choices)
+    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    page, rows = xid_events.events_page(
+        xid_events.filtered_events(data) if data or not form.is_bound else XidEvent.objects.none(),
+        data.get("page") or 1,
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "portal/console/xids.html",
+        {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
+    )
 
 
 # ------------------------------------------------------------------------------ tenants
@@ -260,20 +327,28 @@ def tenant_detail(request: HttpRequest, tenant_id) -> HttpResponse:
         "max_gpus": "\n".join(f"{k}={v}" for k, v in sorted(quota.max_gpus.items())),
     }
     form = QuotaForm(request.POST or None, initial=initial)
-    if (
-        request.method == "POST"
-        and form.is_valid()
-        and call_service(form, _set_quota, request.principal, tenant, form.cleaned_data)
-    ):
-        messages.success(request, f"Quota of {tenant.name} updated.")
-        return redirect("console:tenant", tenant.pk)
+    body = quota_body(quota)
+    below: list[str] = []
+    if request.method == "POST" and form.is_valid():
+        # a limit below current use is allowed (it stops growth only) but must be meant
+        below = quotas.limits_below_use(body, form.cleaned_data)
+        if below and not form.cleaned_data.get("confirm_below_use"):
+            form.add_error(
+                None,
+                "Below current use: " + "; ".join(below) + ". Tick the confirmation to set them.",
+            )
+        elif call_service(form, _set_quota, request.principal, tenant, form.cleaned_data):
+            done = f"Quota of {tenant.name} updated."
+            messages.success(request, done + (f" Below use: {'; '.join(below)}." if below else ""))
+            return redirect("console:tenant", tenant.pk)
     return render(
         request,
         "portal/console/tenant_detail.html",
         {
             "tenant": tenant,
             "form": form,
-            "quota": quota_body(quotas.quota_for(tenant.pk, lock=False)),
+            "quota": body,
+            "below_use": below,
             "members": Membership.objects.filter(tenant=tenant).select_related("user"),
             "clusters": Cluster.objects.filter(tenant=tenant).exclude(phase=Phase.DELETED),
         },
@@ -330,18 +405,8 @@ def price_list(request: HttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        price = call_service(
-            form,
-            set_price,
-            gpu_model=data["gpu_model"].slug,
-            mig_profile=data["mig_profile"],
-            hourly_rate=data["hourly_rate"],
-            discount_pct=data["discount_pct"],
-            currency=data["currency"].upper(),
-            effective_from=data["effective_from"],
-            tenant=Tenant.objects.filter(pk=data["tenant"]).first() if data["tenant"] else None,
-            label=data["label"],
-        )
+        tenant = Tenant.objects.filter(pk=data["tenant"]).first() if data["tenant"] else None
+        price = call_service(form, set_price, **form.payload(tenant))
         if price is not None:
             audit.record(
                 actor=request.principal.label,

@@ -53,6 +53,8 @@ PAGES = {
     "console:hosts": "console",
     "console:host": "console",
     "console:host-action": "console",
+    "console:host-confirm": "console",
+    "console:xids": "console",
     "console:tenants": "console",
     "console:tenant": "console",
     "console:prices": "console",
@@ -162,10 +164,14 @@ def test_an_outsider_gets_the_same_404_on_tenant_as_objects_as_on_missing_ones(
 def test_tenant_users_get_404_on_every_console_page(alice_client, h100_host, tenant_a):
     urls = ["/console/", "/console/hosts", f"/console/hosts/{h100_host.id}"]
     urls += ["/console/tenants", f"/console/tenants/{tenant_a.id}", "/console/prices"]
+    urls += ["/console/xids", f"/console/hosts/{h100_host.id}/confirm/retire"]
+    urls += [f"/console/hosts/{h100_host.id}?fragment=live"]
     for url in urls:
         assert alice_client.get(url).status_code == 404, url
     response = alice_client.post(f"/console/hosts/{h100_host.id}/cordon", {"reason": "x"})
     assert response.status_code == 404
+    retire = {"confirm_name": h100_host.hostname}
+    assert alice_client.post(f"/console/hosts/{h100_host.id}/retire", retire).status_code == 404
     h100_host.refresh_from_db()
     assert h100_host.state == "AVAILABLE"
 
@@ -242,6 +248,9 @@ def test_every_form_control_has_a_label(alice_client, ops_client, world, h100_ho
         (ops_client, f"/console/tenants/{tenant_a.id}"),
         (ops_client, "/console/prices"),
         (ops_client, "/console/hosts"),
+        (ops_client, "/console/xids"),
+        (ops_client, f"/console/hosts/{h100_host.id}/confirm/drain"),
+        (ops_client, f"/console/hosts/{h100_host.id}/confirm/retire"),
     ]
     for client, url in pages:
         parser = _Controls()
