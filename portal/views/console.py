@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count, Q
@@ -218,10 +219,13 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
                 target=drain.cleaned_data["target"],
                 force=drain.cleaned_data.get("force", False),
             )
-        elif action == "maintenance":
-            host = fleet_services.set_maintenance(host, actor=actor)
-        elif action == "retire":
-            host = fleet_services.retire_host(host, actor=actor)
+        elif action in ("maintenance", "retire"):  # drains into MAINTENANCE / RETIRED
+            host = fleet_services.drain_host(
+                host,
+                actor=actor,
+                target=DISRUPTIVE[action],
+                force=forms.BooleanField(required=False).clean(request.POST.get("force")),
+            )
         else:  # one GPU (its open interval's row) or every unhealthy GPU of the host
             gpu = request.POST.get("gpu_uuid") or None
             if gpu is not None and not host.gpus.filter(uuid=gpu).exists():

@@ -68,9 +68,10 @@ def test_an_operator_drains_a_host_and_watches_its_nodes_move_live(
     first, second = Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name")
     assert {first.host_id, second.host_id} == {host.id}
     make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a", hostname="sim-h100-02")  # room
-    simulate_drain_blockers(second.id, [BLOCKER])
     proc, log = start_worker(tmp_path, NVKE_HOST_DRAIN_TIMEOUT_S="1")
     try:
+        # after the worker's start: it flushes the broker's Redis database, the cache's too
+        simulate_drain_blockers(second.id, [BLOCKER])
         ops = login(browser, live_server.url, "ops")
         ops.goto(f"/console/hosts/{host.id}")
         expect(ops.locator("#host-state")).to_have_text("ALLOCATED")
