@@ -223,6 +223,22 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator("table")).to_contain_text("DRAFT")
     shots(page, "invoices")
 
+    # SIMULATED Xid rows for the overview and the Xid events page: stored as agent ingestion
+    # stores them, without the health intervals ingestion would also open (the a100 stays
+    # healthy in the other screenshots)
+    from django.utils import timezone
+
+    from fleet.models import XidEvent
+
+    now = timezone.now()
+    a100 = scene["a100"]
+    a100_gpus = list(a100.gpus.order_by("index").values_list("uuid", flat=True))
+    for minutes, code in ((300, 43), (200, 13), (90, 31), (30, 79), (5, 48)):
+        XidEvent.objects.create(
+            host=a100, gpu_uuid=a100_gpus[minutes % len(a100_gpus)],
+            ts=now - timedelta(minutes=minutes), xid=code, report_seq=minutes,
+            message=f"NVRM: Xid (PCI:0000:07:00): {code}, pid=1234",
+        )  # fmt: skip
     ops = login(browser, live_server.url, "ops")
     expect(ops.locator("#heatmap")).to_contain_text("gpu-a10g-01")
     shots(ops, "console-overview")
@@ -235,25 +251,16 @@ def test_screenshots_of_the_main_pages(
     shots(ops, "console-prices")
 
     # --- console pages of #20: Xid events, a drain's confirmation and live progress, a quota
-    # below use. The Xid rows are SIMULATED (written as agent ingestion stores them); the
-    # blocking pod is the simulated provider's (a PodDisruptionBudget a real cluster reports).
+    # below use. The blocking pod is the simulated provider's (a PodDisruptionBudget a real
+    # cluster reports).
     from django.conf import settings
-    from django.utils import timezone
 
     from clusters.providers.simulated import simulate_drain_blockers
-    from fleet.models import Host, XidEvent
+    from fleet.models import Host
     from fleet.services import drain_host
     from nodepools.models import Node, NodePool
     from nodepools.reconcile import reconcile_nodepool
 
-    now = timezone.now()
-    a100 = scene["a100"]
-    for minutes, code in ((300, 43), (200, 13), (90, 31), (30, 79), (5, 48)):
-        XidEvent.objects.create(
-            host=a100, gpu_uuid=a100.gpus.order_by("index")[minutes % 4].uuid,
-            ts=now - timedelta(minutes=minutes), xid=code, report_seq=minutes,
-            message=f"NVRM: Xid (PCI:0000:{minutes % 4 + 7:02x}:00): {code}, pid=1234",
-        )  # fmt: skip
     ops.goto("/console/xids")
     expect(ops.locator("#xid-events tbody tr")).to_have_count(5)
     shots(ops, "console-xids")
