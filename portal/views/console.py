@@ -338,8 +338,7 @@ def tenant_detail(request: HttpRequest, tenant_id) -> HttpResponse:
         below = quotas.limits_below_use(body, form.cleaned_data)
         if below and not form.cleaned_data.get("confirm_below_use"):
             form.add_error(
-                None,
-                "Below current use: " + "; ".join(below) + ". Tick the confirmation to set them.",
+                None, "A limit is below current use: tick the confirmation below to set it."
             )
         elif call_service(form, _set_quota, request.principal, tenant, form.cleaned_data):
             done = f"Quota of {tenant.name} updated."

@@ -281,9 +281,9 @@ def test_screenshots_of_the_main_pages(
     simulate_drain_blockers(old.id, [pdb])
     try:
         drain_host(busy, actor="user:ops", target="MAINTENANCE")
-        later = timezone.now() + timedelta(seconds=settings.NVKE_HOST_DRAIN_TIMEOUT_S + 1)
-        for _ in range(12):  # replacement placed and READY, then the drain pauses on the pod
-            reconcile_nodepool(train.id, now=later)
+        step = timedelta(seconds=settings.NVKE_HOST_DRAIN_TIMEOUT_S + 1)
+        for i in range(12):  # replacement placed and READY, then the drain pauses on the pod
+            reconcile_nodepool(train.id, now=timezone.now() + step * i)
             if Node.objects.get(pk=old.pk).move_state == "drain-blocked":
                 break
         ops.goto(f"/console/hosts/{busy.id}")
