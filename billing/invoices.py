@@ -268,17 +268,52 @@ def _adjustments(
     return out
 
 
+def tenant_existed_in(period: Period, since: datetime) -> bool:
+    """True when the tenant existed during some of ``[period.start, period.end)``, ``since``
+    being :func:`tenant_since`: a month that ends at or before it has nothing to bill (an empty
+    invoice for it would only be noise). Example: a tenant created 2026-11-03 10:00 UTC (zone
+    UTC) existed in 2026-11, not in 2026-10 (which ends 2026-11-01 00:00 UTC)."""
+    return period.end > since
+
+
+def tenant_since(tenant_id) -> datetime | None:
+    """Since when the tenant exists, for billing: its creation, or its first allocation (the
+    ledger's earliest start) when that is earlier (usage imported from before the tenant row
+    was made is still billed). None when the tenant is gone."""
+    from tenants.models import Tenant
+
+    created = Tenant.objects.filter(pk=tenant_id).values_list("created_at", flat=True).first()
+    if created is None:
+        return None
+    first = (
+        LedgerEntry.objects.filter(tenant_id=tenant_id)
+        .order_by("period__startswith")
+        .values_list("period", flat=True)
+        .first()
+    )
+    return min(created, first.lower) if first is not None else created
+
+
 def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice:
     """Build (or rebuild) the tenant's DRAFT invoice for month ``label`` (``YYYY-MM``, local).
 
     A FINALIZED invoice of that month is returned unchanged. Raises Conflict ``missing_price``
-    when usage has no price in the tenant's currency.
+    when usage has no price in the tenant's currency, Conflict ``period_before_tenant`` when the
+    month ended before the tenant was created (:func:`tenant_existed_in`).
     """
     now = now or timezone.now()
     with transaction.atomic():
         account = get_account(tenant_id, lock=True)
         tz, currency = account.time_zone, account.currency
         period = month_period(tz, label)
+        since = tenant_since(tenant_id)
+        if since is not None and not tenant_existed_in(period, since):
+            raise Conflict(
+                f"{label} ({tz}) ended at {period.end.isoformat()}, before the tenant existed "
+                f"(since {since.isoformat()}): no invoice",
+                code="period_before_tenant",
+                field="period",
+            )
         existing = Invoice.objects.filter(tenant_id=tenant_id, period_start=period.start).first()
         if existing is not None and existing.status == InvoiceStatus.FINALIZED:
             return existing

@@ -45,13 +45,18 @@ def set_price(
     effective_to: datetime | None = None,
     billable_fraction: Decimal | None = None,
     label: str = "",
+    new_currency: bool = False,
 ) -> Price:
     """Publish a new price version from ``effective_from`` (to ``effective_to`` or open).
 
     The version in force at ``effective_from`` (same tenant, model, profile, currency) is ended
     there. Raises InvalidInput (``unknown_gpu_model``, ``unknown_mig_profile``,
-    ``unknown_currency``, ``invalid_price``) or Conflict ``price_version_exists_later`` when a
-    version already starts after ``effective_from`` (end or remove it first).
+    ``unknown_currency``, ``invalid_price``, ``price_out_of_range``, ``currency_not_of_sheet``)
+    or Conflict ``price_version_exists_later`` when a version already starts after
+    ``effective_from`` (end or remove it first).
+
+    One currency per price sheet (:func:`sheet_currencies`): a currency the sheet does not use
+    yet is refused unless ``new_currency`` says it is meant.
     """
     try:
         model = get_gpu_model(gpu_model)
@@ -63,6 +68,15 @@ def set_price(
         minor_unit(currency)
     except ValueError as exc:
         raise InvalidInput(str(exc), code="unknown_currency", field="currency") from exc
+    used = sheet_currencies(tenant)
+    if used and currency not in used and not new_currency:
+        sheet = f"the price sheet of {tenant.name}" if tenant else "the list price sheet"
+        raise InvalidInput(
+            f"{sheet} is in {', '.join(used)}; publish in {currency} only as an explicitly "
+            "chosen new currency",
+            code="currency_not_of_sheet",
+            field="currency",
+        )
     if (hourly_rate is None) == (discount_pct is None) or (discount_pct is not None and not tenant):
         raise InvalidInput(
             "give hourly_rate, or discount_pct for a tenant override (not both)",
@@ -126,6 +140,20 @@ def set_price(
             billable_fraction=billable_fraction,
             label=label,
         )
+
+
+def sheet_currencies(tenant) -> list[str]:
+    """The currencies (ISO 4217, sorted) of a price sheet: the list prices (``tenant`` None) or
+    a tenant's overrides, whose sheet is also in its billing account's currency (the currency
+    its invoices are in). ``[]`` for a sheet with no price and no account yet."""
+    from .models import BillingAccount
+
+    used = set(
+        Price.objects.filter(tenant=tenant).order_by().values_list("currency", flat=True).distinct()
+    )
+    if tenant is not None:
+        used.update(BillingAccount.objects.filter(tenant=tenant).values_list("currency", flat=True))
+    return sorted(used)
 
 
 def price_cuts(tenant_id, start: datetime, end: datetime) -> list[datetime]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.utils import timezone
@@ -20,7 +20,7 @@ from nvke.celery import app
 from nvke.queueing import clear_pending, enqueue_once
 
 from .aggregation import aggregate_usage, get_account, tenants_with_usage
-from .invoices import build_invoice
+from .invoices import build_invoice, tenant_existed_in, tenant_since
 from .periods import period_of
 
 AGGREGATE_INTERVAL_S = float(os.environ.get("NVKE_BILLING_AGGREGATE_INTERVAL_S", 300))
@@ -47,14 +47,25 @@ def refresh_usage() -> int:
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def build_tenant_invoices(tenant_id: str) -> None:
-    """Build (rebuild) the tenant's DRAFT invoices of its previous and current month."""
+    """Build (rebuild) the tenant's DRAFT invoices of its previous and current month; a month
+    that ended before the tenant was created is skipped (:func:`tenant_existed_in`)."""
     clear_pending(build_tenant_invoices.name, tenant_id)
     now = timezone.now()
+    for label in invoice_labels(uuid.UUID(str(tenant_id)), now):
+        build_invoice(uuid.UUID(str(tenant_id)), label, now)
+
+
+def invoice_labels(tenant_id: uuid.UUID, now: datetime) -> list[str]:
+    """The months (``YYYY-MM`` in the tenant's zone) an invoice run builds for the tenant: its
+    previous and current month, less those that ended before the tenant existed; ``[]`` when
+    the tenant is gone."""
+    since = tenant_since(tenant_id)
+    if since is None:
+        return []
     tz = get_account(tenant_id).time_zone
     current = period_of(tz, now)
     previous = period_of(tz, current.start - timedelta(seconds=1))
-    for period in (previous, current):
-        build_invoice(uuid.UUID(tenant_id), period.label, now)
+    return [p.label for p in (previous, current) if tenant_existed_in(p, since)]
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -18,12 +18,14 @@ from django import forms
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
-from catalog.models import GpuModel, MigProfile, VgpuProfile
+from catalog.models import GpuModel, MigProfile, VgpuProfile, XidCode
 from fleet.choices import HostState
 from nodepools.choices import IsolationMode
 from nvke.errors import ApiError, flatten_validation_errors
 from nvke.validation import DATETIME_MAX, DATETIME_MIN, BadValue, to_utc
 from tenants.choices import Role
+
+XidCodeSeverity = XidCode.Severity
 
 
 class BoundedDateField(forms.DateField):
@@ -500,6 +502,73 @@ class DrainForm(ApiForm):
     )
 
 
+class ConfirmNameForm(ApiForm):
+    """The typed-name confirmation of a disruptive host action (drain, maintenance, retire):
+    the operator types the host's name; checked on the server against ``Host.hostname``."""
+
+    confirm_name = forms.CharField(label="Type the host's name to confirm", max_length=253)
+
+    def __init__(self, *args: Any, expected: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.expected = expected
+
+    def clean_confirm_name(self) -> str:
+        typed = self.cleaned_data["confirm_name"].strip()
+        if typed != self.expected:
+            raise forms.ValidationError(
+                f"type {self.expected} exactly to confirm", code="confirmation_mismatch"
+            )
+        return typed
+
+
+class XidFilterForm(ApiForm):
+    """Filters of the Xid events page; choices come from the stored events and the catalog's
+    Xid table (``catalog.XidCode``): host, GPU (NVML UUID), Xid code, NVIDIA's immediate
+    action, NVKE's severity, a time range (UTC), and the page (1 … :data:`MAX_PAGE`)."""
+
+    MAX_PAGE = 1000
+
+    host = forms.ChoiceField(label="Host", required=False)
+    gpu = forms.CharField(label="GPU (UUID)", required=False, max_length=64)
+    xid = forms.ChoiceField(label="Xid", required=False)
+    action = forms.ChoiceField(label="Action (catalog)", required=False)
+    severity = forms.ChoiceField(label="Severity (catalog)", required=False)
+    since = BoundedDateTimeField(
+        label="From (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    until = BoundedDateTimeField(
+        label="To (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    page = forms.IntegerField(
+        label="Page", required=False, min_value=1, max_value=MAX_PAGE, widget=forms.HiddenInput
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        hosts: list[tuple[str, str]],
+        codes: list[tuple[int, str]],
+        actions: list[str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["host"].choices = [("", "any"), *hosts]
+        self.fields["xid"].choices = [("", "any"), *((str(c), label) for c, label in codes)]
+        self.fields["action"].choices = [("", "any"), *((a, a) for a in actions)]
+        self.fields["severity"].choices = [("", "any"), *XidCodeSeverity.choices]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and until <= since:
+            self.add_error("until", forms.ValidationError("must be after From", code="invalid"))
+        return data
+
+
 class HostFilterForm(forms.Form):
     state = forms.ChoiceField(
         label="State", required=False, choices=[("", "any"), *HostState.choices]
@@ -561,9 +630,45 @@ class QuotaForm(ApiForm):
             out[slug.strip()] = int(count)
         return out
 
+    #: asked (and shown) only when a new limit is below the tenant's current use
+    #: (:func:`tenants.quotas.limits_below_use`)
+    confirm_below_use = forms.BooleanField(
+        label="Set these limits although they are below current use (running clusters and "
+        "nodes stay; new growth is refused)",
+        required=False,
+    )
+
+
+class AmountField(forms.DecimalField):
+    """A money amount or percentage typed by a person: ASCII digits, one ``.``, an optional
+    sign (Arabic-Indic or fullwidth digits would parse in Python's Decimal: refused, since
+    nobody types them meaning a price), finite and within ``max_digits`` (so ``1e400`` is a
+    form error, not an overflow). The range (``[0, 99999999]`` …) is the service's rule
+    (:func:`billing.prices.set_price`), shown next to the field."""
+
+    ASCII_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?$", re.ASCII)
+
+    def to_python(self, value: Any):
+        text = str(value).strip() if value is not None else ""
+        if text and not self.ASCII_NUMBER.match(text):
+            raise forms.ValidationError(
+                "type a number with the digits 0-9 and a '.' (for example 2.50)",
+                code="invalid_number",
+            )
+        return super().to_python(text)
+
 
 class PriceForm(ApiForm):
-    """A price version (:func:`billing.prices.set_price`)."""
+    """A price version (:func:`billing.prices.set_price`).
+
+    Rates are :class:`AmountField` s listed in :attr:`rate_fields` (form field -> keyword of
+    ``set_price``); a new rate kind (a reservation rate, say) is one more field and entry.
+    A price sheet has one currency (:func:`billing.prices.sheet_currencies`): another needs
+    ``new_currency`` ticked, checked by the service.
+    """
+
+    #: form field -> set_price keyword, for every rate-like field
+    rate_fields: dict[str, str] = {"hourly_rate": "hourly_rate", "discount_pct": "discount_pct"}
 
     gpu_model = forms.ModelChoiceField(
         label="GPU model", queryset=GpuModel.objects.order_by("slug"), to_field_name="slug"
@@ -571,16 +676,20 @@ class PriceForm(ApiForm):
     mig_profile = forms.CharField(
         label="MIG profile (blank: whole GPU)", required=False, max_length=32
     )
-    hourly_rate = forms.DecimalField(
+    hourly_rate = AmountField(
         label="Hourly rate per GPU-hour", required=False, max_digits=14, decimal_places=6
     )
-    discount_pct = forms.DecimalField(
+    discount_pct = AmountField(
         label="or discount % off list (tenant override only)",
         required=False,
         max_digits=5,
         decimal_places=2,
     )
     currency = forms.CharField(label="Currency (ISO 4217)", max_length=3, initial="USD")
+    new_currency = forms.BooleanField(
+        label="a currency this price sheet does not use yet (a second sheet currency)",
+        required=False,
+    )
     effective_from = BoundedDateTimeField(
         label="Effective from (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
@@ -592,3 +701,23 @@ class PriceForm(ApiForm):
         self.fields["tenant"].choices = [("", "— list price —")] + [
             (str(t.pk), t.name) for t in tenants
         ]
+
+    def clean_currency(self) -> str:
+        code = self.cleaned_data["currency"].strip().upper()
+        if not re.fullmatch(r"[A-Z]{3}", code, re.ASCII):
+            raise forms.ValidationError("three letters A-Z, like USD", code="unknown_currency")
+        return code
+
+    def payload(self, tenant) -> dict[str, Any]:
+        """Keyword arguments of :func:`billing.prices.set_price` from the cleaned data."""
+        data = self.cleaned_data
+        return {
+            "gpu_model": data["gpu_model"].slug,
+            "mig_profile": data["mig_profile"],
+            "currency": data["currency"],
+            "new_currency": data["new_currency"],
+            "effective_from": data["effective_from"],
+            "tenant": tenant,
+            "label": data["label"],
+            **{kw: data.get(name) for name, kw in self.rate_fields.items()},
+        }

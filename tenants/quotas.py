@@ -175,6 +175,35 @@ def _check(quota: Quota, resource: str, limit: int, reserved: int, requested: in
         )
 
 
+def limits_below_use(body: dict, limits: dict) -> list[str]:
+    """What new ``limits`` (``max_clusters``, ``max_nodes``, ``max_gpus`` {slug: n}; absent
+    keys unchanged; a model missing from ``max_gpus`` gets the default per model) would put
+    below the tenant's current use, ``body`` being the API's quota body (``in_use`` and
+    ``reserved`` per resource). Use is the larger of the two (reserved = being created).
+    Lowering a limit below use is allowed (it blocks new growth only), but a person should
+    see it: one sentence per resource, ``[]`` when nothing is below use. Example::
+
+        ["nodes: limit 2 is below the 5 in use (5 reserved)"]
+    """
+    out: list[str] = []
+
+    def check(name: str, limit: int | None, row: dict) -> None:
+        used = max(row.get("in_use", 0), row.get("reserved", 0))
+        if limit is not None and limit < used:
+            out.append(
+                f"{name}: limit {limit} is below the {row.get('in_use', 0)} in use "
+                f"({row.get('reserved', 0)} reserved)"
+            )
+
+    check("clusters", limits.get("max_clusters"), body["clusters"])
+    check("nodes", limits.get("max_nodes"), body["nodes"])
+    if "max_gpus" in limits:
+        default = settings.NVKE_DEFAULT_MAX_GPUS_PER_MODEL
+        for model, row in sorted(body["gpus"].items()):
+            check(f"GPUs {model}", int(limits["max_gpus"].get(model, default)), row)
+    return out
+
+
 def set_limits(
     tenant: Tenant,
     *,

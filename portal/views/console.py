@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from decimal import Decimal
 
+from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.db.models import Count, Q
@@ -33,19 +34,23 @@ from fleet import services as fleet_services
 from fleet import shared_placement
 from fleet.choices import HostTenancy
 from fleet.fragmentation import fragmentation_report
-from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent
+from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent, XidEvent
 from nvke.errors import ApiError, InvalidInput, NotFound
 from nvke.queueing import enqueue_once
+from portal import xid_events
 from portal.access import console_page
 from portal.forms import (
+    ConfirmNameForm,
     CordonForm,
     DrainForm,
     HostFilterForm,
     PriceForm,
     QuotaForm,
     TenantCreateForm,
+    XidFilterForm,
     validate_with,
 )
+from portal.host_drain import DISRUPTIVE, disruption, drain_view
 from portal.queries import (
     driver_versions,
     gpus_by_model_and_health,
@@ -60,7 +65,10 @@ from tenants.api.views import quota_body
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 
-from .common import call_service
+from .common import call_service, is_htmx
+
+#: seconds between htmx polls of a host's drain progress
+POLL_S = 2
 
 
 @console_page
@@ -131,6 +139,8 @@ def _host_context(host: Host) -> dict:
         "events": HostEvent.objects.filter(host=host).order_by("-ts", "-id")[:50],
         "cordon_form": CordonForm(),
         "drain_form": DrainForm(),
+        "drain": drain_view(host),
+        "poll_s": POLL_S,
     }
 
 
@@ -172,10 +182,42 @@ def host_detail(request: HttpRequest, host_id) -> HttpResponse:
         host = Host.objects.select_related("gpu_model").get(pk=host_id)
     except (Host.DoesNotExist, ValueError) as exc:
         raise NotFound() from exc
-    return render(request, "portal/console/host_detail.html", _host_context(host))
+    context = _host_context(host)
+    if is_htmx(request) and request.GET.get("fragment") == "live":
+        return render(request, "portal/console/partials/host_live.html", context)
+    return render(request, "portal/console/host_detail.html", context)
 
 
-HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "mark-healthy", "tenancy")
+HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "retire", "mark-healthy", "tenancy")
+
+
+@console_page
+def host_confirm(request: HttpRequest, host_id, action: str) -> HttpResponse:
+    """The typed-name confirmation of a drain, maintenance or retirement: what it will
+    disrupt (the nodes on the host, per tenant), then a form posting to the action."""
+    try:
+        host = Host.objects.select_related("gpu_model").get(pk=host_id)
+    except (Host.DoesNotExist, ValueError) as exc:
+        raise NotFound() from exc
+    if action not in DISRUPTIVE:
+        raise NotFound()
+    return _confirm_page(request, host, action, ConfirmNameForm(expected=host.hostname))
+
+
+def _confirm_page(request, host: Host, action: str, form, status: int = 200) -> HttpResponse:
+    drain_form = DrainForm(request.POST or None, initial={"target": request.GET.get("target")})
+    return render(
+        request,
+        "portal/console/host_confirm.html",
+        {
+            "host": host,
+            "action": action,
+            "form": form,
+            "drain_form": drain_form,
+            "impact": disruption(host, action),
+        },
+        status=status,
+    )
 
 
 @require_POST
@@ -189,6 +231,10 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
     actor = request.principal.label
     before = host.state
     cordon, drain = CordonForm(request.POST), DrainForm(request.POST)
+    if action in DISRUPTIVE:  # moves tenants' nodes: the host's name typed, checked here
+        confirm = ConfirmNameForm(request.POST, expected=host.hostname)
+        if not confirm.is_valid():
+            return _confirm_page(request, host, action, confirm, status=400)
     try:
         if action == "cordon":
             cordon.is_valid()
@@ -206,8 +252,13 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
                 target=drain.cleaned_data["target"],
                 force=drain.cleaned_data.get("force", False),
             )
-        elif action == "maintenance":
-            host = fleet_services.set_maintenance(host, actor=actor)
+        elif action in ("maintenance", "retire"):  # drains into MAINTENANCE / RETIRED
+            host = fleet_services.drain_host(
+                host,
+                actor=actor,
+                target=DISRUPTIVE[action],
+                force=forms.BooleanField(required=False).clean(request.POST.get("force")),
+            )
         elif action == "tenancy":
             tenancy = request.POST.get("tenancy", "")
             if tenancy not in HostTenancy.values:
@@ -245,6 +296,26 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
     progress = f" {host.state_reason}." if host.drain_target else ""  # nodes moved / pending
     messages.success(request, f"{host.hostname}: {action} done, now {host.state}.{progress}")
     return redirect("console:host", host.pk)
+
+
+@console_page
+def xid_list(request: HttpRequest) -> HttpResponse:
+    """Xid events with filters (host, GPU, code, the catalog's action and severity, a time
+    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page."""
+    choices = xid_events.filter_choices()
+    form = XidFilterForm(request.GET or None, **choices)
+    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    page, rows = xid_events.events_page(
+        xid_events.filtered_events(data) if data or not form.is_bound else XidEvent.objects.none(),
+        data.get("page") or 1,
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "portal/console/xids.html",
+        {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
+    )
 
 
 # ------------------------------------------------------------------------------ tenants
@@ -309,20 +380,27 @@ def tenant_detail(request: HttpRequest, tenant_id) -> HttpResponse:
         "max_gpus": "\n".join(f"{k}={v}" for k, v in sorted(quota.max_gpus.items())),
     }
     form = QuotaForm(request.POST or None, initial=initial)
-    if (
-        request.method == "POST"
-        and form.is_valid()
-        and call_service(form, _set_quota, request.principal, tenant, form.cleaned_data)
-    ):
-        messages.success(request, f"Quota of {tenant.name} updated.")
-        return redirect("console:tenant", tenant.pk)
+    body = quota_body(quota)
+    below: list[str] = []
+    if request.method == "POST" and form.is_valid():
+        # a limit below current use is allowed (it stops growth only) but must be meant
+        below = quotas.limits_below_use(body, form.cleaned_data)
+        if below and not form.cleaned_data.get("confirm_below_use"):
+            form.add_error(
+                None, "A limit is below current use: tick the confirmation below to set it."
+            )
+        elif call_service(form, _set_quota, request.principal, tenant, form.cleaned_data):
+            done = f"Quota of {tenant.name} updated."
+            messages.success(request, done + (f" Below use: {'; '.join(below)}." if below else ""))
+            return redirect("console:tenant", tenant.pk)
     return render(
         request,
         "portal/console/tenant_detail.html",
         {
             "tenant": tenant,
             "form": form,
-            "quota": quota_body(quotas.quota_for(tenant.pk, lock=False)),
+            "quota": body,
+            "below_use": below,
             "members": Membership.objects.filter(tenant=tenant).select_related("user"),
             "clusters": Cluster.objects.filter(tenant=tenant).exclude(phase=Phase.DELETED),
         },
@@ -379,18 +457,8 @@ def price_list(request: HttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        price = call_service(
-            form,
-            set_price,
-            gpu_model=data["gpu_model"].slug,
-            mig_profile=data["mig_profile"],
-            hourly_rate=data["hourly_rate"],
-            discount_pct=data["discount_pct"],
-            currency=data["currency"].upper(),
-            effective_from=data["effective_from"],
-            tenant=Tenant.objects.filter(pk=data["tenant"]).first() if data["tenant"] else None,
-            label=data["label"],
-        )
+        tenant = Tenant.objects.filter(pk=data["tenant"]).first() if data["tenant"] else None
+        price = call_service(form, set_price, **form.payload(tenant))
         if price is not None:
             audit.record(
                 actor=request.principal.label,

@@ -316,3 +316,69 @@ def test_usage_without_a_price_refuses_to_invoice(world, tenant_a, catalog):
         build_invoice(tenant_a.id, "2026-11", now=DEC_20)
     assert exc.value.code == "missing_price"
     assert exc.value.extra["gpu_model"] == "h200-sxm-141gb"
+
+
+# --- no invoice for a month before the tenant existed (#20) -----------------------------------
+
+
+def test_no_invoice_is_built_for_a_month_that_ended_before_the_tenant_existed(tenant_a):
+    """tenant_a created 2026-11-03 10:00 UTC (zone UTC), no allocation: 2026-10 ends
+    2026-11-01 00:00, before it existed -> Conflict, no row; 2026-11 holds the creation ->
+    a (zero) draft is built."""
+    from billing.invoices import build_invoice
+    from billing.models import Invoice
+    from nvke.errors import Conflict
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=utc(2026, 11, 3, 10))
+    with pytest.raises(Conflict) as refused:
+        build_invoice(tenant_a.id, "2026-10", now=DEC_20)
+    assert refused.value.code == "period_before_tenant"
+    assert "2026-11-01T00:00:00+00:00" in refused.value.detail
+    assert not Invoice.objects.filter(tenant=tenant_a).exists()
+    nov = build_invoice(tenant_a.id, "2026-11", now=DEC_20)
+    assert (nov.period_label, nov.total, nov.lines.count()) == ("2026-11", Decimal("0.00"), 0)
+
+
+def test_the_tenant_zone_decides_the_month_before_creation(tenant_a):
+    """Zone Asia/Tokyo (UTC+9): created 2026-10-31 16:00 UTC = 2026-11-01 01:00 JST, so the
+    JST month 2026-10 (ending 2026-10-31 15:00 UTC) is refused though the UTC date is still
+    31 October; 2026-11 is built."""
+    from billing.aggregation import get_account
+    from billing.invoices import build_invoice
+    from billing.models import BillingAccount
+    from nvke.errors import Conflict
+    from tenants.models import Tenant
+
+    get_account(tenant_a.id)
+    BillingAccount.objects.filter(tenant=tenant_a).update(time_zone="Asia/Tokyo")
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=utc(2026, 10, 31, 16))
+    with pytest.raises(Conflict):
+        build_invoice(tenant_a.id, "2026-10", now=DEC_20)
+    assert build_invoice(tenant_a.id, "2026-11", now=DEC_20).period_start == utc(2026, 10, 31, 15)
+
+
+def test_usage_recorded_before_the_tenant_row_still_counts_as_existing(
+    world, tenant_a, list_prices
+):
+    """Allocations imported from before the tenant row (its ledger starts 2026-11-10 12:00,
+    the row is made 2026-12-01): November is still billed, 8 GPU x 1 h x 2.50 = 20.00."""
+    from billing.invoices import build_invoice
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=utc(2026, 12, 1))
+    host = world.make_host("h100-sxm5-80gb", gpus=8)
+    world.hold(world.pool(tenant_a), host, utc(2026, 11, 10, 12), utc(2026, 11, 10, 13))
+    assert build_invoice(tenant_a.id, "2026-11", now=DEC_20).total == Decimal("20.00")
+
+
+def test_the_invoice_run_skips_the_previous_month_of_a_tenant_created_this_month(tenant_a):
+    """Now 2026-12-20; created 2026-12-02: the run (previous + current month) builds only
+    2026-12. Created 2026-11-30 23:59: both 2026-11 and 2026-12."""
+    from billing.tasks import invoice_labels
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=utc(2026, 12, 2))
+    assert invoice_labels(tenant_a.id, DEC_20) == ["2026-12"]
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=utc(2026, 11, 30, 23, 59))
+    assert invoice_labels(tenant_a.id, DEC_20) == ["2026-11", "2026-12"]

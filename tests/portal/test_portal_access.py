@@ -56,6 +56,8 @@ PAGES = {
     "console:defrag-run": "console",
     "console:host": "console",
     "console:host-action": "console",
+    "console:host-confirm": "console",
+    "console:xids": "console",
     "console:tenants": "console",
     "console:tenant": "console",
     "console:prices": "console",
@@ -166,10 +168,14 @@ def test_tenant_users_get_404_on_every_console_page(alice_client, h100_host, ten
     urls = ["/console/", "/console/hosts", f"/console/hosts/{h100_host.id}"]
     urls += ["/console/tenants", f"/console/tenants/{tenant_a.id}", "/console/prices"]
     urls += ["/console/defrag", f"/console/defrag/runs/{tenant_a.id}"]
+    urls += ["/console/xids", f"/console/hosts/{h100_host.id}/confirm/retire"]
+    urls += [f"/console/hosts/{h100_host.id}?fragment=live"]
     for url in urls:
         assert alice_client.get(url).status_code == 404, url
     response = alice_client.post(f"/console/hosts/{h100_host.id}/cordon", {"reason": "x"})
     assert response.status_code == 404
+    retire = {"confirm_name": h100_host.hostname}
+    assert alice_client.post(f"/console/hosts/{h100_host.id}/retire", retire).status_code == 404
     h100_host.refresh_from_db()
     assert h100_host.state == "AVAILABLE"
 
@@ -247,6 +253,9 @@ def test_every_form_control_has_a_label(alice_client, ops_client, world, h100_ho
         (ops_client, "/console/prices"),
         (ops_client, "/console/hosts"),
         (ops_client, "/console/defrag"),
+        (ops_client, "/console/xids"),
+        (ops_client, f"/console/hosts/{h100_host.id}/confirm/drain"),
+        (ops_client, f"/console/hosts/{h100_host.id}/confirm/retire"),
     ]
     for client, url in pages:
         parser = _Controls()

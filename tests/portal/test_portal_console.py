@@ -93,13 +93,13 @@ def test_an_operator_cordons_drains_and_uncordons_a_host(ops_client, h100_host):
         {"state": "AVAILABLE"},
         {"state": "CORDONED"},
     )
-    ops_client.post(url + "/drain", {"target": "MAINTENANCE"})
+    ops_client.post(url + "/drain", {"target": "MAINTENANCE", "confirm_name": "sim-h100-01"})
     h100_host.refresh_from_db()
     assert h100_host.state == "MAINTENANCE"  # nothing held: the drain ends at once
     ops_client.post(url + "/uncordon")
     h100_host.refresh_from_db()
     assert h100_host.state == "AVAILABLE"
-    ops_client.post(url + "/drain", {"target": "RETIRED"})
+    ops_client.post(url + "/drain", {"target": "RETIRED", "confirm_name": "sim-h100-01"})
     refused = ops_client.post(url + "/cordon", follow=True).content.decode()
     assert "(invalid_host_state)" in refused and "in state RETIRED" in refused
     assert ops_client.post(url + "/explode").status_code == 404

@@ -223,6 +223,22 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator("table")).to_contain_text("DRAFT")
     shots(page, "invoices")
 
+    # SIMULATED Xid rows for the overview and the Xid events page: stored as agent ingestion
+    # stores them, without the health intervals ingestion would also open (the a100 stays
+    # healthy in the other screenshots)
+    from django.utils import timezone
+
+    from fleet.models import XidEvent
+
+    now = timezone.now()
+    a100 = scene["a100"]
+    a100_gpus = list(a100.gpus.order_by("index").values_list("uuid", flat=True))
+    for minutes, code in ((300, 43), (200, 13), (90, 31), (30, 79), (5, 48)):
+        XidEvent.objects.create(
+            host=a100, gpu_uuid=a100_gpus[minutes % len(a100_gpus)],
+            ts=now - timedelta(minutes=minutes), xid=code, report_seq=minutes,
+            message=f"NVRM: Xid (PCI:0000:07:00): {code}, pid=1234",
+        )  # fmt: skip
     ops = login(browser, live_server.url, "ops")
     expect(ops.locator("#heatmap")).to_contain_text("gpu-a10g-01")
     shots(ops, "console-overview")
@@ -233,3 +249,51 @@ def test_screenshots_of_the_main_pages(
     shots(ops, "console-tenants")
     ops.goto("/console/prices")
     shots(ops, "console-prices")
+
+    # --- console pages of #20: Xid events, a drain's confirmation and live progress, a quota
+    # below use. The blocking pod is the simulated provider's (a PodDisruptionBudget a real
+    # cluster reports).
+    from django.conf import settings
+
+    from clusters.providers.simulated import simulate_drain_blockers
+    from fleet.models import Host
+    from fleet.services import drain_host
+    from nodepools.models import Node, NodePool
+    from nodepools.reconcile import reconcile_nodepool
+
+    ops.goto("/console/xids")
+    expect(ops.locator("#xid-events tbody tr")).to_have_count(5)
+    shots(ops, "console-xids")
+    ops.get_by_label("Severity (catalog)").select_option("critical")
+    ops.get_by_role("button", name="Filter").click()
+    expect(ops.locator("#xid-events tbody tr")).to_have_count(2)
+    shots(ops, "console-xids-filtered")
+
+    train = NodePool.objects.get(cluster=llm, name="train")
+    old = Node.objects.get(nodepool=train, phase="READY")
+    busy = Host.objects.get(pk=old.host_id)
+    ops.goto(f"/console/hosts/{busy.id}/confirm/maintenance")
+    expect(ops.locator("#disrupted-nodes")).to_contain_text(old.name)
+    ops.get_by_label("Type the host's name to confirm").fill(busy.hostname)
+    shots(ops, "console-host-drain-confirm")
+
+    pdb = "default/trainer-0 (PodDisruptionBudget trainer allows 0 disruptions)"
+    simulate_drain_blockers(old.id, [pdb])
+    try:
+        drain_host(busy, actor="user:ops", target="MAINTENANCE")
+        step = timedelta(seconds=settings.NVKE_HOST_DRAIN_TIMEOUT_S + 1)
+        for i in range(12):  # replacement placed and READY, then the drain pauses on the pod
+            reconcile_nodepool(train.id, now=timezone.now() + step * i)
+            if Node.objects.get(pk=old.pk).move_state == "drain-blocked":
+                break
+        ops.goto(f"/console/hosts/{busy.id}")
+        expect(ops.locator(f'tr[data-node="{old.name}"] .move')).to_have_text("drain-blocked")
+        shots(ops, "console-host-drain")
+    finally:
+        simulate_drain_blockers(old.id, [])
+
+    ops.goto(f"/console/tenants/{scene['acme'].id}")
+    ops.get_by_label("Max nodes").fill("1")
+    ops.get_by_role("button", name="Set limits").click()
+    expect(ops.locator("#below-use")).to_contain_text("nodes: limit 1 is below the")
+    shots(ops, "console-quota-below-use")

@@ -44,6 +44,11 @@ class Command(BaseCommand):
         price.add_argument("--from", dest="start", required=True)
         price.add_argument("--to", dest="end")
         price.add_argument("--label", default="")
+        price.add_argument(
+            "--new-currency",
+            action="store_true",
+            help="publish in a currency the price sheet does not use yet",
+        )
         account = sub.add_parser("account", help="set a tenant's time zone / currency")
         account.add_argument("--tenant", required=True)
         account.add_argument("--time-zone")
@@ -79,6 +84,7 @@ class Command(BaseCommand):
             effective_from=_time(o["start"]),
             effective_to=_time(o["end"]),
             label=o["label"],
+            new_currency=o["new_currency"],
         )
         self.stdout.write(f"price {p.id}: {p}")
 
