@@ -41,7 +41,16 @@ from .serializers import (
     TelemetryQuerySerializer,
 )
 
-IMPORT_FIELDS = ("hostname", "zone", "region", "rack", "nvidia_smi_xml", "nvidia_smi_topo")
+IMPORT_FIELDS = (
+    "hostname",
+    "zone",
+    "region",
+    "rack",
+    "nvidia_smi_xml",
+    "nvidia_smi_topo",
+    "nvlink_cluster_uuid",
+    "nvlink_clique_id",
+)
 
 
 def _actor(request) -> str:

@@ -50,6 +50,9 @@ class GpuInventory(TypedDict):
     #: static facts (serial, architecture, compute_capability, vbios_version, power limits in
     #: mW, max clocks in MHz, nvlink_links_active)
     attributes: NotRequired[dict[str, Any]]
+    #: GPU fabric info (multi-node NVLink, :mod:`nvke_agent.fabric`): ``{"state", "status",
+    #: "cluster_uuid", "clique_id"}``; absent where the source cannot tell
+    fabric: NotRequired[dict[str, Any] | None]
 
 
 class Inventory(TypedDict):

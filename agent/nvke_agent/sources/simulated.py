@@ -20,8 +20,10 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from nvke_agent.fabric import fabric_from_nvml
 from nvke_agent.sources.base import (
     Event,
     GpuInventory,
@@ -132,7 +134,7 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
     mig = gpu.get("mig_mode") == "enabled"
     health = dict(gpu.get("health") or {})
     health["mig_mode_pending"] = gpu.get("mig_mode_pending")
-    return GpuInventory(
+    inventory = GpuInventory(
         uuid=gpu["uuid"],
         index=int(gpu["index"]),
         name=gpu.get("name") or "",
@@ -155,3 +157,16 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
         health=health,
         attributes={"simulated": True},
     )
+    fabric = gpu.get("fabric")
+    if isinstance(fabric, dict):
+        # the simulated GPU's fabric registration, as NVML's nvmlGpuFabricInfo_t gives it
+        # (state/status as numbers, the cluster UUID as its 16 bytes in hex)
+        inventory["fabric"] = fabric_from_nvml(
+            SimpleNamespace(
+                state=int(fabric.get("state", 0)),
+                status=int(fabric.get("status", 0)),
+                clusterUuid=bytes.fromhex(str(fabric.get("cluster_uuid_hex", "0" * 32))),
+                cliqueId=int(fabric.get("clique_id", 0)),
+            )
+        )
+    return inventory
