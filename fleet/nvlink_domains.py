@@ -282,6 +282,11 @@ def pool_domains(group_id: uuid.UUID) -> set[Domain | None]:
     return {Domain(c, int(q)) if c is not None and q is not None else None for c, q in rows}
 
 
+def held_nodes(group_id: uuid.UUID) -> int:
+    """How many holders (nodes) of group ``group_id`` hold GPUs now."""
+    return Gpu.objects.filter(holder_group_id=group_id).values("holder_id").distinct().count()
+
+
 class NvlinkDomainFull(Exception):
     """No NVLink domain has room for the nodes (nothing was claimed). ``largest`` is the
     domain with the most room for this shape (None when there is no domain at all);

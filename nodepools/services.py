@@ -24,6 +24,7 @@ from nvke.queueing import send_on_commit
 from tenants import audit, quotas
 from tenants.principal import Principal
 
+from . import nvlink
 from .choices import NodePhase
 from .gpu_config import config_hash, render_gpu_config
 from .isolation import validate_driver, validate_isolation
@@ -42,6 +43,7 @@ def pool_spec_of(pool: NodePool) -> dict:
         "isolation": pool.isolation,
         "driver_version": pool.driver_version,
         "cuda_version": pool.cuda_version,
+        "placement": pool.placement,
     }
 
 
@@ -90,9 +92,14 @@ def create_nodepool(
     isolation: Any,
     driver_version: str = "",
     cuda_version: str = "",
+    placement: Any = None,
     dry_run: bool = False,
 ) -> Operation | DryRun:
     """Create a node pool (phase PROVISIONING) and its CREATE_NODE_POOL operation.
+
+    ``placement`` ``{"same_nvlink_domain": true}`` keeps every node in one NVLink domain
+    (:mod:`nodepools.nvlink`: 400 ``nvlink_domain_unsupported`` / ``nvlink_domain_too_small``
+    / ``invalid_placement``, 409 ``nvlink_domain_full`` naming the largest free domain).
 
     Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation and
     driver codes, see :mod:`nodepools.isolation`) or Conflict (``cluster_not_active``,
@@ -123,12 +130,16 @@ def create_nodepool(
             field="gpus_per_node",
             extra={"max_gpus_per_node": largest},
         )
+    placement = nvlink.validate_placement(
+        model, placement, gpus_per_node=gpus_per_node, node_count=node_count
+    )
     gpu_config = render_gpu_config(
         gpu_model=model,
         gpus_per_node=gpus_per_node,
         isolation=policy,
         pool_name=name,
         driver_version=driver_version or None,
+        placement=placement,
     )
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update(of=("self",)).get(pk=cluster.pk)
@@ -146,6 +157,14 @@ def create_nodepool(
                 f"node pool {name!r} already exists in cluster {cluster.name!r}",
                 code="duplicate_nodepool_name",
                 field="name",
+            )
+        if nvlink.wants_one_domain(placement):
+            nvlink.check_room(
+                gpu_model=model.slug,
+                region=cluster.region,
+                tenant_id=cluster.tenant_id,
+                gpus_per_node=gpus_per_node,
+                nodes=node_count,
             )
         if dry_run:
             return DryRun(
@@ -168,6 +187,7 @@ def create_nodepool(
             isolation=policy,
             driver_version=driver_version,
             cuda_version=cuda_version,
+            placement=placement,
             gpu_config=gpu_config,
             kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )
@@ -296,6 +316,7 @@ def update_isolation(
         isolation=policy,
         pool_name=pool.name,
         driver_version=pool.driver_version or None,
+        placement=pool.placement,
     )
     with transaction.atomic():
         pool = NodePool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
