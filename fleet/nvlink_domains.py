@@ -102,10 +102,10 @@ def parse_cluster_uuid(value: Any, field: str) -> uuid.UUID:
     return parsed
 
 
-def parse_clique_id(value: Any, field: str) -> int:
-    """A fabric clique id: an integer in [0, 2^32 - 1] (NVML's unsigned int). Decimal strings
-    are accepted (form posts). Raises FormatError ``invalid_clique_id``."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
+def parse_clique_id(value: Any, field: str, *, text: bool = False) -> int:
+    """A fabric clique id: an integer in [0, 2^32 - 1] (NVML's unsigned int); with ``text``
+    also its decimal digits (a form post). Raises FormatError ``invalid_clique_id``."""
+    if text and isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 10:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CLIQUE_ID:
         raise FormatError(

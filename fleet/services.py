@@ -293,7 +293,7 @@ def _import_domain(
             return (
                 nvlink_domains.Domain(
                     nvlink_domains.parse_cluster_uuid(given[0], "nvlink_cluster_uuid"),
-                    nvlink_domains.parse_clique_id(given[1], "nvlink_clique_id"),
+                    nvlink_domains.parse_clique_id(given[1], "nvlink_clique_id", text=True),
                 ),
                 "",
             )
