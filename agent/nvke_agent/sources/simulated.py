@@ -2,7 +2,9 @@
 
 NVKE's ``simulated`` provider keeps the hardware state of each simulated host in a JSON file
 (``clusters/providers/simhosts.py`` in the control plane documents the shape): GPUs with their
-MIG mode and GPU instances (profile, placement start and size), the loaded driver, whether
+MIG mode and GPU instances (profile, placement start and size), their fabric registration on
+a simulated multi-node NVLink tray (NVML's numbers, mapped by :mod:`nvke_agent.fabric` as for
+the ``nvml`` source), the loaded driver, whether
 NVML initialises, health counters (pending row remap, ECC) and Xid events the driver logged.
 The provider changes that file when it applies a MIG config, installs a driver, reboots the
 machine or resets a GPU; this source reads it on every round the way the ``nvml`` source reads
