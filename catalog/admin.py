@@ -11,6 +11,7 @@ from .models import (
     DriverRule,
     GpuArchitecture,
     GpuModel,
+    GpuSystem,
     KubernetesVersion,
     MigProfile,
     VgpuProfile,
@@ -102,3 +103,14 @@ class VgpuProfileAdmin(admin.ModelAdmin):
 class DriverRuleAdmin(admin.ModelAdmin):
     list_display = ["key", "kind", "gpu_model", "min_driver", "min_branch"]
     list_filter = ["kind"]
+
+
+@admin.register(GpuSystem)
+class GpuSystemAdmin(admin.ModelAdmin):
+    list_display = [
+        "slug",
+        "gpu_model",
+        "compute_trays",
+        "gpus_per_tray",
+        "nvlink_domain_gpus",
+    ]

@@ -25,6 +25,7 @@ MIG_ALIASES_FILE = "mig_aliases.yaml"
 VGPU_PROFILES_FILE = "vgpu_profiles.yaml"
 NVKE_GPU_MODELS_FILE = "gpu_models_nvke.yaml"
 DRIVER_RULES_FILE = "driver_rules.yaml"
+GPU_SYSTEMS_FILE = "gpu_systems.yaml"
 
 #: libyaml's safe loader when PyYAML was built with it (10x faster), else the Python one
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -26,6 +26,7 @@ from .datafiles import (
     DRIVER_RULES_FILE,
     DRIVERS_FILE,
     GPU_MODELS_FILE,
+    GPU_SYSTEMS_FILE,
     KUBERNETES_VERSIONS_FILE,
     MIG_ALIASES_FILE,
     NVKE_GPU_MODELS_FILE,
@@ -48,6 +49,7 @@ from .models import (
     DriverRule,
     GpuArchitecture,
     GpuModel,
+    GpuSystem,
     KubernetesVersion,
     MigProfile,
     VgpuProfile,
@@ -154,6 +156,7 @@ def load_catalog(
         _write_driver_rules(
             table_rows.driver_rules(_optional_yaml(data_dir / DRIVER_RULES_FILE)), result
         )
+        _write_systems(gpu_system_rows(_optional_yaml(data_dir / GPU_SYSTEMS_FILE)), result)
         _check_unique(_db_product_names())
     return result
 
@@ -206,6 +209,61 @@ def _write_driver_rules(rows: list[dict[str, Any]], result: LoadResult) -> None:
         values["gpu_model"] = _model_by_key(model, f"driver_rules {key}") if model else None
         created += DriverRule.objects.update_or_create(key=key, defaults=values)[1]
     result.counts["driver_rules"], result.created["driver_rules"] = len(rows), created
+
+
+#: integer fields of a ``gpu_systems.yaml`` entry (required ones first)
+_SYSTEM_REQUIRED = ("compute_trays", "gpus_per_tray", "nvlink_domain_gpus")
+_SYSTEM_OPTIONAL = ("grace_cpus_per_tray", "nvlink_switch_trays")
+
+
+def gpu_system_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``systems`` of ``gpu_systems.yaml`` as GpuSystem rows: ``{"slug", "name",
+    "gpu_model" (a model key), "compute_trays", "gpus_per_tray", "nvlink_domain_gpus",
+    "grace_cpus_per_tray", "nvlink_switch_trays", "sources"}``.
+
+    Raises CatalogDataError for a missing or non-positive count, a domain that is not a
+    whole number of trays or larger than the system, or an entry without sources.
+    """
+    rows = []
+    for entry in doc.get("systems") or []:
+        key = str(entry.get("key") or "")
+        where = f"systems {key or '?'}"
+        if not key or not entry.get("gpu_model"):
+            raise CatalogDataError(where, "key and gpu_model are required")
+        row: dict[str, Any] = {
+            "slug": slug_for_key(key),
+            "name": str(entry.get("name") or key)[:100],
+            "gpu_model": str(entry["gpu_model"]),
+        }
+        for name in (*_SYSTEM_REQUIRED, *_SYSTEM_OPTIONAL):
+            value = entry.get(name)
+            if value is None and name in _SYSTEM_OPTIONAL:
+                row[name] = None
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise CatalogDataError(where, f"{name} must be a positive integer")
+            row[name] = value
+        domain, tray = row["nvlink_domain_gpus"], row["gpus_per_tray"]
+        if domain % tray or domain > tray * row["compute_trays"]:
+            raise CatalogDataError(
+                where, "nvlink_domain_gpus must be a whole number of trays of the system"
+            )
+        sources = entry.get("sources")
+        if not isinstance(sources, list) or not sources:
+            raise CatalogDataError(where, "every system lists its sources")
+        row["sources"] = sources
+        rows.append(row)
+    return rows
+
+
+def _write_systems(rows: list[dict[str, Any]], result: LoadResult) -> None:
+    created = 0
+    for row in rows:
+        values = dict(row)
+        slug = values.pop("slug")
+        values["gpu_model"] = _model_by_key(values["gpu_model"], f"systems {slug}")
+        created += GpuSystem.objects.update_or_create(slug=slug, defaults=values)[1]
+    result.counts["gpu_systems"], result.created["gpu_systems"] = len(rows), created
 
 
 def _db_product_names() -> list[tuple[str, str]]:

@@ -322,3 +322,36 @@ class DriverRule(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class GpuSystem(models.Model):
+    """A rack-scale GPU system whose NVLink domain spans several hosts (``gpu_systems.yaml``).
+
+    NVKE's host is one **compute tray** of the system (one OS image, one agent). A tray holds
+    ``gpus_per_tray`` GPUs of ``gpu_model`` and ``grace_cpus_per_tray`` CPUs; the system has
+    ``compute_trays`` of them and ``nvlink_domain_gpus`` GPUs share one NVLink domain
+    (GB200 NVL72: 18 trays x 4 GPUs = 72 GPUs, 36 Grace CPUs, 9 NVLink switch trays; sources in
+    ``sources``). Which trays actually share a domain is what NVML reports per GPU (fabric
+    cluster UUID + clique id), stored on the host (:mod:`fleet.nvlink_domains`).
+    """
+
+    slug = models.SlugField(primary_key=True, max_length=64)
+    name = models.CharField(max_length=100)
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="systems")
+    compute_trays = models.PositiveSmallIntegerField()
+    gpus_per_tray = models.PositiveSmallIntegerField()
+    grace_cpus_per_tray = models.PositiveSmallIntegerField(null=True, blank=True)
+    nvlink_switch_trays = models.PositiveSmallIntegerField(null=True, blank=True)
+    nvlink_domain_gpus = models.PositiveSmallIntegerField()
+    sources = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    @property
+    def domain_trays(self) -> int:
+        """Compute trays (NVKE hosts) in one NVLink domain (72 / 4 = 18 on a GB200 NVL72)."""
+        return self.nvlink_domain_gpus // self.gpus_per_tray

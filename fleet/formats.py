@@ -228,3 +228,7 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
         serial = (gpu.get("attributes") or {}).get("serial")
         if serial is not None and not isinstance(serial, str):
             raise FormatError(f"{where}.attributes.serial", "invalid_type", "a string")
+        if "fabric" in gpu:
+            from .nvlink_domains import check_fabric  # it imports this module
+
+            check_fabric(gpu["fabric"], f"{where}.fabric")

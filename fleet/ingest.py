@@ -52,7 +52,7 @@ from django.utils import timezone
 
 from nvke.validation import BadValue, to_utc
 
-from . import conf, formats, health, hygiene, metrics, shared_placement, topology
+from . import conf, formats, health, hygiene, metrics, nvlink_domains, shared_placement, topology
 from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
@@ -721,6 +721,9 @@ def _apply_inventory(
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
         shared_placement.confirm_scrubs(host, now=now)
+    warnings = nvlink_domains.apply_reported_fabric(
+        host, [g for g in listed if g["uuid"] in gpus.uuids], warnings
+    )
     topo = topology.from_agent(inventory.get("topology"), host.gpu_count)
     if topo is not None and topo.get("links") != (host.topology or {}).get("links"):
         islands = topology.island_of(topo)

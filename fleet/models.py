@@ -71,6 +71,12 @@ class Host(models.Model):
     tenancy = models.CharField(
         max_length=16, choices=HostTenancy.choices, default=HostTenancy.DEDICATED
     )
+    #: the host's multi-node NVLink domain (GB200 NVL72 rack): NVML's GPU fabric cluster UUID
+    #: and clique id, the same for every GPU of the host (:mod:`fleet.nvlink_domains`: set at
+    #: import or from the agent's per-GPU fabric info, null when the host has none or its GPUs
+    #: disagree). The one place a host's domain is stored.
+    nvlink_cluster_uuid = models.UUIDField(null=True, blank=True)
+    nvlink_clique_id = models.BigIntegerField(null=True, blank=True)
     gpu_model = models.ForeignKey(
         "catalog.GpuModel", on_delete=models.PROTECT, related_name="hosts"
     )
@@ -109,6 +115,22 @@ class Host(models.Model):
         indexes = [
             models.Index(fields=["gpu_model", "state"]),
             models.Index(fields=["gpu_model", "state", "free_gpus"], name="fleet_host_free_idx"),
+            models.Index(
+                fields=["gpu_model", "nvlink_cluster_uuid", "nvlink_clique_id"],
+                name="fleet_host_nvlink_idx",
+            ),
+        ]
+        constraints = [
+            # a domain is both halves or neither; NVML's cliqueId is an unsigned 32-bit int
+            models.CheckConstraint(
+                condition=Q(nvlink_cluster_uuid__isnull=True, nvlink_clique_id__isnull=True)
+                | Q(
+                    nvlink_cluster_uuid__isnull=False,
+                    nvlink_clique_id__gte=0,
+                    nvlink_clique_id__lte=2**32 - 1,
+                ),
+                name="host_nvlink_domain_whole",
+            )
         ]
 
     def __str__(self) -> str:

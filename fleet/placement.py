@@ -72,7 +72,9 @@ class GpuRequest:
 
     ``zone`` pins the node to one zone; ``group_id`` (the node pool) with ``spread_zones``
     spreads a group over zones; ``shares_host`` says the pool's isolation allows sharing the
-    host with other tenants (hardware isolation: MIG, vGPU).
+    host with other tenants (hardware isolation: MIG, vGPU). ``nvlink_domain`` (fabric
+    cluster UUID, clique id) limits the candidates to the hosts of one multi-node NVLink
+    domain (:mod:`fleet.nvlink_domains` chooses it).
     """
 
     holder_id: uuid.UUID
@@ -84,6 +86,7 @@ class GpuRequest:
     group_id: uuid.UUID | None = None
     spread_zones: bool = False
     shares_host: bool = False
+    nvlink_domain: tuple[uuid.UUID, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -617,6 +620,8 @@ WITH eligible AS (
        AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
             OR (%(shares)s AND exclusive_tenants <@ ARRAY[%(tenant)s]::uuid[]))
        AND NOT (id = ANY(%(exclude)s::uuid[]))
+       AND (%(cluster)s::uuid IS NULL
+            OR (nvlink_cluster_uuid = %(cluster)s::uuid AND nvlink_clique_id = %(clique)s))
 )
 SELECT id FROM eligible WHERE rank <= %(per_bucket)s
 """
@@ -628,20 +633,22 @@ def load_host_views(
     """Snapshots of the hosts that could take ``requests`` (a bounded set, see below), leaving
     out the hosts in ``exclude`` (already loaded: the next ones are returned).
 
-    Per (model, region or zone, tenant, sharing) of the batch, one query over ``fleet_host``
-    (its GPU summary columns, kept by a trigger) ranks the eligible hosts the tenant may use
-    by zone and free GPU count and keeps, for every such bucket, the first
+    Per (model, region or zone, tenant, sharing, NVLink domain) of the batch, one query over
+    ``fleet_host`` (its GPU summary columns, kept by a trigger) ranks the eligible hosts the
+    tenant may use by zone and free GPU count and keeps, for every such bucket, the first
     ``2 * requests + 16`` by hostname: enough for every request of the batch to find its
     best-fit host even when some hosts' NVLink islands do not fit, without reading every GPU
     of the fleet for each claim.
     """
     groups: dict[tuple, list[GpuRequest]] = defaultdict(list)
     for r in requests:
-        groups[(r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host)].append(r)
+        groups[
+            (r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host, r.nvlink_domain)
+        ].append(r)
     ids: set[uuid.UUID] = set()
     excluded = list(exclude)
     with connection.cursor() as cursor:
-        for (model, where, tenant, shares), members in groups.items():
+        for (model, where, tenant, shares, domain), members in groups.items():
             cursor.execute(
                 _CANDIDATES_SQL,
                 {
@@ -653,6 +660,8 @@ def load_host_views(
                     "smallest": min(m.gpus for m in members),
                     "per_bucket": 2 * len(members) + 16,
                     "exclude": excluded,
+                    "cluster": domain[0] if domain else None,
+                    "clique": domain[1] if domain else None,
                 },
             )
             ids.update(row[0] for row in cursor.fetchall())

@@ -33,7 +33,7 @@ from catalog.models import GpuModel
 from catalog.services import match_product_name
 from nvke.errors import Conflict, InvalidInput
 
-from . import formats, hygiene, topology
+from . import formats, hygiene, nvlink_domains, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
 from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
@@ -56,6 +56,8 @@ def import_host(
     rack: str = "",
     region: str = "",
     nvidia_smi_topo: str = "",
+    nvlink_cluster_uuid: str = "",
+    nvlink_clique_id: str | int = "",
     actor: str = "system",
 ) -> ImportedHost:
     """Create a host with the GPUs present in a real ``nvidia-smi -q -x`` report.
@@ -63,7 +65,9 @@ def import_host(
     Each GPU's product name must match a catalog GPU model. A report whose ``attached_gpus``
     differs from the ``<gpu>`` elements present is imported with a warning on the host.
     ``region`` defaults to the zone's region (:func:`fleet.models.region_of_zone`);
-    ``nvidia_smi_topo`` (the text of ``nvidia-smi topo -m``) gives the NVLink topology. The
+    ``nvidia_smi_topo`` (the text of ``nvidia-smi topo -m``) gives the NVLink topology;
+    ``nvlink_cluster_uuid`` + ``nvlink_clique_id`` the multi-node NVLink domain (else the
+    report's ``<fabric>`` section when its GPUs agree, :mod:`fleet.nvlink_domains`). The
     report is recorded as the host's onboarding check (:mod:`fleet.hygiene`); the host is
     AVAILABLE at once, with any GPU that fails the check unhealthy.
 
@@ -79,6 +83,7 @@ def import_host(
     except formats.FormatError as exc:
         raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
     model = _single_model(report)
+    domain, domain_warning = _import_domain(report, nvlink_cluster_uuid, nvlink_clique_id)
     topo = _topology(nvidia_smi_topo, len(report.gpus)) if nvidia_smi_topo.strip() else {}
     islands = topology.island_of(topo)
     warnings: list[str] = []
@@ -87,6 +92,8 @@ def import_host(
             f"report says attached_gpus={report.attached_gpus} but contains "
             f"{len(report.gpus)} <gpu> element(s); imported the {len(report.gpus)} present"
         )
+    if domain_warning:
+        warnings.append(domain_warning)
     token = new_token()
     try:
         with transaction.atomic():
@@ -106,6 +113,8 @@ def import_host(
                 state=HostState.AVAILABLE,
                 state_changed_at=now,
                 topology=topo,
+                nvlink_cluster_uuid=domain.cluster_uuid if domain else None,
+                nvlink_clique_id=domain.clique_id if domain else None,
                 gpu_model=model,
                 gpu_count=len(report.gpus),
                 driver_version=report.driver_version or "",
@@ -263,6 +272,42 @@ def _parse(xml: str) -> SmiReport:
             "the report contains no <gpu> element", code="no_gpus", field="nvidia_smi_xml"
         )
     return report
+
+
+def _import_domain(
+    report: SmiReport, cluster_uuid: str, clique_id: str | int
+) -> tuple[nvlink_domains.Domain | None, str]:
+    """The NVLink domain an import gives the host, and a warning (the report's GPUs disagree
+    or their fabric registration is not complete). Given fields win over the report; one
+    without the other is a 400 naming the missing one."""
+    given = (str(cluster_uuid).strip(), str(clique_id).strip())
+    if any(given):
+        if not all(given):
+            missing = "nvlink_clique_id" if given[0] else "nvlink_cluster_uuid"
+            raise InvalidInput(
+                "nvlink_cluster_uuid and nvlink_clique_id are given together",
+                code="incomplete_nvlink_domain",
+                field=missing,
+            )
+        try:
+            return (
+                nvlink_domains.Domain(
+                    nvlink_domains.parse_cluster_uuid(given[0], "nvlink_cluster_uuid"),
+                    nvlink_domains.parse_clique_id(given[1], "nvlink_clique_id", text=True),
+                ),
+                "",
+            )
+        except formats.FormatError as exc:
+            raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
+    fabric = [{"uuid": g.uuid, "fabric": g.fabric} for g in report.gpus]
+    for i, entry in enumerate(fabric):
+        try:
+            nvlink_domains.check_fabric(entry["fabric"], f"nvidia_smi_xml.gpu[{i}].fabric")
+        except formats.FormatError as exc:
+            raise InvalidInput(str(exc), code=exc.code, field=exc.field) from exc
+    reported = nvlink_domains.domain_from_gpus(fabric)
+    warning = f"{nvlink_domains.WARNING_PREFIX} {reported.problem}" if reported.problem else ""
+    return reported.domain, warning
 
 
 def _single_model(report: SmiReport) -> GpuModel:

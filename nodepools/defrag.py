@@ -4,8 +4,8 @@ the host-drain machinery (:mod:`nodepools.host_moves`), one step after another.
 **Dry run** (:func:`dry_run`): the plan for the fleet as it is now, with the names of the
 nodes, pools, clusters and tenants it disrupts and when each cluster's maintenance window
 allows the move. Only READY nodes that nothing else is changing move (no move, upgrade,
-repair or isolation change under way, pool RUNNING and not being deleted); any other holder
-is pinned, so a host holding one is not emptied.
+repair or isolation change under way, pool RUNNING and not being deleted, pool not kept in one
+NVLink domain); any other holder is pinned, so a host holding one is not emptied.
 
 **Execution** (:func:`start_run`, then :func:`advance_run` called by the task until it answers
 None): each step frees one host or one NVLink island, its moves one after another in plan
@@ -78,7 +78,10 @@ MAX_MOVE_MINUTES = 24 * 60
 
 
 def movable_holders(holder_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
-    """The holders that are READY nodes nothing else is changing (module docstring)."""
+    """The holders that are READY nodes nothing else is changing (module docstring). Nodes of
+    a pool that keeps all its nodes in one multi-node NVLink domain
+    (``placement.same_nvlink_domain``) do not move: the planner does not know domains, and a
+    move out of the rack would split the pool's ComputeDomain."""
     return set(
         Node.objects.filter(
             pk__in=list(holder_ids),
@@ -89,7 +92,9 @@ def movable_holders(holder_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
             config_state="",
             nodepool__phase=Phase.RUNNING,
             nodepool__deletion_requested_at__isnull=True,
-        ).values_list("pk", flat=True)
+        )
+        .exclude(nodepool__placement__same_nvlink_domain=True)
+        .values_list("pk", flat=True)
     )
 
 

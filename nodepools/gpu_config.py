@@ -44,6 +44,7 @@ from catalog.services import parse_driver_version
 
 from .choices import IsolationMode
 from .isolation import IsolationPlan, isolation_plan
+from .nvlink import compute_domain, wants_one_domain
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 NAMESPACE = "gpu-operator"
@@ -94,8 +95,11 @@ def render_gpu_config(
     isolation: dict[str, Any],
     pool_name: str,
     driver_version: str | None = None,
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The GPU Operator inputs of one node pool (see the module docstring for the shape)."""
+    """The GPU Operator inputs of one node pool (see the module docstring for the shape);
+    with ``placement.same_nvlink_domain`` also the pool's ComputeDomain (NVIDIA DRA driver,
+    :func:`nodepools.nvlink.compute_domain`) in ``manifests`` and ``compute_domain``."""
     plan = isolation_plan(gpu_model, isolation)
     product = product_label(
         gpu_model.product_names[0] if gpu_model.product_names else gpu_model.name
@@ -141,6 +145,14 @@ def render_gpu_config(
     if plan.mig_strategy == "single":
         config["mig_instances_per_gpu"] = len(plan.mig_placements)
     config["manifests"] = _manifests(config, key, pool_name, driver_version)
+    if wants_one_domain(placement):
+        domain = compute_domain(pool_name)
+        config["compute_domain"] = {
+            "name": domain["metadata"]["name"],
+            "namespace": domain["metadata"]["namespace"],
+            "resource_claim_template": domain["spec"]["channel"]["resourceClaimTemplate"]["name"],
+        }
+        config["manifests"].append(domain)
     return config
 
 

@@ -18,7 +18,8 @@ class NodePool(models.Model):
     """A group of identical GPU nodes in a cluster.
 
     Spec: ``gpu_model`` (catalog slug), ``gpus_per_node``, ``node_count``, ``isolation``
-    (DESIGN §10 shapes, :mod:`nodepools.isolation`), ``driver_version``, ``cuda_version``.
+    (DESIGN §10 shapes, :mod:`nodepools.isolation`), ``driver_version``, ``cuda_version``,
+    ``placement`` (one NVLink domain, :mod:`nodepools.nvlink`).
     Status: ``phase``, ``conditions``, ``observed_generation``, the rendered ``gpu_config``
     (:mod:`nodepools.gpu_config`) its nodes receive, and ``rollout`` while an isolation
     change runs node by node.
@@ -41,6 +42,9 @@ class NodePool(models.Model):
     #: the CUDA version the pool's workloads need (``12.8``); blank = not checked
     cuda_version = models.CharField(max_length=16, blank=True)
     gpu_config = models.JSONField(default=dict, blank=True)
+    #: where the nodes go: ``{}`` or ``{"same_nvlink_domain": true}`` (all nodes in one
+    #: multi-node NVLink domain, nodepools/nvlink.py); set at creation
+    placement = models.JSONField(default=dict, blank=True)
     #: ``{"enabled", "min_node_count", "max_node_count"}`` (see nodepools/autoscaling.py)
     autoscaling = models.JSONField(default=dict, blank=True)
     #: Kubernetes version of the pool's nodes (spec; "" = the control plane's at creation)

@@ -12,6 +12,7 @@ from nvke.errors import Conflict
 from tenants import audit, quotas
 from tenants.principal import Principal
 
+from . import nvlink
 from .models import NodePool
 from .services import enqueue_reconcile
 
@@ -19,7 +20,9 @@ from .services import enqueue_reconcile
 def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int) -> Operation:
     """Set ``node_count``; generation+1; a SET_NODE_POOL_SIZE operation.
 
-    Raises Conflict ``nodepool_not_active`` (deleting/deleted) or ``quota_exceeded``.
+    Raises Conflict ``nodepool_not_active`` (deleting/deleted), ``quota_exceeded`` or, for a
+    pool kept in one NVLink domain, ``nvlink_domain_full`` (its domain has no room for the
+    new nodes).
     Lock order: the pool row, then the quota row (as everywhere).
     """
     with transaction.atomic():
@@ -28,6 +31,17 @@ def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int)
         if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
             raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
         delta = node_count - pool.node_count
+        if delta > 0 and nvlink.wants_one_domain(pool.placement):
+            # Scale-up stays in the pool's domain: 409 now when it has no room for them.
+            # (A pool that grows past one domain's size is refused by the same check.)
+            nvlink.check_room(
+                gpu_model=pool.gpu_model_id,
+                region=pool.cluster.region,
+                tenant_id=pool.tenant_id,
+                gpus_per_node=pool.gpus_per_node,
+                nodes=node_count,
+                pool_id=pool.id,
+            )
         gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
         if delta > 0:
             quotas.reserve(pool.tenant_id, nodes=delta, gpus=gpus)

@@ -25,6 +25,7 @@ from nvke.queueing import send_on_commit
 from tenants import audit, quotas
 from tenants.principal import Principal
 
+from . import nvlink
 from .choices import NodePhase
 from .gpu_config import config_hash, render_gpu_config
 from .isolation import validate_driver, validate_isolation
@@ -43,6 +44,7 @@ def pool_spec_of(pool: NodePool) -> dict:
         "isolation": pool.isolation,
         "driver_version": pool.driver_version,
         "cuda_version": pool.cuda_version,
+        "placement": pool.placement,
     }
 
 
@@ -91,9 +93,14 @@ def create_nodepool(
     isolation: Any,
     driver_version: str = "",
     cuda_version: str = "",
+    placement: Any = None,
     dry_run: bool = False,
 ) -> Operation | DryRun:
     """Create a node pool (phase PROVISIONING) and its CREATE_NODE_POOL operation.
+
+    ``placement`` ``{"same_nvlink_domain": true}`` keeps every node in one NVLink domain
+    (:mod:`nodepools.nvlink`: 400 ``nvlink_domain_unsupported`` / ``nvlink_domain_too_small``
+    / ``invalid_placement``, 409 ``nvlink_domain_full`` naming the largest free domain).
 
     Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation and
     driver codes, see :mod:`nodepools.isolation`) or Conflict (``cluster_not_active``,
@@ -128,12 +135,16 @@ def create_nodepool(
             field="gpus_per_node",
             extra={"max_gpus_per_node": largest * per_gpu},
         )
+    placement = nvlink.validate_placement(
+        model, placement, gpus_per_node=gpus_per_node, node_count=node_count
+    )
     gpu_config = render_gpu_config(
         gpu_model=model,
         gpus_per_node=gpus_per_node,
         isolation=policy,
         pool_name=name,
         driver_version=driver_version or None,
+        placement=placement,
     )
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update(of=("self",)).get(pk=cluster.pk)
@@ -151,6 +162,14 @@ def create_nodepool(
                 f"node pool {name!r} already exists in cluster {cluster.name!r}",
                 code="duplicate_nodepool_name",
                 field="name",
+            )
+        if nvlink.wants_one_domain(placement):
+            nvlink.check_room(
+                gpu_model=model.slug,
+                region=cluster.region,
+                tenant_id=cluster.tenant_id,
+                gpus_per_node=gpus_per_node,
+                nodes=node_count,
             )
         if dry_run:
             return DryRun(
@@ -173,6 +192,7 @@ def create_nodepool(
             isolation=policy,
             driver_version=driver_version,
             cuda_version=cuda_version,
+            placement=placement,
             gpu_config=gpu_config,
             kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )
@@ -301,6 +321,7 @@ def update_isolation(
         isolation=policy,
         pool_name=pool.name,
         driver_version=pool.driver_version or None,
+        placement=pool.placement,
     )
     with transaction.atomic():
         pool = NodePool.objects.select_for_update(of=("self",)).get(pk=pool.pk)

@@ -17,6 +17,7 @@ def nodepool_spec(pool: NodePool) -> NodePoolSpec:
         gpus_per_node=pool.gpus_per_node,
         isolation=pool.isolation,
         gpu_config=pool.gpu_config,
+        placement=pool.placement,
         kubernetes_version=pool.kubernetes_version,
         driver_version=pool.driver_version,
     )

@@ -43,6 +43,8 @@ from decimal import Decimal, InvalidOperation
 import defusedxml.ElementTree as DefusedET
 from defusedxml import DefusedXmlException
 
+from nvke_agent.fabric import fabric_from_smi
+
 __all__ = [
     "NotAnNvidiaSmiReport",
     "SmiGpu",
@@ -145,6 +147,9 @@ class SmiGpu:
     health: dict = field(default_factory=dict)
     #: static facts, the wire's ``inventory.gpus[].attributes``
     attributes: dict = field(default_factory=dict)
+    #: the ``<fabric>`` section (multi-node NVLink) as the wire's ``inventory.gpus[].fabric``
+    #: (:mod:`nvke_agent.fabric`); None when absent or ``N/A``
+    fabric: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +307,12 @@ def _parse_gpu(index: int, gpu: ET.Element) -> SmiGpu:
         clocks_event_reasons=_clock_event_reasons(gpu),
         health=_health(gpu),
         attributes=_attributes(gpu),
+        fabric=fabric_from_smi(
+            _text(gpu, "fabric/state"),
+            _text(gpu, "fabric/status"),
+            _text(gpu, "fabric/cliqueId"),
+            _text(gpu, "fabric/clusterUuid"),
+        ),
     )
 
 

@@ -13,6 +13,7 @@ from catalog.models import (
     CudaDriverRequirement,
     DriverBranch,
     GpuModel,
+    GpuSystem,
     KubernetesVersion,
     MigProfile,
     VgpuProfile,
@@ -56,11 +57,31 @@ class VgpuProfileSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class GpuSystemSerializer(serializers.ModelSerializer):
+    """A rack-scale system of the model: trays (NVKE hosts) and the NVLink domain size."""
+
+    class Meta:
+        model = GpuSystem
+        fields = [
+            "slug",
+            "name",
+            "compute_trays",
+            "gpus_per_tray",
+            "grace_cpus_per_tray",
+            "nvlink_switch_trays",
+            "nvlink_domain_gpus",
+            "sources",
+        ]
+        read_only_fields = fields
+
+
 class GpuModelSerializer(serializers.ModelSerializer):
-    """A GPU model with its MIG profiles (empty for GPUs without MIG) and vGPU types."""
+    """A GPU model with its MIG profiles (empty for GPUs without MIG), vGPU types and the
+    rack-scale systems it is built into (multi-node NVLink domains; empty for most)."""
 
     mig_profiles = MigProfileSerializer(many=True, read_only=True)
     vgpu_profiles = VgpuProfileSerializer(many=True, read_only=True)
+    systems = GpuSystemSerializer(many=True, read_only=True)
 
     class Meta:
         model = GpuModel
@@ -78,6 +99,7 @@ class GpuModelSerializer(serializers.ModelSerializer):
             "vgpu_mixed_size_mode",
             "mig_profiles",
             "vgpu_profiles",
+            "systems",
         ]
         read_only_fields = fields
 

@@ -22,7 +22,9 @@ SLUG_REGEX = r"[a-z0-9]+(?:-[a-z0-9]+)*"
 class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
     """``GET gpu-models`` and ``GET gpu-models/{slug}``: GPU models with their MIG profiles."""
 
-    queryset = GpuModel.objects.prefetch_related("mig_profiles", "vgpu_profiles__mig_profile")
+    queryset = GpuModel.objects.prefetch_related(
+        "mig_profiles", "vgpu_profiles__mig_profile", "systems"
+    )
     serializer_class = GpuModelSerializer
     lookup_field = "slug"
     lookup_value_regex = SLUG_REGEX

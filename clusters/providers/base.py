@@ -62,6 +62,8 @@ class NodePoolSpec:
     gpus_per_node: int
     isolation: dict[str, Any]
     gpu_config: dict[str, Any] = field(default_factory=dict)
+    #: ``{}`` or ``{"same_nvlink_domain": True}``: every node in one multi-node NVLink domain
+    placement: dict[str, Any] = field(default_factory=dict)
     #: the versions the pool's nodes should run ("" = the cluster's / the default driver);
     #: during a node upgrade, the upgrade's target
     kubernetes_version: str = ""

@@ -3,7 +3,7 @@ nodes (the simulated one and the Cluster API one reserve GPUs the same way)."""
 
 from __future__ import annotations
 
-from fleet import placement, shared_placement
+from fleet import nvlink_domains, placement, shared_placement
 
 from .base import InsufficientCapacity, NodePoolSpec, NodeSpec, ProviderError
 
@@ -19,7 +19,10 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     Raises the provider-level InsufficientCapacity (retryable) when the fleet lacks room even
     with every other claim's lock released, and a retryable ProviderError
     ``placement_contended`` when concurrent claims hold every host that would fit (the caller
-    tries again after a short backoff, see :mod:`fleet.placement`).
+    tries again after a short backoff, see :mod:`fleet.placement`). A pool with
+    ``placement.same_nvlink_domain`` claims inside one NVLink domain (its own once it has
+    nodes, :func:`fleet.nvlink_domains.claim_in_one_domain`); no domain with room is the
+    same retryable InsufficientCapacity, its message naming the largest free domain.
     """
     if shared_placement.is_shared_policy(pool.isolation):
         return _claim_slices(pool, nodes)  # type: ignore[return-value]
@@ -34,7 +37,11 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
         for node in nodes
     ]
     try:
+        if pool.placement.get("same_nvlink_domain"):
+            return nvlink_domains.claim_in_one_domain(requests, group_id=pool.id)
         return placement.claim_gpus(requests)
+    except nvlink_domains.NvlinkDomainFull as exc:
+        raise InsufficientCapacity(str(exc), retryable=True) from exc
     except placement.InsufficientCapacity as exc:
         raise InsufficientCapacity(str(exc), retryable=True) from exc
     except placement.PlacementContended as exc:

@@ -21,7 +21,10 @@ workers never lose each other's change and an agent never reads half a file::
                "slice_scrubs": [{"scrub_id", "start", "size", "status", "cleared_bytes",
                                  "finished_at", "method"}]  (shared hosts),
                "health": {"remapped_rows_pending", "remapped_rows_failure",
-                          "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", …}}],
+                          "ecc_volatile_uncorrected", "ecc_aggregate_uncorrected", …},
+               "fabric": {"state", "status", "cluster_uuid_hex", "clique_id"} (only on hosts
+                          of a multi-node NVLink domain: NVML's nvmlGpuFabricInfo_t numbers,
+                          state 3 = completed, the cluster UUID's 16 bytes in hex)}],
      "events": [{"id", "ts", "gpu_uuid", "type": "xid", "xid", "message"}], "next_event_id"}
 
 Hardware rules simulated: a pending row remap survives everything but a GPU reset (a reboot
@@ -115,7 +118,17 @@ def _write(host_id: Any, state: dict[str, Any]) -> None:
 
 def initial_state(host: Any) -> dict[str, Any]:
     """The hardware of a fleet host as its import recorded it (a ``fleet.models.Host``):
-    its GPUs (UUIDs, MIG mode without instances), driver and CUDA version, no fault."""
+    its GPUs (UUIDs, MIG mode without instances), driver and CUDA version, no fault; on a host
+    imported with an NVLink domain (a simulated GB200 NVL72 tray) every GPU's fabric
+    registration is complete in that domain (the rack is wired as the operator said)."""
+    fabric = None
+    if host.nvlink_cluster_uuid is not None and host.nvlink_clique_id is not None:
+        fabric = {
+            "state": 3,  # NVML_GPU_FABRIC_STATE_COMPLETED
+            "status": 0,  # NVML_SUCCESS
+            "cluster_uuid_hex": uuidlib.UUID(str(host.nvlink_cluster_uuid)).hex,
+            "clique_id": int(host.nvlink_clique_id),
+        }
     gpus = []
     for gpu in host.gpus.select_related("gpu_model").order_by("index"):
         capable = bool(gpu.gpu_model.mig_capable)
@@ -132,6 +145,7 @@ def initial_state(host: Any) -> dict[str, Any]:
                 "mig_mode_pending": mode,
                 "instances": [],
                 "health": _clean_health(),
+                **({"fabric": dict(fabric)} if fabric else {}),
             }
         )
     return {
@@ -419,10 +433,19 @@ def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
     return True
 
 
-def create_simulated_host(*, hostname: str, zone: str, gpu_model: str, gpus: int) -> Any:
+def create_simulated_host(
+    *,
+    hostname: str,
+    zone: str,
+    gpu_model: str,
+    gpus: int,
+    nvlink_domain: tuple[Any, int] | None = None,
+) -> Any:
     """A fleet host that exists only in the simulation (no capture to import it from): its
     GPUs get UUIDs ``GPU-sim-…`` derived from the hostname (so a re-run finds the same ones),
-    its state file is written at once. Idempotent: an existing host is returned as it is."""
+    its state file is written at once. Idempotent: an existing host is returned as it is.
+    ``nvlink_domain`` (fabric cluster UUID, clique id) makes it a tray of a simulated
+    multi-node NVLink system (GB200 NVL72), as an operator's import would say."""
     from catalog.models import GpuModel
     from fleet.models import Gpu, Host, region_of_zone
 
@@ -439,6 +462,8 @@ def create_simulated_host(*, hostname: str, zone: str, gpu_model: str, gpus: int
         gpu_count=gpus,
         driver_version="570.172.08",
         cuda_version="12.8",
+        nvlink_cluster_uuid=nvlink_domain[0] if nvlink_domain else None,
+        nvlink_clique_id=nvlink_domain[1] if nvlink_domain else None,
         warnings=[f"{SIMULATED_NOTE}: created by the demo, not imported from a capture"],
     )
     Gpu.objects.bulk_create(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from fleet.choices import HostState, HostTenancy, SliceState
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
+from fleet.nvlink_domains import host_domain
 from nvke.validation import BoundedDateTimeField
 
 
@@ -43,6 +46,14 @@ class GpuSerializer(serializers.ModelSerializer):
 
 class HostSerializer(serializers.ModelSerializer):
     gpus = GpuSerializer(many=True, read_only=True)
+    nvlink_domain = serializers.SerializerMethodField(
+        help_text="multi-node NVLink domain: {cluster_uuid, clique_id, label} or null"
+    )
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_nvlink_domain(self, host: Host) -> dict | None:
+        domain = host_domain(host)
+        return domain.as_dict() if domain else None
 
     class Meta:
         model = Host
@@ -70,6 +81,7 @@ class HostSerializer(serializers.ModelSerializer):
             "last_report_seq",
             "created_at",
             "topology",
+            "nvlink_domain",
             "gpus",
         ]
 
@@ -102,6 +114,21 @@ class HostImportSerializer(serializers.Serializer):
         allow_blank=True,
         trim_whitespace=False,
         help_text="output of `nvidia-smi topo -m` on the host (NVLink topology)",
+    )
+    nvlink_cluster_uuid = serializers.CharField(
+        max_length=64,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="multi-node NVLink domain (GB200 NVL72): the GPUs' fabric cluster UUID as "
+        "NVML reports it (nvmlDeviceGetGpuFabricInfo clusterUuid); with nvlink_clique_id",
+    )
+    nvlink_clique_id = serializers.CharField(
+        max_length=16,
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="the GPUs' fabric clique id (0 .. 4294967295); with nvlink_cluster_uuid",
     )
 
 

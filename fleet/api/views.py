@@ -43,7 +43,16 @@ from .serializers import (
     TenancySerializer,
 )
 
-IMPORT_FIELDS = ("hostname", "zone", "region", "rack", "nvidia_smi_xml", "nvidia_smi_topo")
+IMPORT_FIELDS = (
+    "hostname",
+    "zone",
+    "region",
+    "rack",
+    "nvidia_smi_xml",
+    "nvidia_smi_topo",
+    "nvlink_cluster_uuid",
+    "nvlink_clique_id",
+)
 
 
 def _actor(request) -> str:

@@ -63,6 +63,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "node_count",
             "autoscaling",
             "isolation",
+            "placement",
             "kubernetes_version",
             "driver_version",
             "cuda_version",
@@ -94,6 +95,12 @@ class NodePoolCreateSerializer(serializers.Serializer):
     gpus_per_node = serializers.IntegerField(min_value=1, max_value=64)
     node_count = serializers.IntegerField(min_value=1, max_value=1000)
     isolation = serializers.JSONField(required=False, default=lambda: {"mode": "exclusive"})
+    placement = serializers.JSONField(
+        required=False,
+        default=dict,
+        help_text='{"same_nvlink_domain": true}: every node in one multi-node NVLink domain '
+        "(GB200 NVL72); only for GPU models with such domains",
+    )
     driver_version = serializers.CharField(
         max_length=32,
         required=False,

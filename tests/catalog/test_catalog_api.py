@@ -51,6 +51,7 @@ def test_gpu_model_shape(loaded):
         "max_mig_instances": 7,
         "placements_verified": True,
         "vgpu_mixed_size_mode": None,
+        "systems": [],
     }
     assert data["vgpu_profiles"] == []  # no sourced vGPU types for the H100 NVL yet
     assert [p["name"] for p in data["mig_profiles"]] == [

@@ -270,6 +270,7 @@ def test_load_catalog_writes_every_kind(loaded):
         "xid_codes": 36,  # 30 entries, "144-150" expanded to seven codes
         "vgpu_profiles": 17,  # T4 3 + A10 4 + H200 NVL 3 time-sliced and 7 MIG-backed
         "driver_rules": 4,  # B200 minimum, two A30 +me profiles, 4g + 3g before R510
+        "gpu_systems": 1,  # GB200 NVL72
     }
     assert MigProfile.objects.count() == 68
     assert KubernetesVersion.objects.count() == 7

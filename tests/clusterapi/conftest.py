@@ -32,7 +32,7 @@ def capi_testbed(tmp_path_factory):
         k8s.CoreV1Api(management).create_namespace({"metadata": {"name": NS}})
         k8s.CoreV1Api(workload).create_namespace({"metadata": {"name": "gpu-operator"}})
         ext = k8s.ApiextensionsV1Api(workload)
-        for path in sorted(NVIDIA_CRDS.glob("nvidia.com_*.yaml")):
+        for path in sorted(NVIDIA_CRDS.glob("*nvidia.com_*.yaml")):
             ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
         sim = SimulatedNodes(management, workload, NS)
         sim.start()

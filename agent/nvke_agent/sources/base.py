@@ -56,6 +56,9 @@ class GpuInventory(TypedDict):
     #: source reads them from the simulated host); the control plane frees a slice only when
     #: its scrub id is here and the instance is gone
     slice_scrubs: NotRequired[list[dict[str, Any]]]
+    #: GPU fabric info (multi-node NVLink, :mod:`nvke_agent.fabric`): ``{"state", "status",
+    #: "cluster_uuid", "clique_id"}``; absent where the source cannot tell
+    fabric: NotRequired[dict[str, Any] | None]
 
 
 class Inventory(TypedDict):

@@ -46,6 +46,7 @@ code against a simulated GPU; production passes nothing and the real module is i
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import queue
 import re
@@ -57,6 +58,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from nvke_agent.commands import run_command
+from nvke_agent.fabric import GpuFabric, fabric_from_nvml
 from nvke_agent.slice_scrubs import read_records
 from nvke_agent.sources.base import (
     Event,
@@ -207,7 +209,8 @@ class NvmlSource:
             migs = self._mig_inventory(handle) if mig_mode == "enabled" else []
             health = self._health(handle, mig_mode, modes)
             attributes = self._attributes(handle)
-        gpu = GpuInventory(
+            fabric = self._fabric(handle)
+        inventory = GpuInventory(
             uuid=uuid,
             index=index,
             name=_str(name) if name is not None else "",
@@ -219,8 +222,35 @@ class NvmlSource:
             attributes=attributes,
         )
         if self._slice_scrub_dir:
-            gpu["slice_scrubs"] = read_records(self._slice_scrub_dir, uuid)
-        return gpu
+            inventory["slice_scrubs"] = read_records(self._slice_scrub_dir, uuid)
+        if fabric is not None:
+            inventory["fabric"] = fabric
+        return inventory
+
+    def _fabric(self, handle: Any) -> GpuFabric | None:
+        """The GPU's fabric info (multi-node NVLink; :mod:`nvke_agent.fabric`), or None where
+        NVML has no such call or the GPU does not support it. ``nvmlDeviceGetGpuFabricInfoV``
+        with the ``nvmlGpuFabricInfo_v2`` struct where the bindings have it, else the older
+        ``nvmlDeviceGetGpuFabricInfo``."""
+        nvml = self._nvml
+        for struct_name, fn_name in (
+            ("c_nvmlGpuFabricInfoV_t", "nvmlDeviceGetGpuFabricInfoV"),
+            ("c_nvmlGpuFabricInfo_t", "nvmlDeviceGetGpuFabricInfo"),
+        ):
+            struct, fn = getattr(nvml, struct_name, None), getattr(nvml, fn_name, None)
+            if struct is None or fn is None:
+                continue
+            info = struct()
+            if hasattr(info, "version"):
+                info.version = getattr(nvml, "nvmlGpuFabricInfo_v2", 0x02000024)
+            if self._field("fabric", fn, handle, ctypes.byref(info)) is None:
+                return None
+            try:
+                return fabric_from_nvml(info)
+            except ValueError as exc:
+                log.warning("NVML fabric info: %s (reported as null)", exc)
+                return None
+        return None
 
     def _mode_name(self, mode: int) -> str:
         return "enabled" if mode == self._nvml.NVML_DEVICE_MIG_ENABLE else "disabled"

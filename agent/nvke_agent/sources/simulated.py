@@ -2,7 +2,9 @@
 
 NVKE's ``simulated`` provider keeps the hardware state of each simulated host in a JSON file
 (``clusters/providers/simhosts.py`` in the control plane documents the shape): GPUs with their
-MIG mode and GPU instances (profile, placement start and size), the loaded driver, whether
+MIG mode and GPU instances (profile, placement start and size), their fabric registration on
+a simulated multi-node NVLink tray (NVML's numbers, mapped by :mod:`nvke_agent.fabric` as for
+the ``nvml`` source), the loaded driver, whether
 NVML initialises, health counters (pending row remap, ECC) and Xid events the driver logged.
 The provider changes that file when it applies a MIG config, installs a driver, reboots the
 machine or resets a GPU; this source reads it on every round the way the ``nvml`` source reads
@@ -20,8 +22,10 @@ import json
 import logging
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from nvke_agent.fabric import fabric_from_nvml
 from nvke_agent.sources.base import (
     Event,
     GpuInventory,
@@ -132,7 +136,7 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
     mig = gpu.get("mig_mode") == "enabled"
     health = dict(gpu.get("health") or {})
     health["mig_mode_pending"] = gpu.get("mig_mode_pending")
-    return GpuInventory(
+    inventory = GpuInventory(
         uuid=gpu["uuid"],
         index=int(gpu["index"]),
         name=gpu.get("name") or "",
@@ -157,3 +161,16 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
         # clears of released GPU instances on a shared host, as the host recorded them
         slice_scrubs=[dict(s) for s in gpu.get("slice_scrubs") or [] if isinstance(s, dict)],
     )
+    fabric = gpu.get("fabric")
+    if isinstance(fabric, dict):
+        # the simulated GPU's fabric registration, as NVML's nvmlGpuFabricInfo_t gives it
+        # (state/status as numbers, the cluster UUID as its 16 bytes in hex)
+        inventory["fabric"] = fabric_from_nvml(
+            SimpleNamespace(
+                state=int(fabric.get("state", 0)),
+                status=int(fabric.get("status", 0)),
+                clusterUuid=bytes.fromhex(str(fabric.get("cluster_uuid_hex", "0" * 32))),
+                cliqueId=int(fabric.get("clique_id", 0)),
+            )
+        )
+    return inventory

@@ -106,7 +106,7 @@ class SmiXmlSource:
 
 
 def _gpu_inventory(gpu: SmiGpu) -> GpuInventory:
-    return GpuInventory(
+    inventory = GpuInventory(
         uuid=gpu.uuid,
         index=gpu.index,
         name=gpu.product_name,
@@ -126,3 +126,6 @@ def _gpu_inventory(gpu: SmiGpu) -> GpuInventory:
         health=dict(gpu.health),
         attributes=dict(gpu.attributes),
     )
+    if gpu.fabric is not None:
+        inventory["fabric"] = dict(gpu.fabric)
+    return inventory

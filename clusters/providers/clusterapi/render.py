@@ -150,6 +150,8 @@ KUBEADM_CONFIG_TEMPLATE = Kind(
 )
 CLUSTER_POLICY = Kind("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", namespaced=False)
 NVIDIA_DRIVER = Kind("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers", namespaced=False)
+#: NVIDIA DRA driver for GPUs (NVIDIA/k8s-dra-driver-gpu): a pool kept in one NVLink domain
+COMPUTE_DOMAIN = Kind("resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains")
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
 SECRET = Kind("", "v1", "Secret", "secrets")
 NODE = Kind("", "v1", "Node", "nodes", namespaced=False)
@@ -169,6 +171,7 @@ KINDS = {
         KUBEADM_CONFIG_TEMPLATE,
         CLUSTER_POLICY,
         NVIDIA_DRIVER,
+        COMPUTE_DOMAIN,
         CONFIG_MAP,
         SECRET,
         NODE,
