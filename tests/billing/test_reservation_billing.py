@@ -70,9 +70,7 @@ def test_reservation_lines_bill_reserved_hours_and_leave_covered_usage_out(
 
     r, p, q = reserved_world
     invoice = build_invoice(tenant_a.id, "2026-03", now=datetime(2026, 4, 2, tzinfo=UTC))
-    lines = {
-        (ln.kind, ln.nodepool_id): ln for ln in invoice.lines.order_by("position")
-    }
+    lines = {(ln.kind, ln.nodepool_id): ln for ln in invoice.lines.order_by("position")}
     assert set(lines) == {("USAGE", p.id), ("USAGE", q.id), ("RESERVATION", None)}
     p_line = lines[("USAGE", p.id)]
     assert (p_line.gpu_seconds, p_line.unit_price, p_line.amount) == (
@@ -111,8 +109,11 @@ def test_an_open_month_bills_reserved_hours_up_to_now(tenant_a, reserved_world):
 
     invoice = build_invoice(tenant_a.id, "2026-03", now=t(10, 12))
     by_kind = {(ln.kind, ln.nodepool_id): ln.amount for ln in invoice.lines.all()}
-    _, p, q = reserved_world
-    assert by_kind == {("RESERVATION", None): Decimal("168.00"), ("USAGE", q.id): Decimal("200.00")}
+    q = reserved_world[2]
+    assert by_kind == {
+        ("RESERVATION", None): Decimal("168.00"),
+        ("USAGE", q.id): Decimal("200.00"),
+    }
 
 
 def test_a_reservation_without_a_reservation_rate_is_a_conflict(tenant_a, world):

@@ -112,9 +112,7 @@ def test_twenty_concurrent_reservations_never_overbook_any_instant(fleet):
     results = race(fleet, barrier_inside=False)
     codes = sorted({code for _, code in results})
     assert codes == ["ok", "reservation_capacity"], results
-    stored = [
-        {"gpus": r.gpus, "start": r.start, "end": r.end} for r in Reservation.objects.all()
-    ]
+    stored = [{"gpus": r.gpus, "start": r.start, "end": r.end} for r in Reservation.objects.all()]
     assert len(stored) == sum(1 for _, c in results if c == "ok")
     assert peak_by_hand(stored) <= CAPACITY
     refused = [ask for ask, code in results if code == "reservation_capacity"]
@@ -130,7 +128,5 @@ def test_without_the_lock_the_same_race_overbooks(fleet, monkeypatch):
     monkeypatch.setattr(admission, "LOCK_ADMISSION", False)
     results = race(fleet, barrier_inside=True)
     assert all(code == "ok" for _, code in results), results
-    stored = [
-        {"gpus": r.gpus, "start": r.start, "end": r.end} for r in Reservation.objects.all()
-    ]
+    stored = [{"gpus": r.gpus, "start": r.start, "end": r.end} for r in Reservation.objects.all()]
     assert peak_by_hand(stored) > CAPACITY

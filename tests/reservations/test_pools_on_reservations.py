@@ -14,7 +14,6 @@ import pytest
 from django.db import transaction
 
 from tests.helpers import drive_pool
-
 from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
 
 pytestmark = pytest.mark.django_db
@@ -95,13 +94,11 @@ def test_placement_itself_keeps_on_demand_claims_off_reserved_gpus(tenant_b, res
 
     def claim(n):
         return [
-            placement.GpuRequest(uuid.uuid4(), tenant_b.id, MODEL, 8, "us-east-1")
-            for _ in range(n)
+            placement.GpuRequest(uuid.uuid4(), tenant_b.id, MODEL, 8, "us-east-1") for _ in range(n)
         ]
 
-    with pytest.raises(ReservedCapacity, match="8 of its 16 GPU"):
-        with transaction.atomic():
-            placement.claim_gpus(claim(2))  # 16 = all of the fleet, 8 of it reserved
+    with pytest.raises(ReservedCapacity, match="8 of its 16 GPU"), transaction.atomic():
+        placement.claim_gpus(claim(2))  # 16 = all of the fleet, 8 of it reserved
     assert Gpu.objects.filter(holder_id__isnull=False).count() == 0  # rolled back
     with transaction.atomic():
         placed = placement.claim_gpus(claim(1))  # 8 fit
