@@ -276,7 +276,7 @@ class NodePoolForm(ApiForm):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.model = model
-        self.fields["reservation"].choices = [("", "— none (on-demand)")] + list(reservations)
+        self.fields["reservation"].choices = [("", "— none (on-demand)"), *reservations]
         self.fields["gpu_model"].choices = [(m.slug, label) for m, label in models]
         self.fields["isolation_mode"].choices = isolation_modes_for(model)
         profiles = (

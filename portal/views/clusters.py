@@ -253,7 +253,7 @@ def _reservation_choices(request: HttpRequest, cluster: Cluster) -> list[tuple[s
         (
             str(r.id),
             f"{r.name or str(r.id)[:8]}: {r.gpus} x {r.gpu_model_id}, "
-            f"{r.start:%Y-%m-%d %H:%M} – {f'{r.end:%Y-%m-%d %H:%M}' if r.end else 'open'} UTC",
+            f"{r.start:%Y-%m-%d %H:%M} to {f'{r.end:%Y-%m-%d %H:%M}' if r.end else 'open'} UTC",
         )
         for r in rows.order_by("start")[:50]
     ]

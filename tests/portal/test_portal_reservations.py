@@ -42,7 +42,7 @@ def reservation(tenant_a, cluster):  # noqa: F811
     )
 
 
-def check(client, cluster_id, **overrides):  # noqa: F811
+def check(client, cluster_id, **overrides):
     body = pool_form(isolation_mode="exclusive", action="check", **overrides)
     return client.post(f"/clusters/{cluster_id}/nodepools/new", body).content.decode()
 
@@ -72,7 +72,7 @@ def test_check_on_a_reservation_names_it_and_its_own_charge(
     page = alice_client.get(f"/clusters/{cluster.id}/nodepools/new").content.decode()
     assert str(reservation.id) in options(page, "reservation")
     html = check(alice_client, cluster.id, gpus_per_node="4", reservation=str(reservation.id))
-    assert f"on reservation <span class=\"mono\">{reservation.id}</span>" in html
+    assert f'on reservation <span class="mono">{reservation.id}</span>' in html
     assert "needs 4; 4 left in the reservation of 4" in html
     assert "covered by the reservation" in html
     assert "7.00 USD per hour, billed whether used or not" in html  # 4 x 1.75
