@@ -51,10 +51,11 @@ class ReservationSerializer(serializers.ModelSerializer):
         return obj.state_at(timezone.now())
 
     def get_used_gpus(self, obj: Reservation) -> int:
-        return reservation_used(obj)
+        used = getattr(obj, "used_gpus_now", None)  # annotated by the list's queryset
+        return int(used) if used is not None else reservation_used(obj)
 
     def get_nodepool_ids(self, obj: Reservation) -> list[str]:
-        return [str(i) for i in obj.nodepools.values_list("id", flat=True)]
+        return sorted(str(p.id) for p in obj.nodepools.all())
 
 
 class ReservationCreateSerializer(serializers.Serializer):

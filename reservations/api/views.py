@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -35,7 +36,18 @@ class ReservationViewSet(
     """GPU capacity reservations (EKS Capacity Blocks / GKE reservations): N GPUs of a model
     in a region (zone) for ``[start, end)`` or open-ended."""
 
-    queryset = Reservation.objects.select_related("gpu_model").order_by("start", "id")
+    queryset = (
+        Reservation.objects.annotate(
+            used_gpus_now=RawSQL(
+                "SELECT count(*) FROM fleet_gpu g JOIN reservations_reservationclaim c"
+                " ON c.holder_id = g.holder_id"
+                " WHERE c.reservation_id = reservations_reservation.id",
+                [],
+            )
+        )
+        .prefetch_related("nodepools")
+        .order_by("start", "id")
+    )
     serializer_class = ReservationSerializer
     filterset_fields = ["gpu_model", "region"]
 

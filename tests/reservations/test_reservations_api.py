@@ -142,3 +142,20 @@ def test_a_keep_reservation_counts_after_its_end_until_it_has_ended(owner, h100_
     assert reserve(owner, 8, start=t0, hours=2, end_action="keep").status_code == 201
     after = reserve(owner, 10, start=t0 + timedelta(hours=3), hours=2)
     assert (after.status_code, after.json()["free"]) == (409, 8)
+
+
+def test_a_page_of_reservations_runs_as_many_queries_as_a_page_of_one(owner, h100_fleet):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(4):
+        assert reserve(owner, 1, start=timezone.now() + timedelta(hours=i + 1)).status_code == 201
+    owner.get("/api/v1/reservations")  # the key's last_used_at: written at most once a minute
+    counts = []
+    for limit in (1, 4):
+        with CaptureQueriesContext(connection) as ctx:
+            resp = owner.get("/api/v1/reservations", {"limit": limit})
+        assert len(resp.json()["results"]) == limit
+        assert all(r["used_gpus"] == 0 for r in resp.json()["results"])
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1]
