@@ -26,7 +26,9 @@ from .models import NodePool
 
 
 def _live_pools(reservation):
-    return NodePool.objects.filter(reservation_id=reservation.id).exclude(phase__in=GONE_PHASES)
+    return NodePool.objects.filter(
+        reservation_id=reservation.id, deletion_requested_at__isnull=True
+    ).exclude(phase__in=GONE_PHASES)
 
 
 def announce_end(reservation) -> None:
