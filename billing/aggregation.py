@@ -30,6 +30,7 @@ from .health import credit_intervals
 from .models import BillingAccount
 from .periods import bucket_bounds, local_date, local_midnight
 from .prices import price_cuts
+from .reservations import reservation_cuts
 
 _TEMP_TABLES = """
 DROP TABLE IF EXISTS billing_tmp_buckets;
@@ -123,7 +124,8 @@ def compute_usage(tenant_id, tz: str, start: datetime, end: datetime, now: datet
     canonical bounds (local midnights) for the result to match stored records.
     """
     stop = min(end, now)
-    buckets = [b for b in bucket_bounds(tz, start, end, price_cuts(tenant_id, start, end))]
+    cuts = sorted({*price_cuts(tenant_id, start, end), *reservation_cuts(tenant_id, start, end)})
+    buckets = [b for b in bucket_bounds(tz, start, end, cuts)]
     buckets = [b for b in buckets if b[0] < stop]
     credits = credit_intervals(start=start, end=stop, tenant_id=tenant_id) if stop > start else []
     with connection.cursor() as cursor:

@@ -39,6 +39,13 @@ from .models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, LineKind
 from .money import format_rate, gpu_hours, line_amount
 from .periods import Period, month_period, period_of
 from .prices import RateSegment, rate_segments
+from .reservations import (
+    NOT_COVERED,
+    ReservationCharge,
+    covered_seconds,
+    fill_covered,
+    reservation_charges,
+)
 from .signals import invoice_finalized
 
 #: Finalized invoices older than this are not re-checked for adjustments.
@@ -63,6 +70,7 @@ SELECT u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price,
   JOIN billing_tmp_rates r
     ON r.gpu_model = u.gpu_model AND r.mig_profile = u.mig_profile
    AND u.start >= r.s AND u.start < r.e
+ WHERE TRUE {not_covered}
  GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price
 """
 
@@ -127,7 +135,8 @@ def _rate(
                     [s.source for s in segments],
                 ],
             )
-        cursor.execute(_RATE_SQL.format(source=source_sql), params)
+        fill_covered(tenant_id, period.start, period.end)
+        cursor.execute(_RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED), params)
         rows = cursor.fetchall()
     rated = []
     for cluster, pool, model, profile, price, source, seconds, credit, first in rows:
@@ -243,9 +252,12 @@ def _adjustments(
                     r,
                 )
         billed: dict[tuple, tuple[Decimal, Decimal]] = defaultdict(lambda: (Decimal(0), Decimal(0)))
-        lines = InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED).filter(
-            invoice=old, adjusts__isnull=True
-        ) | InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED, adjusts=old)
+        lines = (
+            InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED).filter(
+                invoice=old, adjusts__isnull=True
+            )
+            | InvoiceLine.objects.filter(invoice__status=InvoiceStatus.FINALIZED, adjusts=old)
+        ).exclude(kind=LineKind.RESERVATION)  # reserved hours are fixed: never adjusted
         for line in lines:
             key = (
                 line.kind,
@@ -326,6 +338,15 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
             {"tenant": tenant_id, "ps": period.start, "pe": period.end},
             now,
         )
+        params = {"tenant": tenant_id, "ps": period.start, "pe": period.end}
+        charges = reservation_charges(
+            tenant_id,
+            currency,
+            period.start,
+            period.end,
+            now,
+            covered_seconds(_RECORDS, params),
+        )
         adjustments = _adjustments(tenant_id, tz, currency, period, now)
         invoice, _ = Invoice.objects.update_or_create(
             tenant_id=tenant_id,
@@ -342,9 +363,11 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
         )
         invoice.lines.all().delete()
         lines = _lines(invoice, rated, adjustments, currency)
+        lines += _reservation_lines(invoice, charges, currency, start=len(lines))
         InvoiceLine.objects.bulk_create(lines)
+        charged = (LineKind.USAGE, LineKind.RESERVATION)
         usage = sum(
-            (ln.amount for ln in lines if ln.kind == LineKind.USAGE and not ln.adjusts_id),
+            (ln.amount for ln in lines if ln.kind in charged and not ln.adjusts_id),
             Decimal(0),
         )
         credit = sum(
@@ -423,6 +446,46 @@ def _lines(invoice: Invoice, rated, adjustments, currency: str) -> list[InvoiceL
             f"{_what(r, clusters, pools)}: {gpu_hours(secs)} GPU-h at "
             f"{format_rate(r.unit_price, currency)} {currency}/GPU-h",
             adjusts=old,
+        )
+    return lines
+
+
+def _reservation_lines(
+    invoice: Invoice, charges: list[ReservationCharge], currency: str, start: int
+) -> list[InvoiceLine]:
+    """One RESERVATION line per reservation and reservation rate (after the usage lines)."""
+    lines = []
+    for c in charges:
+        r = c.reservation
+        price = f"{format_rate(c.unit_price, currency)} {currency}/GPU-h ({c.source})"
+        covered = gpu_hours(c.covered_gpu_seconds)
+        lines.append(
+            InvoiceLine(
+                invoice=invoice,
+                position=start + len(lines) + 1,
+                kind=LineKind.RESERVATION,
+                reservation=r,
+                gpu_model=r.gpu_model_id,
+                mig_profile="",
+                unit_price=c.unit_price,
+                gpu_seconds=c.gpu_seconds,
+                gpu_hours=gpu_hours(c.gpu_seconds),
+                amount=line_amount(c.gpu_seconds, c.unit_price, currency),
+                description=(
+                    f"Reservation {r.name or r.id}: {r.gpus} x {r.gpu_model_id} in "
+                    f"{r.zone or r.region}, {gpu_hours(c.gpu_seconds)} reserved GPU-h x {price}; "
+                    f"{covered} GPU-h used inside it (not billed again)"
+                )[:300],
+                details=[
+                    {
+                        "reservation_id": str(r.id),
+                        "start": c.start.isoformat(),
+                        "end": c.end.isoformat(),
+                        "gpus": r.gpus,
+                        "covered_gpu_seconds": str(c.covered_gpu_seconds),
+                    }
+                ],
+            )
         )
     return lines
 

@@ -168,6 +168,11 @@ class Price(models.Model):
     hourly_rate = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     discount_pct = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
     billable_fraction = models.DecimalField(max_digits=7, decimal_places=6, null=True, blank=True)
+    #: per reserved GPU-hour of a capacity reservation of this model (whole GPUs; profile "");
+    #: a tenant row without one takes the list's, less its ``discount_pct``
+    reservation_hourly_rate = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
     label = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -312,6 +317,7 @@ class Invoice(models.Model):
 class LineKind(models.TextChoices):
     USAGE = "USAGE"
     SLA_CREDIT = "SLA_CREDIT"
+    RESERVATION = "RESERVATION"
 
 
 class InvoiceLine(models.Model):
@@ -323,6 +329,9 @@ class InvoiceLine(models.Model):
     ``amount = round_half_even(gpu_seconds x unit_price / 3600, currency minor unit)``;
     ``gpu_hours`` is ``gpu_seconds / 3600`` rounded to 6 places, for display.
     ``details`` (credit lines): ``[{gpu_uuid, xid, scope, start, end, gpu_seconds}]``.
+    RESERVATION lines (no cluster / pool): reserved GPU-seconds of one reservation at its
+    reservation rate; ``details`` ``[{reservation_id, start, end, gpus,
+    covered_gpu_seconds}]`` (its pools' usage inside it, not billed again on USAGE lines).
     """
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
@@ -331,8 +340,19 @@ class InvoiceLine(models.Model):
     adjusts = models.ForeignKey(
         Invoice, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
-    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
-    nodepool = models.ForeignKey("nodepools.NodePool", on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    nodepool = models.ForeignKey(
+        "nodepools.NodePool", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    reservation = models.ForeignKey(
+        "reservations.Reservation",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     gpu_model = models.CharField(max_length=64)
     mig_profile = models.CharField(max_length=32, blank=True)
     unit_price = models.DecimalField(max_digits=20, decimal_places=10)

@@ -46,6 +46,7 @@ def set_price(
     billable_fraction: Decimal | None = None,
     label: str = "",
     new_currency: bool = False,
+    reservation_hourly_rate: Decimal | None = None,
 ) -> Price:
     """Publish a new price version from ``effective_from`` (to ``effective_to`` or open).
 
@@ -89,6 +90,13 @@ def set_price(
         ("hourly_rate", hourly_rate, Decimal(0), Decimal("99999999"), False),
         ("discount_pct", discount_pct, Decimal(0), Decimal(100), False),
         ("billable_fraction", billable_fraction, Decimal(0), Decimal(1), True),
+        (
+            "reservation_hourly_rate",
+            reservation_hourly_rate,
+            Decimal(0),
+            Decimal("99999999"),
+            False,
+        ),
     ):
         if value is None:
             continue
@@ -138,6 +146,7 @@ def set_price(
             hourly_rate=hourly_rate,
             discount_pct=discount_pct,
             billable_fraction=billable_fraction,
+            reservation_hourly_rate=reservation_hourly_rate,
             label=label,
         )
 
@@ -243,3 +252,41 @@ def _resolve(tenant_row: Price | None, list_row: Price | None) -> tuple[Decimal 
         price = list_row.hourly_rate * (HUNDRED - pct) / HUNDRED
         return price, f"{tenant_row.label or 'discount'} -{pct}% of list {list_row.hourly_rate}"
     return list_row.hourly_rate, list_row.label or "list price"
+
+
+def reservation_rate_segments(
+    *, tenant_id, currency: str, gpu_model: str, start: datetime, end: datetime
+) -> list[RateSegment]:
+    """Piecewise-constant reservation rates (per reserved GPU-hour) of ``gpu_model`` over
+    ``[start, end)``: the tenant's ``reservation_hourly_rate``, else the list's (less the
+    tenant's ``discount_pct`` when its override is a discount); ``unit_price`` None = none."""
+    rows = list(
+        Price.objects.filter(
+            Q(tenant_id=tenant_id) | Q(tenant__isnull=True),
+            gpu_model_id=gpu_model,
+            mig_profile="",
+            currency=currency,
+            effective__overlap=(start, end),
+        )
+    )
+    bounds = {start, end}
+    for p in rows:
+        for b in (p.effective.lower, p.effective.upper):
+            if b is not None and start < b < end:
+                bounds.add(b)
+    out = []
+    for s, e in itertools.pairwise(sorted(bounds)):
+        tenant_row = _pick([p for p in rows if p.tenant_id is not None], "", s)
+        list_row = _pick([p for p in rows if p.tenant_id is None], "", s)
+        if tenant_row is not None and tenant_row.reservation_hourly_rate is not None:
+            price, source = tenant_row.reservation_hourly_rate, "tenant reservation rate"
+        elif list_row is not None and list_row.reservation_hourly_rate is not None:
+            price, source = list_row.reservation_hourly_rate, "list reservation rate"
+            if tenant_row is not None and tenant_row.discount_pct is not None:
+                pct = tenant_row.discount_pct
+                price = price * (HUNDRED - pct) / HUNDRED
+                source = f"-{pct}% of list reservation rate {list_row.reservation_hourly_rate}"
+        else:
+            price, source = None, "no reservation rate"
+        out.append(RateSegment(gpu_model, "", s, e, price, source))
+    return out

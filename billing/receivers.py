@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.dispatch import receiver
 
-from nodepools.signals import node_ready, node_released
+from nodepools.signals import node_ready, node_released, price_nodepool
 
 from .ledger import close_allocations, open_allocation
 
@@ -69,3 +69,55 @@ def close_ledger(sender, node, **kwargs) -> None:
     ).first()
     if new is not None:
         _open(new, None, max(new.ready_at, node.released_at))
+
+
+@receiver(price_nodepool)
+def price_of_nodepool(sender, tenant_id, gpu_model, gpus, reservation=None, **kwargs):
+    """The dry run's ``cost``: ``{"currency", "basis", "gpus", "unit_price", "hourly",
+    "reservation_hourly"}``; None when the price sheet has no rate for the model now.
+
+    ``hourly`` = one hour of ``gpus`` GPU-hours at the on-demand rate in force
+    (:func:`billing.prices.rate_segments`), rounded like an invoice line; 0 for a pool on an
+    active reservation (its usage inside the reservation is covered), whose own charge is
+    ``reservation_hourly`` = its ``gpus`` x the reservation rate.
+    """
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from .models import BillingAccount
+    from .money import line_amount
+    from .prices import rate_segments, reservation_rate_segments
+
+    now = timezone.now()
+    account = BillingAccount.objects.filter(tenant_id=tenant_id).first()
+    currency = account.currency if account else "USD"
+    later = now + timedelta(seconds=1)
+    segments = rate_segments(
+        tenant_id=tenant_id, currency=currency, pairs={(gpu_model, "")}, start=now, end=later
+    )
+    price = segments[0].unit_price if segments else None
+    if price is None:
+        return None
+    seconds = Decimal(gpus) * 3600
+    answer = {
+        "currency": currency,
+        "basis": "on-demand",
+        "gpus": gpus,
+        "unit_price": price,
+        "hourly": line_amount(seconds, price, currency),
+        "reservation_hourly": None,
+    }
+    if reservation is not None:
+        answer["basis"] = "reservation"
+        answer["hourly"] = Decimal(0)
+        rates = reservation_rate_segments(
+            tenant_id=tenant_id, currency=currency, gpu_model=gpu_model, start=now, end=later
+        )
+        rate = rates[0].unit_price if rates else None
+        if rate is not None:
+            answer["reservation_hourly"] = line_amount(
+                Decimal(reservation.gpus) * 3600, rate, currency
+            )
+    return answer

@@ -64,6 +64,10 @@ SHARED = "shared"
 #: safety bound on plan/lock rounds of one claim (each round skips a locked host, refreshes a
 #: changed one, or loads more candidates, so a claim ends long before; past it: contended)
 MAX_ROUNDS = 64
+#: called as ``hook(requests, placements)`` after a claim's GPUs are written, inside its
+#: transaction; raising InsufficientCapacity / PlacementContended rolls the claim back.
+#: Apps above fleet register here (``reservations`` keeps on-demand claims off reserved GPUs).
+CLAIM_HOOKS: list = []
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class GpuRequest:
     spread_zones: bool = False
     shares_host: bool = False
     nvlink_domain: tuple[uuid.UUID, int] | None = None
+    #: draws from this capacity reservation (opaque here: see :data:`CLAIM_HOOKS`)
+    reservation_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -514,7 +520,10 @@ def claim_gpus(requests: Sequence[GpuRequest]) -> list[Placement]:
     todo = [r for r in requests if r.holder_id not in existing]
     placed: dict[uuid.UUID, Placement] = dict(existing)
     if todo:
-        placed.update(_claim_batch(todo, total=len(requests), done=len(existing)))
+        claimed = _claim_batch(todo, total=len(requests), done=len(existing))
+        for hook in CLAIM_HOOKS:
+            hook(todo, [claimed[r.holder_id] for r in todo])
+        placed.update(claimed)
     return [placed[r.holder_id] for r in requests]
 
 

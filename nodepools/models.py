@@ -45,6 +45,15 @@ class NodePool(models.Model):
     #: where the nodes go: ``{}`` or ``{"same_nvlink_domain": true}`` (all nodes in one
     #: multi-node NVLink domain, nodepools/nvlink.py); set at creation
     placement = models.JSONField(default=dict, blank=True)
+    #: the capacity reservation the pool draws from (None: on-demand); while it is in force
+    #: the pool's nodes are placed on its GPUs (see reservations/)
+    reservation = models.ForeignKey(
+        "reservations.Reservation",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="nodepools",
+    )
     #: ``{"enabled", "min_node_count", "max_node_count"}`` (see nodepools/autoscaling.py)
     autoscaling = models.JSONField(default=dict, blank=True)
     #: Kubernetes version of the pool's nodes (spec; "" = the control plane's at creation)

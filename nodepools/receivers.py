@@ -12,6 +12,7 @@ from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
 from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
 from nvke.queueing import enqueue_once, send_on_commit
+from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import collect_usage
 
 from .models import Node, NodePool
@@ -175,3 +176,18 @@ def move_nodes_off_draining_host(sender, host_id, holder_ids, target_state, **kw
             transaction.on_commit(lambda pid=pool_id: reconcile_nodepool.delay(str(pid)))
             woken += 1
     return woken
+
+
+@receiver(reservation_ending)
+def on_reservation_ending(sender, reservation, **kwargs) -> None:
+    from .reservation_end import announce_end
+
+    announce_end(reservation)
+
+
+@receiver(reservation_ended)
+def on_reservation_ended(sender, reservation, **kwargs) -> int:
+    """Pools still to settle (see :func:`nodepools.reservation_end.settle_end`)."""
+    from .reservation_end import settle_end
+
+    return settle_end(reservation)

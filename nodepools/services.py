@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -45,6 +46,7 @@ def pool_spec_of(pool: NodePool) -> dict:
         "driver_version": pool.driver_version,
         "cuda_version": pool.cuda_version,
         "placement": pool.placement,
+        "reservation": str(pool.reservation_id) if pool.reservation_id else None,
     }
 
 
@@ -67,11 +69,17 @@ def enqueue_reconcile(pool_id) -> None:
 class DryRun:
     """What a create/update would do: ``isolation`` (normalised), ``gpu_config`` (rendered),
     ``disruption``: ``{"nodes": [{"name", "drain", "repartition", "gpus"}], "drain": n,
-    "repartition": n, "max_unavailable": 1}`` (an update changes one node at a time)."""
+    "repartition": n, "max_unavailable": 1}`` (an update changes one node at a time).
+
+    A create also answers ``capacity``, ``quota`` and ``cost``
+    (:mod:`nodepools.capacity_check`); None for an isolation change."""
 
     isolation: dict[str, Any]
     gpu_config: dict[str, Any]
     disruption: dict[str, Any] = field(default_factory=dict)
+    capacity: dict[str, Any] | None = None
+    quota: dict[str, Any] | None = None
+    cost: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -79,7 +87,101 @@ class DryRun:
             "isolation": self.isolation,
             "gpu_config": self.gpu_config,
             "disruption": self.disruption,
+            "capacity": self.capacity,
+            "quota": self.quota,
+            "cost": self.cost,
         }
+
+
+def resolve_reservation(cluster: Cluster, gpu_model: str, reservation_id: Any):
+    """The cluster's tenant's reservation ``reservation_id`` for a pool of ``gpu_model``, or
+    None when no id is given. InvalidInput (field ``reservation``): ``unknown_reservation``
+    (missing or another tenant's: the same answer), ``reservation_mismatch`` (another model
+    or region than the pool's)."""
+    if reservation_id in (None, ""):
+        return None
+    from reservations.models import Reservation
+
+    try:
+        found = Reservation.objects.filter(pk=reservation_id, tenant_id=cluster.tenant_id).first()
+    except (ValueError, TypeError, ValidationError):
+        found = None
+    if found is None:
+        raise InvalidInput(
+            f"no reservation {reservation_id}", code="unknown_reservation", field="reservation"
+        )
+    if found.gpu_model_id != gpu_model or found.region != cluster.region:
+        raise InvalidInput(
+            f"reservation {found.id} is for {found.gpu_model_id} in {found.region}; the pool "
+            f"is {gpu_model} in {cluster.region}",
+            code="reservation_mismatch",
+            field="reservation",
+        )
+    return found
+
+
+def _check_reservation_room(reservation, needed: int) -> None:
+    """Under the reservation's row lock: it is ACTIVE and has ``needed`` GPUs left after its
+    other pools. Conflict ``reservation_not_active`` / ``reservation_exhausted``."""
+    from reservations.models import Reservation
+
+    from .capacity_check import planned_gpus
+
+    reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
+    state = reservation.state_at(timezone.now())
+    if state != "ACTIVE":
+        raise Conflict(
+            f"reservation {reservation.id} is {state} (from {reservation.start.isoformat()})",
+            code="reservation_not_active",
+            field="reservation",
+            extra={"start": reservation.start.isoformat(), "state": state},
+        )
+    planned = planned_gpus(reservation)
+    if planned + needed > reservation.gpus:
+        raise Conflict(
+            f"reservation {reservation.id} holds {reservation.gpus} GPU(s), {planned} are "
+            f"planned by its other pools; this pool needs {needed}",
+            code="reservation_exhausted",
+            field="node_count",
+            extra={"reserved": reservation.gpus, "planned": planned, "needed": needed},
+        )
+
+
+def _check_reserved_pressure(tenant_id, model: str, region: str, needed: int) -> None:
+    """Conflict ``capacity_reserved`` when the fleet has ``needed`` free GPUs but reservations
+    hold them (the binding check is placement's, :mod:`reservations.guard`; this one answers
+    at once instead of after the reconciler's retries)."""
+    from reservations import capacity
+
+    now = timezone.now()
+    if not capacity.live_reservations(model, region, now).exists():
+        return
+    room = capacity.on_demand_room(model, region, now)
+    if room.free >= needed or room.free_physical < needed:
+        return
+    own = [
+        str(r)
+        for r in capacity.live_reservations(model, region, now)
+        .filter(tenant_id=tenant_id)
+        .values_list("id", flat=True)
+    ]
+    when = capacity.on_demand_from(model, region, needed, now)
+    raise Conflict(
+        f"{needed} x {model} GPU(s) are free in {region} but reserved: {room.reserved_peak} "
+        f"of {room.capacity} GPU(s) are reserved, unreserved pools may take {room.free}"
+        + (f" (until {when.isoformat()})" if when else "")
+        + (f"; create the pool with reservation={own[0]}" if own else ""),
+        code="capacity_reserved",
+        extra={
+            "capacity": room.capacity,
+            "on_demand": room.on_demand,
+            "reserved": room.reserved_peak,
+            "free_on_demand": room.free,
+            "needed": needed,
+            "placeable_from": when.isoformat() if when else None,
+            "own_reservations": own,
+        },
+    )
 
 
 def create_nodepool(
@@ -94,6 +196,7 @@ def create_nodepool(
     driver_version: str = "",
     cuda_version: str = "",
     placement: Any = None,
+    reservation: Any = None,
     dry_run: bool = False,
 ) -> Operation | DryRun:
     """Create a node pool (phase PROVISIONING) and its CREATE_NODE_POOL operation.
@@ -101,11 +204,16 @@ def create_nodepool(
     ``placement`` ``{"same_nvlink_domain": true}`` keeps every node in one NVLink domain
     (:mod:`nodepools.nvlink`: 400 ``nvlink_domain_unsupported`` / ``nvlink_domain_too_small``
     / ``invalid_placement``, 409 ``nvlink_domain_full`` naming the largest free domain).
+    ``reservation`` (an id of the tenant's reservation) makes the pool draw from it: its
+    nodes are placed on the reserved GPUs, which unreserved pools cannot take.
 
     Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation and
-    driver codes, see :mod:`nodepools.isolation`) or Conflict (``cluster_not_active``,
-    ``duplicate_nodepool_name``). Nothing is written when a check fails, or with ``dry_run``
-    (then a :class:`DryRun`: new nodes are provisioned, none is drained).
+    driver codes, see :mod:`nodepools.isolation`; ``unknown_reservation``,
+    ``reservation_mismatch``) or Conflict (``cluster_not_active``,
+    ``duplicate_nodepool_name``, ``reservation_not_active``, ``reservation_exhausted``,
+    ``capacity_reserved``, ``quota_exceeded``). Nothing is written when a check fails, or with
+    ``dry_run`` (then a :class:`DryRun`: new nodes are provisioned, none is drained, and the
+    capacity / quota / cost answers of :mod:`nodepools.capacity_check`).
     """
     try:
         model = get_gpu_model(gpu_model)
@@ -171,12 +279,40 @@ def create_nodepool(
                 gpus_per_node=gpus_per_node,
                 nodes=node_count,
             )
+        found = resolve_reservation(cluster, model.slug, reservation)
+        needed = node_count * gpus_per_node
         if dry_run:
+            from .capacity_check import capacity_answer, cost_answer, quota_answer
+
             return DryRun(
                 policy,
                 gpu_config,
                 {"nodes": [], "drain": 0, "repartition": 0, "provision": node_count},
+                capacity=capacity_answer(
+                    tenant_id=cluster.tenant_id,
+                    gpu_model=model.slug,
+                    region=cluster.region,
+                    gpus_per_node=gpus_per_node,
+                    node_count=node_count,
+                    reservation=found,
+                ),
+                quota=quota_answer(
+                    tenant_id=cluster.tenant_id,
+                    gpu_model=model.slug,
+                    gpus=needed,
+                    nodes=node_count,
+                ),
+                cost=cost_answer(
+                    tenant_id=cluster.tenant_id,
+                    gpu_model=model.slug,
+                    gpus=needed,
+                    reservation=found,
+                ),
             )
+        if found is not None:
+            _check_reservation_room(found, needed)
+        else:
+            _check_reserved_pressure(cluster.tenant_id, model.slug, cluster.region, needed)
         quotas.reserve(
             cluster.tenant_id,
             nodes=node_count,
@@ -193,6 +329,7 @@ def create_nodepool(
             driver_version=driver_version,
             cuda_version=cuda_version,
             placement=placement,
+            reservation=found,
             gpu_config=gpu_config,
             kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )

@@ -14,3 +14,8 @@ node_released = Signal()
 # ``action`` "reboot" (the node is READY again on the same GPUs) or "replace" (released; a new
 # node is placed on healthy GPUs). Sent inside the reconciler's transaction (send_robust).
 node_repaired = Signal()
+
+# ``price_nodepool(sender, tenant_id, gpu_model, gpus, reservation)``: a dry run asks what a
+# pool holding ``gpus`` whole GPUs would cost per hour. Billing answers ``{"currency",
+# "unit_price", "gpus", "hourly", "basis": "on-demand" | "reservation", ...}`` or None.
+price_nodepool = Signal()

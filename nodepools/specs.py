@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from clusters.providers.base import NodePoolSpec, NodeSpec
 from clusters.specs import cluster_spec
 
@@ -20,7 +22,17 @@ def nodepool_spec(pool: NodePool) -> NodePoolSpec:
         placement=pool.placement,
         kubernetes_version=pool.kubernetes_version,
         driver_version=pool.driver_version,
+        **_reservation_of(pool),
     )
+
+
+def _reservation_of(pool: NodePool) -> dict:
+    """The pool's reservation while it is in force; after it ended (``keep``) the pool's
+    new nodes are placed on-demand like any other."""
+    reservation = pool.reservation
+    if reservation is None or not reservation.is_active(timezone.now()):
+        return {}
+    return {"reservation_id": reservation.id, "zone": reservation.zone}
 
 
 def node_spec(node: Node) -> NodeSpec:

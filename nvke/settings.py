@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "tenants",
     "catalog",
     "fleet",
+    "reservations",
     "clusters",
     "nodepools",
     "billing",
@@ -332,6 +333,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 50.0},
     },
+    "sweep-reservations": {
+        "task": "reservations.tasks.sweep_reservations",
+        "schedule": 60.0,
+        "options": {"expires": 50.0},
+    },
     "ensure-sample-partitions": {
         "task": "fleet.tasks.ensure_sample_partitions",
         "schedule": 3600.0,
@@ -484,6 +490,15 @@ NVKE_WEBHOOK_ALLOWED_NETWORKS = env.list("NVKE_WEBHOOK_ALLOWED_NETWORKS", defaul
 NVKE_WEBHOOK_BACKOFF_S = env.float("NVKE_WEBHOOK_BACKOFF_S", default=5.0)
 NVKE_WEBHOOK_BACKOFF_MAX_S = env.float("NVKE_WEBHOOK_BACKOFF_MAX_S", default=3600.0)
 NVKE_WEBHOOK_DEADLINE_S = env.int("NVKE_WEBHOOK_DEADLINE_S", default=86400)
+
+# Capacity reservations (reservations/): bounds of what a client may ask for, the default
+# announcement lead before a reservation's end, and the longest calendar window.
+NVKE_RESERVATION_MAX_GPUS = env.int("NVKE_RESERVATION_MAX_GPUS", default=4096)
+NVKE_RESERVATION_MIN_S = env.int("NVKE_RESERVATION_MIN_S", default=3600)
+NVKE_RESERVATION_MAX_DAYS = env.int("NVKE_RESERVATION_MAX_DAYS", default=366)
+NVKE_RESERVATION_MAX_LEAD_DAYS = env.int("NVKE_RESERVATION_MAX_LEAD_DAYS", default=365)
+NVKE_RESERVATION_NOTICE_LEAD_S = env.int("NVKE_RESERVATION_NOTICE_LEAD_S", default=86400)
+NVKE_RESERVATION_CALENDAR_MAX_DAYS = env.int("NVKE_RESERVATION_CALENDAR_MAX_DAYS", default=92)
 NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=10.0)
 # /metrics and /admin/ only on connections accepted on this port when set (gunicorn binds it
 # beside the public one; nvke/internal_port.py; the Helm chart: 9000). Unset: every port.

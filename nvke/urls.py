@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("tenants.api.urls")),
     path("catalog/", include("catalog.api.urls")),
     path("", include("fleet.api.urls")),
+    path("", include("reservations.api.urls")),
     path("", include("clusters.api.urls")),
     path("", include("nodepools.api.urls")),
     path("", include("billing.api.urls")),

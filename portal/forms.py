@@ -262,16 +262,23 @@ class NodePoolForm(ApiForm):
     cuda_version = forms.CharField(
         label="CUDA version the workloads need (optional)", required=False, max_length=16
     )
+    reservation = OfferedChoiceField(
+        label="Capacity reservation (optional)",
+        required=False,
+        help_text="draw from one of your reservations: guaranteed placement while it lasts",
+    )
 
     def __init__(
         self,
         *args: Any,
         models: list[tuple[GpuModel, str]],
         model: GpuModel | None,
+        reservations: list[tuple[str, str]] = (),  # type: ignore[assignment]
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.model = model
+        self.fields["reservation"].choices = [("", "— none (on-demand)"), *reservations]
         self.fields["gpu_model"].choices = [(m.slug, label) for m, label in models]
         self.fields["isolation_mode"].choices = isolation_modes_for(model)
         profiles = (
@@ -333,6 +340,8 @@ class NodePoolForm(ApiForm):
         }
         for key in ("gpus_per_node", "node_count"):
             body[key] = data.get(key)
+        if data.get("reservation"):
+            body["reservation"] = data["reservation"]
         return {k: v for k, v in body.items() if v is not None}
 
 
@@ -348,6 +357,7 @@ class IsolationForm(NodePoolForm):
             "node_count",
             "driver_version",
             "cuda_version",
+            "reservation",
         ):
             del self.fields[name]
 

@@ -12,6 +12,8 @@ class EventType(models.TextChoices):
     INVOICE_FINALIZED = "invoice.finalized"
     QUOTA_80 = "quota.80"
     QUOTA_100 = "quota.100"
+    RESERVATION_ENDING = "reservation.ending"
+    RESERVATION_ENDED = "reservation.ended"
 
 
 CLOUDEVENT_TYPE_PREFIX = "dev.nvke."

@@ -9,6 +9,7 @@ from billing.signals import invoice_finalized
 from clusters.signals import operation_finished
 from fleet.signals import host_drain_requested
 from nodepools.signals import node_repaired
+from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import quota_threshold_reached
 
 from . import services
@@ -107,3 +108,44 @@ def on_quota_threshold(sender, tenant_id, resource, limit, reserved, threshold, 
             subject=resource,
             data={"resource": resource, "limit": limit, "reserved": reserved, "percent": threshold},
         )
+
+
+def _reservation_data(reservation) -> dict:
+    pools = [str(p) for p in reservation.nodepools.values_list("id", flat=True)]
+    return {
+        "id": str(reservation.id),
+        "gpu_model": reservation.gpu_model_id,
+        "region": reservation.region,
+        "zone": reservation.zone,
+        "gpus": reservation.gpus,
+        "start": reservation.start.isoformat(),
+        "end": reservation.end.isoformat() if reservation.end else None,
+        "end_action": reservation.end_action,
+        "nodepool_ids": pools,
+    }
+
+
+@receiver(reservation_ending)
+def on_reservation_ending(sender, reservation, **kwargs) -> None:
+    """``reservation.ending``: sent ``notice_lead_s`` before the end (once)."""
+    services.emit(
+        tenant_id=reservation.tenant_id,
+        event_type=EventType.RESERVATION_ENDING,
+        source="/api/v1/reservations",
+        subject=str(reservation.id),
+        data=_reservation_data(reservation),
+    )
+
+
+@receiver(reservation_ended)
+def on_reservation_ended(sender, reservation, first=False, **kwargs) -> None:
+    """``reservation.ended``: once, when the end is processed."""
+    if not first:
+        return
+    services.emit(
+        tenant_id=reservation.tenant_id,
+        event_type=EventType.RESERVATION_ENDED,
+        source="/api/v1/reservations",
+        subject=str(reservation.id),
+        data=_reservation_data(reservation),
+    )

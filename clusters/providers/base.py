@@ -68,6 +68,9 @@ class NodePoolSpec:
     #: during a node upgrade, the upgrade's target
     kubernetes_version: str = ""
     driver_version: str = ""
+    #: the capacity reservation the pool draws from (None: on-demand) and its zone ("": any)
+    reservation_id: uuid.UUID | None = None
+    zone: str = ""
 
 
 @dataclass(frozen=True)

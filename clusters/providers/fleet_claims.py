@@ -33,6 +33,8 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
             gpu_model=pool.gpu_model,
             gpus=pool.gpus_per_node,
             region=pool.cluster.region,
+            zone=pool.zone or None,
+            reservation_id=pool.reservation_id,
         )
         for node in nodes
     ]

@@ -50,6 +50,7 @@ class PoolNodesSerializer(serializers.ListSerializer):
 class NodePoolSerializer(serializers.ModelSerializer):
     cluster_id = serializers.UUIDField(read_only=True)
     gpu_model = serializers.CharField(source="gpu_model_id", read_only=True)
+    reservation = serializers.UUIDField(source="reservation_id", read_only=True, allow_null=True)
     nodes = PoolNodesSerializer(child=NodeSerializer(), read_only=True)
 
     class Meta:
@@ -61,6 +62,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "gpu_model",
             "gpus_per_node",
             "node_count",
+            "reservation",
             "autoscaling",
             "isolation",
             "placement",
@@ -115,6 +117,13 @@ class NodePoolCreateSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="CUDA version the workloads need (12.8); the driver must support it",
     )
+    reservation = serializers.UUIDField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="id of the tenant's capacity reservation the pool draws from "
+        "(guaranteed placement while it is in force)",
+    )
 
 
 class NodePoolUpdateSerializer(serializers.Serializer):
@@ -122,6 +131,62 @@ class NodePoolUpdateSerializer(serializers.Serializer):
     the size changes through ``set-size``."""
 
     isolation = serializers.JSONField()
+
+
+class DryRunCapacitySerializer(serializers.Serializer):
+    placeable_now = serializers.BooleanField()
+    placeable_from = serializers.DateTimeField(
+        allow_null=True, help_text="when it fits if not now; null: not at any future instant"
+    )
+    reservation_id = serializers.UUIDField(
+        allow_null=True, help_text="the reservation it would be placed on"
+    )
+    needed_gpus = serializers.IntegerField()
+    free_gpus = serializers.IntegerField(
+        help_text="on-demand: GPUs unreserved pools may take now; reservation: GPUs left in it"
+    )
+    reserved_gpus = serializers.IntegerField(
+        help_text="on-demand: the most GPUs reserved from now on in the region; "
+        "reservation: its size"
+    )
+    message = serializers.CharField()
+
+
+class _QuotaPart(serializers.Serializer):
+    limit = serializers.IntegerField()
+    reserved = serializers.IntegerField()
+    requested = serializers.IntegerField()
+    left_after = serializers.IntegerField()
+
+
+class _GpuQuotaPart(_QuotaPart):
+    gpu_model = serializers.CharField()
+
+
+class DryRunQuotaSerializer(serializers.Serializer):
+    fits = serializers.BooleanField()
+    gpus = _GpuQuotaPart()
+    nodes = _QuotaPart()
+
+
+class DryRunCostSerializer(serializers.Serializer):
+    currency = serializers.CharField()
+    basis = serializers.ChoiceField(choices=["on-demand", "reservation"])
+    gpus = serializers.IntegerField()
+    unit_price = serializers.DecimalField(
+        max_digits=20, decimal_places=6, help_text="per GPU-hour, on-demand"
+    )
+    hourly = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=4,
+        help_text="what the pool adds per hour (0 on a reservation: its usage is covered)",
+    )
+    reservation_hourly = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=4,
+        allow_null=True,
+        help_text="the reservation's own charge per hour (billed whether used or not)",
+    )
 
 
 class DryRunSerializer(serializers.Serializer):
@@ -133,6 +198,13 @@ class DryRunSerializer(serializers.Serializer):
     disruption = serializers.JSONField(
         help_text='{"nodes": [{"name", "drain", "repartition", "gpus"}], "drain": n, '
         '"repartition": n, "max_unavailable": 1}'
+    )
+    capacity = DryRunCapacitySerializer(
+        allow_null=True, help_text="create only: can the pool be placed, now or from when"
+    )
+    quota = DryRunQuotaSerializer(allow_null=True, help_text="create only: quota left after it")
+    cost = DryRunCostSerializer(
+        allow_null=True, help_text="create only: hourly cost from the price sheet (or null)"
     )
 
 

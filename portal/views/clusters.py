@@ -235,6 +235,30 @@ def _pool_form_models(cluster: Cluster, request: HttpRequest):
     return models, GpuModel.objects.filter(slug=slug).first() if slug else None
 
 
+def _reservation_choices(request: HttpRequest, cluster: Cluster) -> list[tuple[str, str]]:
+    """The tenant's reservations in the cluster's region that have not ended."""
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from reservations.models import Reservation
+
+    now = timezone.now()
+    rows = scope_queryset(
+        Reservation.objects.filter(region=cluster.region, cancelled_at__isnull=True).filter(
+            Q(end__isnull=True) | Q(end__gt=now)
+        ),
+        request.principal,
+    ).filter(tenant_id=cluster.tenant_id)
+    return [
+        (
+            str(r.id),
+            f"{r.name or str(r.id)[:8]}: {r.gpus} x {r.gpu_model_id}, "
+            f"{r.start:%Y-%m-%d %H:%M} to {f'{r.end:%Y-%m-%d %H:%M}' if r.end else 'open'} UTC",
+        )
+        for r in rows.order_by("start")[:50]
+    ]
+
+
 @tenant_page
 def nodepool_create(request: HttpRequest, cluster_id) -> HttpResponse:
     """Add a node pool. "Check" validates and renders without creating (the API's dry run);
@@ -248,6 +272,7 @@ def nodepool_create(request: HttpRequest, cluster_id) -> HttpResponse:
         data,
         models=models,
         model=model,
+        reservations=_reservation_choices(request, cluster),
         initial={"gpu_model": model.slug if model else "", "node_count": 1, "gpus_per_node": 1},
     )
     if request.GET.get("partial") == "isolation":

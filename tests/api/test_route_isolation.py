@@ -97,6 +97,10 @@ ROUTES = {
     "webhook-delivery-list": "tenant-detail",
     "webhook-delivery-detail": "tenant-detail",
     "webhook-delivery-redeliver": "tenant-write",
+    # reservations: tenant-scoped; the calendar is counts only (checked below)
+    "reservation-list": "tenant-list",
+    "reservation-detail": "tenant-detail",
+    "reservation-calendar": "catalog",
 }
 
 
@@ -137,7 +141,23 @@ def world(owner, import_capture, tenant_a, operator):
     ).json()
     drive_pool(pool_op["target_id"])
     hook, delivery = _webhook(tenant_a)
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from reservations.models import Reservation
+
+    reservation = Reservation.objects.create(  # rows: H100 capacity is not what is tested
+        tenant=tenant_a,
+        gpu_model_id="h100-sxm5-80gb",
+        region="us-east-1",
+        gpus=8,
+        start=timezone.now() + timedelta(hours=1),
+        end=timezone.now() + timedelta(hours=3),
+        end_action="drain",  # its GPUs come back at the end (keep would count on after it)
+    )
     return {
+        "reservation": str(reservation.id),
         "webhook": str(hook.id),
         "delivery": str(delivery.id),
         "cluster": op["target_id"],
@@ -189,6 +209,7 @@ def detail_urls(world, missing=False):
         "member-list": f"/api/v1/tenants/{ids['tenant']}/members",
         "cluster-kubeconfig": f"/api/v1/clusters/{c}/kubeconfig",
         "quota-detail": f"/api/v1/quotas/{ids['tenant']}",
+        "reservation-detail": f"/api/v1/reservations/{ids['reservation']}",
         "webhook-detail": f"/api/v1/webhooks/{ids['webhook']}",
         "webhook-delivery-list": f"/api/v1/webhooks/{ids['webhook']}/deliveries",
         "webhook-delivery-detail": (
@@ -204,6 +225,7 @@ LISTS = {
     "quota-list": "/api/v1/quotas",
     "audit-event-list": "/api/v1/audit-events",
     "webhook-list": "/api/v1/webhooks",
+    "reservation-list": "/api/v1/reservations",
 }
 
 
@@ -416,6 +438,17 @@ def test_catalog_and_public_routes(owner, anonymous, catalog):
         assert owner.post(url, {}, format="json").status_code == 405, url  # read-only
     assert anonymous.get("/api/v1/schema/").status_code == 200
     assert anonymous.get("/api/v1/docs/").status_code == 200
+
+
+def test_reservation_calendar_is_counts_only_for_any_tenant(owner, outsider, anonymous, world):
+    url = "/api/v1/reservations/calendar?gpu_model=h100-sxm5-80gb&region=us-east-1"
+    assert anonymous.get(url).status_code == 401
+    body = outsider.get(url)
+    assert body.status_code == 200
+    assert [i["reserved"] for i in body.json()["intervals"]] == [0, 8, 0]  # A's 8, unnamed
+    assert world["reservation"] not in body.content.decode()
+    assert world["tenant"] not in body.content.decode()
+    assert outsider.post("/api/v1/reservations/calendar", {}).status_code == 405
 
 
 def test_random_ids_are_404_not_500(owner):

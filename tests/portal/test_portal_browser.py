@@ -93,6 +93,11 @@ def test_a_new_tenant_gets_an_h100_mig_pool_and_its_cost_and_an_operator_cordons
     page.get_by_label("MIG profile (the same on every GPU)").select_option("1g.10gb")
     page.get_by_role("button", name="Check (nothing is created)").click()
     expect(page.locator("#dry-run")).to_contain_text("nvidia.com/gpu: 7")
+    # capacity, quota and cost of the dry run: 8 H100 free, none reserved; the default quota
+    # of 512 GPUs less this pool's 1; 1 GPU x 2.50 USD per hour
+    expect(page.locator("#dry-run-capacity")).to_contain_text("needs 1; 8 free on-demand")
+    expect(page.locator("#dry-run-quota")).to_contain_text("511 of 512 left after it")
+    expect(page.locator("#dry-run-cost")).to_contain_text("2.50 USD")
     assert not NodePool.objects.filter(cluster=cluster).exists()
     page.get_by_role("button", name="Create node pool").click()
     expect(page.locator("h1")).to_have_text("Node pool mig")

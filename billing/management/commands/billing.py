@@ -41,6 +41,9 @@ class Command(BaseCommand):
         price.add_argument("--currency", default="USD")
         price.add_argument("--tenant")
         price.add_argument("--fraction", type=Decimal, help="billable fraction of a MIG profile")
+        price.add_argument(
+            "--reservation-rate", type=Decimal, help="per reserved GPU-hour (reservations)"
+        )
         price.add_argument("--from", dest="start", required=True)
         price.add_argument("--to", dest="end")
         price.add_argument("--label", default="")
@@ -81,6 +84,7 @@ class Command(BaseCommand):
             currency=o["currency"],
             tenant=tenant,
             billable_fraction=o["fraction"],
+            reservation_hourly_rate=o.get("reservation_rate"),
             effective_from=_time(o["start"]),
             effective_to=_time(o["end"]),
             label=o["label"],

@@ -1,0 +1,177 @@
+"""The dry run's three answers for a new node pool: capacity, quota left, and (through
+:data:`nodepools.signals.price_nodepool`, answered by billing) the hourly cost.
+
+Capacity is answered in counts *and* shapes: the counts of :mod:`reservations.capacity`
+(reserved GPUs are not on-demand capacity) and a what-if run of the placement planner over
+the current fleet (:class:`fleet.placement.Planner`, nothing claimed), so "placeable now" means
+both that the GPUs are free for this pool and that its nodes fit on hosts as they are.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from clusters.choices import GONE_PHASES
+from fleet import placement
+from reservations import capacity
+from reservations.models import Reservation
+from tenants import quotas
+
+from .models import NodePool
+from .signals import price_nodepool
+
+
+def planned_gpus(reservation: Reservation, exclude_pool=None) -> int:
+    """GPUs the live pools drawing from ``reservation`` ask for (their specs)."""
+    qs = NodePool.objects.filter(reservation=reservation).exclude(phase__in=GONE_PHASES)
+    qs = qs.filter(deletion_requested_at__isnull=True)
+    if exclude_pool is not None:
+        qs = qs.exclude(pk=exclude_pool)
+    total = qs.aggregate(n=Sum(F("node_count") * F("gpus_per_node")))["n"]
+    return int(total or 0)
+
+
+def _shape_fits(tenant_id, model: str, region: str, zone: str, gpus: int, nodes: int) -> bool:
+    requests = [
+        placement.GpuRequest(
+            holder_id=uuid.uuid4(),
+            tenant_id=tenant_id,
+            gpu_model=model,
+            gpus=gpus,
+            region=region,
+            zone=zone or None,
+        )
+        for _ in range(nodes)
+    ]
+    planner = placement.Planner(placement.load_host_views(requests))
+    try:
+        planner.place_all(requests)
+    except placement.InsufficientCapacity:
+        return False
+    return True
+
+
+def capacity_answer(
+    *,
+    tenant_id,
+    gpu_model: str,
+    region: str,
+    gpus_per_node: int,
+    node_count: int,
+    reservation: Reservation | None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """``{"placeable_now", "placeable_from", "reservation_id", "needed_gpus", "free_gpus",
+    "reserved_gpus", "message"}``.
+
+    ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
+    (``C - D - max R``), for a reservation pool what its reservation has left after its other
+    pools; ``reserved_gpus``: the largest count reserved from now on in the region (on-demand
+    pools cannot take those); ``placeable_from``: when it fits if not now (a reservation's
+    start, or when reservations end), None when it does not fit at any future instant as the
+    fleet is now.
+    """
+    now = now or timezone.now()
+    needed = gpus_per_node * node_count
+    if reservation is not None:
+        left = reservation.gpus - planned_gpus(reservation)
+        state = reservation.state_at(now)
+        fits = left >= needed
+        shape = fits and _shape_fits(
+            tenant_id, gpu_model, region, reservation.zone, gpus_per_node, node_count
+        )
+        answer = {
+            "placeable_now": state == "ACTIVE" and fits and shape,
+            "placeable_from": None,
+            "reservation_id": str(reservation.id),
+            "needed_gpus": needed,
+            "free_gpus": max(left, 0),
+            "reserved_gpus": reservation.gpus,
+        }
+        if not fits:
+            answer["message"] = (
+                f"reservation {reservation.id} has {left} of {reservation.gpus} GPU(s) left; "
+                f"the pool needs {needed}"
+            )
+        elif state == "SCHEDULED":
+            answer["placeable_from"] = reservation.start
+            answer["message"] = f"placeable from {reservation.start.isoformat()} (reservation)"
+        elif state != "ACTIVE":
+            answer["message"] = f"reservation {reservation.id} is {state}"
+        elif not shape:
+            answer["message"] = "the reserved GPUs are free but no host set fits the nodes now"
+        else:
+            answer["message"] = f"placeable now on reservation {reservation.id}"
+        return answer
+    room = capacity.on_demand_room(gpu_model, region, now)
+    shape = _shape_fits(tenant_id, gpu_model, region, "", gpus_per_node, node_count)
+    answer = {
+        "placeable_now": room.free >= needed and shape,
+        "placeable_from": None,
+        "reservation_id": None,
+        "needed_gpus": needed,
+        "free_gpus": room.free,
+        "reserved_gpus": room.reserved_peak,
+    }
+    if answer["placeable_now"]:
+        answer["placeable_from"] = now
+        answer["message"] = f"placeable now: {room.free} GPU(s) free on-demand"
+    elif room.free < needed and room.free_physical >= needed:
+        when = capacity.on_demand_from(gpu_model, region, needed, now)
+        answer["placeable_from"] = when
+        answer["message"] = (
+            f"{room.reserved_peak} GPU(s) are reserved; unreserved pools may take {room.free}"
+            + (f"; placeable from {when.isoformat()}" if when else "")
+        )
+    else:
+        answer["message"] = f"not placeable: {room.free} GPU(s) free on-demand" + (
+            "" if room.free < needed else ", but no host set fits the nodes"
+        )
+    return answer
+
+
+def quota_answer(*, tenant_id, gpu_model: str, gpus: int, nodes: int) -> dict[str, Any]:
+    """``{"fits", "gpus": {"gpu_model", "limit", "reserved", "requested", "left_after"},
+    "nodes": {"limit", "reserved", "requested", "left_after"}}`` from the tenant's quota row
+    (read, not locked: the real create checks it again under the lock)."""
+    quota = quotas.quota_for(tenant_id, lock=False)
+    gpu_limit = quotas.gpu_limit(quota, gpu_model)
+    gpu_used = int(quota.reserved_gpus.get(gpu_model, 0))
+    out = {
+        "gpus": {
+            "gpu_model": gpu_model,
+            "limit": gpu_limit,
+            "reserved": gpu_used,
+            "requested": gpus,
+            "left_after": gpu_limit - gpu_used - gpus,
+        },
+        "nodes": {
+            "limit": quota.max_nodes,
+            "reserved": quota.reserved_nodes,
+            "requested": nodes,
+            "left_after": quota.max_nodes - quota.reserved_nodes - nodes,
+        },
+    }
+    out["fits"] = out["gpus"]["left_after"] >= 0 and out["nodes"]["left_after"] >= 0
+    return out
+
+
+def cost_answer(
+    *, tenant_id, gpu_model: str, gpus: int, reservation: Reservation | None
+) -> dict[str, Any] | None:
+    """The first receiver's answer to :data:`price_nodepool` (billing), or None."""
+    for _, answer in price_nodepool.send(
+        sender=NodePool,
+        tenant_id=tenant_id,
+        gpu_model=gpu_model,
+        gpus=gpus,
+        reservation=reservation,
+    ):
+        if answer is not None:
+            return answer
+    return None

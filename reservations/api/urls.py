@@ -1,0 +1,14 @@
+from django.urls import path
+
+from .views import ReservationCalendarView, ReservationViewSet
+
+app_name = "reservations"
+
+reservations = ReservationViewSet.as_view({"get": "list", "post": "create"})
+reservation = ReservationViewSet.as_view({"get": "retrieve"})
+
+urlpatterns = [
+    path("reservations", reservations, name="reservation-list"),
+    path("reservations/calendar", ReservationCalendarView.as_view(), name="reservation-calendar"),
+    path("reservations/<uuid:pk>", reservation, name="reservation-detail"),
+]

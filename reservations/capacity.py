@@ -1,0 +1,207 @@
+"""Counting capacity over time for one (GPU model, region) and, inside it, one zone.
+
+Terms (whole GPUs of the model, on dedicated hosts (a shared host sells MIG slices, never whole
+GPUs: fleet.shared_placement) in a schedulable state, ``AVAILABLE``/``ALLOCATED``):
+
+* **capacity** ``C``: GPUs that can be handed out or are held (healthy and listed by the
+  agent, or held by a node). Counted now; a host lost later lowers it (the calendar then shows
+  ``overcommitted`` and the operator's fleet is short, see the README).
+* **on-demand** ``D``: GPUs held now by nodes that do not draw from an active reservation.
+  On-demand nodes have no end time, so ``D`` counts at *every* future instant.
+* **reserved** ``R(t)``: the sum of ``gpus`` of the reservations in force at ``t``. A
+  ``keep`` reservation that has not ended yet counts for every instant after its ``end`` too
+  (its nodes may continue on-demand, up to its size); once it ended its nodes are in ``D``.
+
+The invariant admission keeps (:mod:`reservations.admission`) and placement checks
+(:mod:`reservations.guard`): ``D + R(t) <= C`` for every ``t >= now``, in the region and in
+every zone that has zone-scoped reservations (the region-wide ones may use any zone, so those
+two checks are enough for the counts to fit). Counts, not host shapes: a pool whose nodes
+need whole hosts can still meet fragmentation (``GET /api/v1/fleet/fragmentation``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import Q
+
+from fleet.models import region_of_zone
+
+from .choices import EndAction
+from .models import Reservation
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One reservation's count over ``[start, end)`` (``end`` None: for ever)."""
+
+    reservation_id: object
+    gpus: int
+    start: datetime
+    end: datetime | None
+    zone: str = ""
+
+
+def zone_in_region(zone: str, region: str) -> bool:
+    """The placement rule for "this zone is in this region" (:func:`fleet.placement`)."""
+    return zone == region or zone.startswith(region) or region_of_zone(zone) == region
+
+
+_COUNTS_SQL = """
+SELECT h.zone,
+       count(*) FILTER (WHERE (g.health = 'HEALTHY' AND g.missing_since IS NULL)
+                              OR g.holder_id IS NOT NULL),
+       count(*) FILTER (WHERE g.holder_id IS NOT NULL AND r.id IS NULL)
+  FROM fleet_gpu g
+  JOIN fleet_host h ON h.id = g.host_id
+  LEFT JOIN reservations_reservationclaim c ON c.holder_id = g.holder_id
+  LEFT JOIN reservations_reservation r
+         ON r.id = c.reservation_id AND r.start <= %(now)s
+        AND (r.end IS NULL OR r.end > %(now)s)
+        AND (r.cancelled_at IS NULL OR r.cancelled_at > %(now)s)
+ WHERE h.gpu_model_id = %(model)s AND h.state IN ('AVAILABLE', 'ALLOCATED')
+   AND h.tenancy = 'dedicated'
+   AND (h.region = %(region)s OR h.zone = %(region)s OR h.zone LIKE %(prefix)s)
+ GROUP BY h.zone
+"""
+
+
+def fleet_counts(model: str, region: str, now: datetime) -> dict[str, tuple[int, int]]:
+    """``{zone: (capacity, on_demand)}`` of ``model`` in ``region`` now (one query)."""
+    prefix = region.replace("%", "").replace("_", "\\_") + "%"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _COUNTS_SQL, {"model": model, "region": region, "prefix": prefix, "now": now}
+        )
+        rows = cursor.fetchall()
+    return {zone: (int(cap), int(held)) for zone, cap, held in rows if zone_in_region(zone, region)}
+
+
+def totals(counts: dict[str, tuple[int, int]], zone: str = "") -> tuple[int, int]:
+    """``(capacity, on_demand)`` of the region (``zone`` "") or of one zone."""
+    rows = [v for z, v in counts.items() if not zone or z == zone]
+    return sum(c for c, _ in rows), sum(d for _, d in rows)
+
+
+def live_reservations(model: str, region: str, now: datetime):
+    """Reservations of ``model`` in ``region`` that still count at or after ``now``."""
+    return Reservation.objects.filter(gpu_model_id=model, region=region).filter(
+        Q(cancelled_at__isnull=True) | Q(cancelled_at__gt=now),
+        Q(end__isnull=True) | Q(end__gt=now) | Q(end_action=EndAction.KEEP, ended_at__isnull=True),
+    )
+
+
+def demands(reservations: Iterable[Reservation], now: datetime) -> list[Demand]:
+    """Each reservation's accounting interval (see the module docstring for ``keep``)."""
+    out = []
+    for r in reservations:
+        end = r.effective_end()
+        cancelled = r.cancelled_at is not None and (r.end is None or r.cancelled_at < r.end)
+        if r.end_action == EndAction.KEEP and not cancelled and r.ended_at is None:
+            end = None  # its nodes may carry on on-demand after the end
+        if end is not None and end <= now:
+            continue
+        out.append(Demand(r.id, r.gpus, r.start, end, r.zone))
+    return out
+
+
+def reserved_at(demand: Sequence[Demand], t: datetime) -> int:
+    return sum(d.gpus for d in demand if d.start <= t and (d.end is None or t < d.end))
+
+
+def breakpoints(demand: Sequence[Demand], start: datetime, end: datetime | None) -> list[datetime]:
+    """``start`` and every demand boundary inside ``(start, end)``, sorted."""
+    points = {start}
+    for d in demand:
+        for t in (d.start, d.end):
+            if t is not None and t > start and (end is None or t < end):
+                points.add(t)
+    return sorted(points)
+
+
+def peak(demand: Sequence[Demand], start: datetime, end: datetime | None) -> int:
+    """The largest ``R(t)`` for ``t`` in ``[start, end)`` (``end`` None: for ever).
+
+    ``R`` is a step function that only changes at demand boundaries, so its maximum over a
+    window is its maximum at the window's start and at the boundaries inside it.
+    """
+    return max((reserved_at(demand, t) for t in breakpoints(demand, start, end)), default=0)
+
+
+@dataclass(frozen=True)
+class OnDemandRoom:
+    """What an on-demand (unreserved) claim may take in a region now."""
+
+    capacity: int
+    on_demand: int
+    reserved_peak: int
+    reservation_ids: tuple
+    free_physical: int
+
+    @property
+    def free(self) -> int:
+        """GPUs an on-demand pool may still take: ``C - D - max_{t >= now} R(t)``."""
+        return max(self.capacity - self.on_demand - self.reserved_peak, 0)
+
+
+def on_demand_room(model: str, region: str, now: datetime, zone: str = "") -> OnDemandRoom:
+    """Room for on-demand GPUs of ``model`` in ``region`` (or ``zone``) now."""
+    counts = fleet_counts(model, region, now)
+    capacity, held = totals(counts, zone)
+    live = list(live_reservations(model, region, now))
+    demand = [d for d in demands(live, now) if not zone or not d.zone or d.zone == zone]
+    top = peak(demand, now, None)
+    held_reserved = _held_by_active(live, now, zone)
+    return OnDemandRoom(
+        capacity=capacity,
+        on_demand=held,
+        reserved_peak=top,
+        reservation_ids=tuple(d.reservation_id for d in demand),
+        free_physical=max(capacity - held - held_reserved, 0),
+    )
+
+
+def _held_by_active(reservations: Sequence[Reservation], now: datetime, zone: str) -> int:
+    from fleet.models import Gpu
+
+    active = [r.id for r in reservations if r.is_active(now)]
+    if not active:
+        return 0
+    qs = Gpu.objects.filter(
+        holder_id__in=claim_holders(active), host__state__in=("AVAILABLE", "ALLOCATED")
+    )
+    if zone:
+        qs = qs.filter(host__zone=zone)
+    return qs.count()
+
+
+def claim_holders(reservation_ids):
+    """Subquery: the holder ids (nodes) placed on these reservations."""
+    from .models import ReservationClaim
+
+    return ReservationClaim.objects.filter(reservation_id__in=reservation_ids).values("holder_id")
+
+
+def on_demand_from(
+    model: str, region: str, gpus: int, now: datetime, zone: str = ""
+) -> datetime | None:
+    """The earliest instant from which ``gpus`` more on-demand GPUs fit for good (reservations
+    ending free them), or None when they never fit (the fleet itself is too small)."""
+    counts = fleet_counts(model, region, now)
+    capacity, held = totals(counts, zone)
+    live = list(live_reservations(model, region, now))
+    demand = [d for d in demands(live, now) if not zone or not d.zone or d.zone == zone]
+    for t in breakpoints(demand, now, None):
+        if held + gpus + peak(demand, t, None) <= capacity:
+            return t
+    return None
+
+
+def reservation_used(reservation: Reservation) -> int:
+    """GPUs held now by nodes drawing from ``reservation`` (the fleet's holder rows)."""
+    from fleet.models import Gpu
+
+    return Gpu.objects.filter(holder_id__in=claim_holders([reservation.id])).count()

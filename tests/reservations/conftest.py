@@ -1,0 +1,47 @@
+"""Shared set-up of the reservation tests: a fleet of SIMULATED hosts (tests/conftest.py's
+``make_host``: the GPU infrastructure is the only simulated part) and running clusters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tests.helpers import drive_cluster
+
+MODEL = "h100-sxm5-80gb"
+
+
+@pytest.fixture
+def h100_fleet(make_host):
+    """2 hosts x 8 H100 in us-east-1a: 16 GPUs in region us-east-1."""
+    return [make_host(MODEL, gpus=8, zone="us-east-1a") for _ in range(2)]
+
+
+def make_cluster(client, name="c1"):
+    op = client.post(
+        "/api/v1/clusters",
+        {"name": name, "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    )
+    assert op.status_code == 202, op.content
+    drive_cluster(op.json()["target_id"])
+    return op.json()["target_id"]
+
+
+def reserve(client, gpus, *, start=None, hours=4, **extra):
+    start = start or timezone.now()
+    body = {
+        "gpu_model": MODEL,
+        "region": "us-east-1",
+        "gpus": gpus,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=hours)).isoformat() if hours else None,
+        **extra,
+    }
+    return client.post("/api/v1/reservations", body, format="json")
+
+
+def pool_body(name, nodes, gpus=8, **extra):
+    return {"name": name, "gpu_model": MODEL, "gpus_per_node": gpus, "node_count": nodes, **extra}

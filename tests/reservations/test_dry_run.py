@@ -1,0 +1,118 @@
+"""The node pool dry run answers capacity, quota left and hourly cost (values by hand).
+
+Fleet: 16 H100 (2 simulated hosts x 8). Price sheet: list 2.50 USD per GPU-hour on-demand,
+1.75 USD per reserved GPU-hour. Tenant A reserves 8 GPUs from now for 4 h (drain at the end).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world(owner, outsider, h100_fleet):
+    from billing.prices import set_price
+
+    set_price(
+        gpu_model=MODEL,
+        effective_from=timezone.now() - timedelta(days=1),
+        hourly_rate=Decimal("2.50"),
+        reservation_hourly_rate=Decimal("1.75"),
+    )
+    resp = reserve(owner, 8, end_action="drain")
+    assert resp.status_code == 201, resp.content
+    return {
+        "reservation": resp.json(),
+        "a": make_cluster(owner, "a"),
+        "b": make_cluster(outsider, "b"),
+    }
+
+
+def dry(client, cluster, body):
+    resp = client.post(f"/api/v1/clusters/{cluster}/nodepools?dry_run=true", body, format="json")
+    assert resp.status_code == 200, resp.content
+    return resp.json()
+
+
+def test_on_demand_dry_run_reports_capacity_quota_and_cost(outsider, world):
+    from nodepools.models import NodePool
+
+    body = dry(outsider, world["b"], pool_body("p", 1, gpus=4))
+    cap = body["capacity"]
+    # free on-demand = C - D - R = 16 - 0 - 8 = 8 >= 4 needed
+    assert (cap["placeable_now"], cap["needed_gpus"], cap["free_gpus"]) == (True, 4, 8)
+    assert (cap["reserved_gpus"], cap["reservation_id"]) == (8, None)
+    # quota: defaults 512 GPUs per model and 200 nodes, nothing reserved yet
+    assert body["quota"] == {
+        "fits": True,
+        "gpus": {
+            "gpu_model": MODEL,
+            "limit": 512,
+            "reserved": 0,
+            "requested": 4,
+            "left_after": 508,
+        },
+        "nodes": {"limit": 200, "reserved": 0, "requested": 1, "left_after": 199},
+    }
+    # cost: 4 GPUs x 2.50 USD = 10.00 USD per hour
+    cost = body["cost"]
+    assert (cost["basis"], cost["currency"], cost["gpus"]) == ("on-demand", "USD", 4)
+    assert Decimal(str(cost["unit_price"])) == Decimal("2.50")
+    assert Decimal(str(cost["hourly"])) == Decimal("10.00")
+    assert NodePool.objects.count() == 0  # nothing written
+
+
+def test_dry_run_says_from_when_reserved_gpus_come_back(outsider, world):
+    body = dry(outsider, world["b"], pool_body("p", 2))  # 16 GPUs: 8 are reserved until end
+    cap = body["capacity"]
+    assert (cap["placeable_now"], cap["free_gpus"], cap["needed_gpus"]) == (False, 8, 16)
+    end = world["reservation"]["end"]
+    assert cap["placeable_from"].replace("Z", "+00:00") == end.replace("Z", "+00:00")
+    assert "8 GPU(s) are reserved" in cap["message"]
+    assert Decimal(str(body["cost"]["hourly"])) == Decimal("40.00")  # 16 x 2.50
+
+
+def test_dry_run_on_a_reservation_names_it_and_costs_nothing_more_per_hour(owner, world):
+    r = world["reservation"]
+    body = dry(owner, world["a"], pool_body("p", 1, reservation=r["id"]))
+    cap = body["capacity"]
+    assert (cap["placeable_now"], cap["reservation_id"], cap["free_gpus"]) == (True, r["id"], 8)
+    cost = body["cost"]
+    assert cost["basis"] == "reservation"
+    assert Decimal(str(cost["hourly"])) == 0  # usage inside the reservation is covered
+    assert Decimal(str(cost["reservation_hourly"])) == Decimal("14.00")  # 8 x 1.75
+
+
+def test_dry_run_on_a_future_reservation_says_from_its_start(owner, world):
+    start = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
+    later = reserve(owner, 4, start=start, hours=2)
+    assert later.status_code == 201, later.content
+    body = dry(owner, world["a"], pool_body("p", 1, gpus=4, reservation=later.json()["id"]))
+    cap = body["capacity"]
+    assert cap["placeable_now"] is False
+    assert cap["placeable_from"].replace("Z", "+00:00") == start.isoformat()
+    created = owner.post(
+        f"/api/v1/clusters/{world['a']}/nodepools",
+        pool_body("p", 1, gpus=4, reservation=later.json()["id"]),
+        format="json",
+    )
+    assert (created.status_code, created.json()["code"]) == (409, "reservation_not_active")
+
+
+def test_quota_left_goes_negative_in_the_dry_run_when_the_pool_would_exceed_it(
+    outsider, tenant_b, world
+):
+    from tenants import quotas
+
+    quotas.set_limits(tenant_b, max_gpus={MODEL: 6})
+    body = dry(outsider, world["b"], pool_body("p", 1))
+    assert body["quota"]["fits"] is False
+    assert body["quota"]["gpus"]["left_after"] == 6 - 8

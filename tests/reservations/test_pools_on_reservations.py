@@ -1,0 +1,144 @@
+"""Pools drawing from a reservation get its GPUs; on-demand pools are refused them.
+
+Fleet: 16 H100 (2 simulated hosts x 8). Tenant A reserves 8 from now for 4 h.
+Worked by hand: capacity C = 16, on-demand D = 0, reserved R = 8, so an unreserved pool may
+take C - D - R = 8 GPUs; once tenant B runs 8 on-demand, 16 - 8 - 8 = 0 are left for it,
+while tenant A's pool of 8 on its reservation is placed.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import transaction
+
+from tests.helpers import drive_pool
+from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def reserved(owner, h100_fleet):
+    resp = reserve(owner, 8)
+    assert resp.status_code == 201, resp.content
+    return resp.json()
+
+
+def test_a_pool_draws_from_its_reservation_while_on_demand_pools_are_refused(
+    owner, outsider, reserved
+):
+    from fleet.models import Gpu
+    from nodepools.models import NodePool
+    from reservations.models import ReservationClaim
+
+    b_cluster = make_cluster(outsider, "b")
+    # 16 on-demand GPUs: the fleet has them (16 free), but 8 are reserved -> 409 naming it
+    refused = outsider.post(
+        f"/api/v1/clusters/{b_cluster}/nodepools", pool_body("big", 2), format="json"
+    )
+    assert refused.status_code == 409, refused.content
+    body = refused.json()
+    assert body["code"] == "capacity_reserved"
+    assert (body["capacity"], body["reserved"], body["free_on_demand"]) == (16, 8, 8)
+    assert body["own_reservations"] == []  # B has none; A's id is never shown to B
+    assert reserved["id"] not in refused.content.decode()
+    # 8 on-demand fit (16 - 0 - 8 = 8)
+    ok = outsider.post(f"/api/v1/clusters/{b_cluster}/nodepools", pool_body("b8", 1))
+    assert ok.status_code == 202, ok.content
+    drive_pool(ok.json()["target_id"])
+    assert NodePool.objects.get(pk=ok.json()["target_id"]).phase == "RUNNING"
+    # now 16 - 8 - 8 = 0 for B: even one GPU is refused, with the pressure in the message
+    one = outsider.post(f"/api/v1/clusters/{b_cluster}/nodepools", pool_body("b1", 1, gpus=1))
+    assert (one.status_code, one.json()["code"]) == (409, "capacity_reserved")
+    assert "8 of 16 GPU(s) are reserved" in one.json()["detail"]
+
+    # A's pool on its reservation: placed on the 8 reserved GPUs
+    a_cluster = make_cluster(owner, "a")
+    created = owner.post(
+        f"/api/v1/clusters/{a_cluster}/nodepools",
+        pool_body("a8", 1, reservation=reserved["id"]),
+        format="json",
+    )
+    assert created.status_code == 202, created.content
+    pool_id = created.json()["target_id"]
+    drive_pool(pool_id)
+    pool = NodePool.objects.get(pk=pool_id)
+    assert pool.phase == "RUNNING"
+    assert str(pool.reservation_id) == reserved["id"]
+    node = pool.nodes.get()
+    assert ReservationClaim.objects.filter(holder_id=node.id).exists()
+    assert Gpu.objects.filter(holder_id=node.id).count() == 8
+    detail = owner.get(f"/api/v1/reservations/{reserved['id']}").json()
+    assert (detail["state"], detail["used_gpus"], detail["nodepool_ids"]) == (
+        "ACTIVE",
+        8,
+        [pool_id],
+    )
+    # the reservation is used up: a second pool on it is refused before anything is placed
+    more = owner.post(
+        f"/api/v1/clusters/{a_cluster}/nodepools",
+        pool_body("a1", 1, gpus=1, reservation=reserved["id"]),
+        format="json",
+    )
+    assert (more.status_code, more.json()["code"]) == (409, "reservation_exhausted")
+
+
+def test_placement_itself_keeps_on_demand_claims_off_reserved_gpus(tenant_b, reserved):
+    """The binding check is placement's hook (the create-time 409 is a courtesy): a claim
+    that skips the API still cannot take reserved GPUs."""
+    from fleet import placement
+    from fleet.models import Gpu
+    from reservations.guard import ReservedCapacity
+
+    def claim(n):
+        return [
+            placement.GpuRequest(uuid.uuid4(), tenant_b.id, MODEL, 8, "us-east-1") for _ in range(n)
+        ]
+
+    with pytest.raises(ReservedCapacity, match="8 of its 16 GPU"), transaction.atomic():
+        placement.claim_gpus(claim(2))  # 16 = all of the fleet, 8 of it reserved
+    assert Gpu.objects.filter(holder_id__isnull=False).count() == 0  # rolled back
+    with transaction.atomic():
+        placed = placement.claim_gpus(claim(1))  # 8 fit
+    assert len(placed[0].gpu_uuids) == 8
+
+
+def test_pools_cannot_draw_from_another_tenants_or_a_mismatched_reservation(
+    owner, outsider, reserved
+):
+    b_cluster = make_cluster(outsider, "b")
+    foreign = outsider.post(
+        f"/api/v1/clusters/{b_cluster}/nodepools",
+        pool_body("steal", 1, reservation=reserved["id"]),
+        format="json",
+    )
+    missing = outsider.post(
+        f"/api/v1/clusters/{b_cluster}/nodepools",
+        pool_body("steal", 1, reservation=str(uuid.uuid4())),
+        format="json",
+    )
+    assert (foreign.status_code, foreign.json()["code"]) == (400, "unknown_reservation")
+    assert foreign.json()["field"] == missing.json()["field"] == "reservation"
+    assert foreign.json()["detail"].split()[:2] == missing.json()["detail"].split()[:2]
+    a_cluster = make_cluster(owner, "a")
+    other_model = owner.post(
+        f"/api/v1/clusters/{a_cluster}/nodepools",
+        {**pool_body("x", 1, reservation=reserved["id"]), "gpu_model": "a10g", "gpus_per_node": 1},
+        format="json",
+    )
+    assert (other_model.status_code, other_model.json()["code"]) == (400, "reservation_mismatch")
+
+
+def test_quota_still_applies_to_pools_on_a_reservation(owner, tenant_a, reserved):
+    from tenants import quotas
+
+    quotas.set_limits(tenant_a, max_gpus={MODEL: 4})
+    a_cluster = make_cluster(owner, "a")
+    resp = owner.post(
+        f"/api/v1/clusters/{a_cluster}/nodepools",
+        pool_body("a8", 1, reservation=reserved["id"]),
+        format="json",
+    )
+    assert (resp.status_code, resp.json()["code"]) == (409, "quota_exceeded")
