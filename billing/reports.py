@@ -196,7 +196,8 @@ def utilization(
     no utilization (NVML: N/A) and are counted as allocated but not measured.
     Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
     """
-    stop = min(end, now)
+    # a window that has not begun yet is empty (an inverted range is a PostgreSQL error)
+    stop = max(start, min(end, now))
     params = {"start": start, "stop": stop, "ids": ledger_ids}
     key = UTILIZATION_GROUPS[group_by]
     groups: dict = defaultdict(_Acc)

@@ -210,6 +210,16 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
                     check_int(device.get(key), f"{at}.{key}", INT4)
                 for key in ("memory_total_bytes", "memory_used_bytes", "multiprocessor_count"):
                     check_int(device.get(key), f"{at}.{key}", (0, 2**63 - 1))
+                # a GPU instance starts at a memory slice 0-7 and spans 1-8 (NVIDIA MIG user
+                # guide, placements: 8 memory slices on every MIG-capable GPU)
+                check_int(device.get("placement_start"), f"{at}.placement_start", (0, 7))
+                check_int(device.get("placement_size"), f"{at}.placement_size", (1, 8))
+                for key, longest in (("profile", 32), ("name", 128)):
+                    text = device.get(key)
+                    if text is not None and (not isinstance(text, str) or len(text) > longest):
+                        raise FormatError(
+                            f"{at}.{key}", "invalid_type", f"a string of at most {longest} or null"
+                        )
                 if len(device) > MAX_OBJECT_ENTRIES:
                     raise FormatError(at, "too_many_entries", f"at most {MAX_OBJECT_ENTRIES}")
         scrubs = gpu.get("slice_scrubs")

@@ -92,10 +92,19 @@ NUMERIC_FIELDS = (
     ("clocks_event_reasons", int),
 )
 _INT64 = 2**63 - 1
-#: the integer range of each measurement's column (SAMPLE_TYPES: int4 clocks, int8 the rest);
-#: a value outside is refused (binary COPY would otherwise wrap it)
+#: the range of each measurement. Integers: what NVML can report (unsigned counters, bytes, mW,
+#: mJ, MHz, a bitmask: never negative) within the column (SAMPLE_TYPES: int4 clocks, int8 the
+#: rest; binary COPY would otherwise wrap it). Floats: percentages 0-100 (NVML utilization
+#: rates), temperatures within physics and far beyond any GPU's shutdown point (a 1e308 would
+#: overflow the rollups' sums). A value outside is refused (400, ``number_out_of_range``).
 _INT4_MAX = 2**31 - 1
-_INT_BOUNDS = {"sm_clock_mhz": _INT4_MAX, "memory_clock_mhz": _INT4_MAX}
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "utilization_gpu_pct": (0.0, 100.0),
+    "utilization_memory_pct": (0.0, 100.0),
+    "temperature_c": (-273.15, 1000.0),
+    "sm_clock_mhz": (0, _INT4_MAX),
+    "memory_clock_mhz": (0, _INT4_MAX),
+}
 
 UNKNOWN_GPU = "unknown_gpu"
 TS_IN_FUTURE = "ts_in_future"
@@ -185,8 +194,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
                 _count_stored(report_id, stored, parsed.deduplicated)
         if events:
             XidEvent.objects.bulk_create(events)
-            for event in events:
-                health.handle_xid(host, event, now)
+            health.handle_xids(host, events, now)
         warnings = None
         inventoried = isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list)
         if inventoried:
@@ -309,11 +317,11 @@ def _read_host_gpus(host: Host) -> _HostGpus:
 
 _NAMES = tuple(name for name, _kind in NUMERIC_FIELDS)
 _KINDS = tuple(kind for _name, kind in NUMERIC_FIELDS)
-_HIGHS = tuple(_INT_BOUNDS.get(name, _INT64) for name in _NAMES)
-_INF = (math.inf, -math.inf)
+_LOWS = tuple(_BOUNDS.get(name, (0, _INT64))[0] for name in _NAMES)
+_HIGHS = tuple(_BOUNDS.get(name, (0, _INT64))[1] for name in _NAMES)
 
 
-def _number(value: Any, kind: type, where: str, name: str, high: int = _INT64) -> int | float:
+def _number(value: Any, kind: type, where: str, name: str, low: float, high: float) -> int | float:
     """The slow path of :func:`_sample_rows`: convert or refuse one measurement."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidReport(where, f"{name} must be a finite number or null", "invalid_number")
@@ -321,11 +329,9 @@ def _number(value: Any, kind: type, where: str, name: str, high: int = _INT64) -
         raise InvalidReport(where, f"{name} must be a finite number or null", "invalid_number")
     if kind is int and isinstance(value, float) and not value.is_integer():
         raise InvalidReport(where, f"{name} must be an integer", "invalid_number")
-    if kind is int and not -high - 1 <= value <= high:
+    if not low <= value <= high:
         raise InvalidReport(
-            where,
-            f"{name} is out of its column's range [{-high - 1}, {high}]",
-            "number_out_of_range",
+            where, f"{name} is out of its range [{low:g}, {high:g}]", "number_out_of_range"
         )
     return kind(value)
 
@@ -363,6 +369,10 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
                 rejections[reason] = rejections.get(reason, 0) + 1
                 continue
         uuid = get("gpu_uuid")
+        if type(uuid) is not str:
+            raise InvalidReport(
+                f"samples[{i}].gpu_uuid", "must be a GPU or MIG device UUID", "invalid_gpu_uuid"
+            )
         gi = get("mig_gpu_instance_id")
         if gi is not None and (type(gi) is not int or not 0 <= gi <= _INT4_MAX):
             raise InvalidReport(
@@ -375,14 +385,14 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
             if value is None:
                 continue
             kind = _KINDS[j]
-            if type(value) is kind and (
-                (kind is float and value not in _INF and value == value)  # finite (not NaN)
-                or (kind is int and -_HIGHS[j] - 1 <= value <= _HIGHS[j])
-            ):
+            # in range (finite bounds: NaN and infinities fail the comparison)
+            if type(value) is kind and _LOWS[j] <= value <= _HIGHS[j]:
                 continue
-            values[j] = _number(value, kind, f"samples[{i}].{_NAMES[j]}", _NAMES[j], _HIGHS[j])
+            values[j] = _number(
+                value, kind, f"samples[{i}].{_NAMES[j]}", _NAMES[j], _LOWS[j], _HIGHS[j]
+            )
         if uuid not in known:
-            parent = mig_uuids.get(uuid) if type(uuid) is str else None
+            parent = mig_uuids.get(uuid)
             if parent is None:
                 rejections[UNKNOWN_GPU] = rejections.get(UNKNOWN_GPU, 0) + 1
                 continue

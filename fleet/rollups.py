@@ -54,10 +54,10 @@ deltas AS (
            CASE
              WHEN energy_mj IS NULL OR prev_energy_mj IS NULL THEN NULL
              WHEN energy_mj < prev_energy_mj THEN NULL
-             WHEN energy_mj - prev_energy_mj
+             WHEN energy_mj::numeric - prev_energy_mj
                   > %(max_w)s * EXTRACT(EPOCH FROM ts - prev_ts) * 1000 + %(max_w)s * 1000
                THEN NULL
-             ELSE energy_mj - prev_energy_mj
+             ELSE energy_mj::numeric - prev_energy_mj
            END AS energy_delta_mj
       FROM raw
      WHERE ts >= range_lo
@@ -111,7 +111,7 @@ SELECT host_id, gpu_uuid, ts, prev_ts, prev_energy_mj, energy_mj,
   FROM raw
  WHERE ts >= range_lo AND prev_energy_mj IS NOT NULL
    AND (energy_mj < prev_energy_mj
-        OR energy_mj - prev_energy_mj
+        OR energy_mj::numeric - prev_energy_mj
            > %(max_w)s * EXTRACT(EPOCH FROM ts - prev_ts) * 1000 + %(max_w)s * 1000)
 ON CONFLICT (gpu_uuid, ts) DO NOTHING
 """

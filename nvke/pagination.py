@@ -4,15 +4,22 @@
   ``{count, next, previous, results}``. A limit or offset that is not an ASCII integer in range
   is a 400 ``invalid_number`` / ``number_out_of_range`` naming ``limit`` or ``offset`` (DRF would
   silently fall back, and an offset past PostgreSQL's bigint was a 500).
-* :class:`SafeCursorPagination`: DRF's cursor pagination, but a forged cursor (not base64, a
-  position that is not a value of the ordering field, NUL bytes) is a 400 ``invalid_cursor``
-  naming ``cursor`` instead of reaching the database.
+* :class:`SafeCursorPagination`: DRF's cursor pagination with signed cursors: DRF's are plain
+  base64 of ``o=&r=&p=``, so a client could hand-build any position or offset (and ``!!!``
+  decoded to the first page). Here each cursor carries an HMAC (``django.core.signing``, salted,
+  keyed by ``SECRET_KEY``); one the API did not issue — altered, hand-built, not base64, NUL
+  bytes — is a 400 ``invalid_cursor`` naming ``cursor`` and never reaches the database.
 """
 
 from __future__ import annotations
 
-from rest_framework.exceptions import NotFound
+import binascii
+from base64 import b64decode, b64encode
+from urllib import parse
+
+from django.core import signing
 from rest_framework.pagination import Cursor, CursorPagination, LimitOffsetPagination
+from rest_framework.utils.urls import replace_query_param
 
 from .errors import InvalidInput
 from .validation import BadValue, check_text, parse_aware_datetime, parse_int
@@ -41,21 +48,47 @@ class DefaultPagination(LimitOffsetPagination):
 
 
 class SafeCursorPagination(CursorPagination):
-    """Cursor pagination over a datetime first ordering field (e.g. ``("-ts", "-id")``)."""
+    """Cursor pagination over a datetime first ordering field (e.g. ``("-ts", "-id")``), with
+    cursors signed by the API (module docstring)."""
 
     offset_cutoff = 1000
+    signer = signing.Signer(salt="nvke.pagination.cursor")
+
+    def encode_cursor(self, cursor: Cursor) -> str:
+        """The page URL for ``cursor``: DRF's ``o``/``r``/``p`` tokens, base64, signed."""
+        tokens = {}
+        if cursor.offset:
+            tokens["o"] = str(cursor.offset)
+        if cursor.reverse:
+            tokens["r"] = "1"
+        if cursor.position is not None:
+            tokens["p"] = cursor.position
+        encoded = b64encode(parse.urlencode(tokens).encode("ascii")).decode("ascii")
+        return replace_query_param(
+            self.base_url, self.cursor_query_param, self.signer.sign(encoded)
+        )
 
     def decode_cursor(self, request) -> Cursor | None:  # type: ignore[override]
+        raw = request.query_params.get(self.cursor_query_param)
+        if raw is None:
+            return None
         try:
-            cursor = super().decode_cursor(request)
-            if cursor is not None and cursor.position is not None:
-                check_text(cursor.position)
-                parse_aware_datetime(cursor.position)
-        except (NotFound, BadValue, UnicodeError) as exc:
+            check_text(raw)
+            query = b64decode(self.signer.unsign(raw).encode("ascii"), validate=True)
+            tokens = parse.parse_qs(query.decode("ascii"), keep_blank_values=True)
+            offset = min(int(tokens.get("o", ["0"])[0]), self.offset_cutoff)
+            reverse = tokens.get("r", ["0"])[0] == "1"
+            position = tokens.get("p", [None])[0]
+            if offset < 0:
+                raise ValueError(offset)
+            if position is not None:
+                check_text(position)
+                parse_aware_datetime(position)
+        except (signing.BadSignature, BadValue, UnicodeError, ValueError, binascii.Error) as exc:
             raise InvalidInput(
                 "the cursor is not one this API issued", code="invalid_cursor", field="cursor"
             ) from exc
-        return cursor
+        return Cursor(offset=offset, reverse=reverse, position=position)
 
     def get_page_size(self, request) -> int:  # type: ignore[override]
         raw = request.query_params.get(self.page_size_query_param or "")

@@ -27,12 +27,29 @@ from tenants.choices import Role
 
 XidCodeSeverity = XidCode.Severity
 
+#: form fields whose text must be ASCII: Django's int()/Decimal()/strptime read any Unicode
+#: digit (Arabic-Indic 12 as 12, fullwidth 2026 as 2026), which the README promises to refuse
+_ASCII_FIELDS = (
+    forms.IntegerField,
+    forms.DecimalField,
+    forms.FloatField,
+    forms.DateField,
+    forms.DateTimeField,
+)
+_NOT_ASCII = "use ASCII digits (0-9)"
+
+
+def _refuse_non_ascii(value: Any) -> None:
+    if isinstance(value, str) and not value.isascii():
+        raise forms.ValidationError(_NOT_ASCII, code="invalid_number")
+
 
 class BoundedDateField(forms.DateField):
     """A date between 1970-01-01 and 2199-12-31 (year 1 or 9999 would overflow the window
-    arithmetic behind it: ``last + 1 day``)."""
+    arithmetic behind it: ``last + 1 day``), in ASCII digits."""
 
     def clean(self, value: Any):  # type: ignore[override]
+        _refuse_non_ascii(value)
         day = super().clean(value)
         if day is not None and not DATETIME_MIN.date() <= day < DATETIME_MAX.date():
             raise forms.ValidationError(
@@ -42,9 +59,11 @@ class BoundedDateField(forms.DateField):
 
 
 class BoundedDateTimeField(forms.DateTimeField):
-    """A date and time between 1970-01-01 and 2200-01-01 UTC (:func:`nvke.validation.to_utc`)."""
+    """A date and time between 1970-01-01 and 2200-01-01 UTC (:func:`nvke.validation.to_utc`),
+    in ASCII digits."""
 
     def clean(self, value: Any):  # type: ignore[override]
+        _refuse_non_ascii(value)
         moment = super().clean(value)
         if moment is not None:
             try:
@@ -67,6 +86,17 @@ class ApiForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.api_codes: dict[str, str] = {}
+
+    def _clean_fields(self) -> None:
+        """Django's cleaning, then numbers and dates given in other than ASCII digits are
+        form errors (``invalid_number``)."""
+        super()._clean_fields()
+        for name, field in self.fields.items():
+            if isinstance(field, _ASCII_FIELDS) and name not in self._errors:
+                value = self[name].data
+                if isinstance(value, str) and not value.isascii():
+                    self.add_error(name, forms.ValidationError(_NOT_ASCII, code="invalid_number"))
+                    self.api_codes.setdefault(name, "invalid_number")
 
     def form_field_for(self, api_field: str | None) -> str | None:
         if not api_field:

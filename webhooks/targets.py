@@ -28,7 +28,18 @@ def check_target(url: str) -> None:
             field="url",
         )
     try:
-        infos = socket.getaddrinfo(parts.hostname, parts.port or 443, proto=socket.IPPROTO_TCP)
+        port = parts.port  # None when not given; ValueError beyond 65535 or not a number
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise InvalidInput(
+            "the webhook URL's port must be between 1 and 65535",
+            code="webhook_target_not_allowed",
+            field="url",
+        )
+    port = port or (443 if parts.scheme == "https" else 80)
+    try:
+        infos = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError):
         raise InvalidInput(
             f"webhook host {parts.hostname} does not resolve",

@@ -78,7 +78,9 @@ _BYTES_PER_UNIT = {
     "TiB": 2**40,
 }
 
-_NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$")
+MAX_BYTES = 2**63 - 1  # the largest size NVKE stores (int8 columns)
+#: ASCII digits only: ``\d`` alone would read Arabic-Indic "80 MiB" as 80 MiB
+_NUMBER_WITH_UNIT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([A-Za-z%]*)\s*$", re.ASCII)
 
 #: nvmlClocksEventReason* bits by the reason's element suffix (nvidia-ml-py constants)
 CLOCK_EVENT_REASON_BITS = {
@@ -244,7 +246,8 @@ def _bytes(text: str | None) -> int | None:
     if match is None or match.group(2) not in _BYTES_PER_UNIT:
         return None
     value = int(Decimal(match.group(1)) * _BYTES_PER_UNIT[match.group(2)])
-    return value if value >= 0 else None  # a negative size is not a reading
+    # a negative size, or one past any 64-bit counter NVML has, is not a reading
+    return value if 0 <= value <= MAX_BYTES else None
 
 
 def _percent(text: str | None) -> float | None:

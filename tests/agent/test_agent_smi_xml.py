@@ -286,3 +286,22 @@ def test_gpu_index_is_the_element_position() -> None:
         (2, "GPU-2"),
     ]
     assert report.attached_gpus is None
+
+
+@pytest.mark.parametrize(
+    ("total", "expected"),
+    [
+        ("23028 MiB", 23028 * MiB),
+        # found by the hostile-tenant probe at host import: read as 80 MiB, and a size past
+        # int8 stored as 104857599999999999998951424 bytes; neither is a reading
+        ("\u0668\u0660 MiB", None),
+        ("99999999999999999999 MiB", None),
+        ("-1 MiB", None),
+    ],
+)
+def test_memory_sizes_are_ascii_digits_within_64_bits(
+    captures: Path, total: str, expected: int | None
+) -> None:
+    xml = (captures / "a10g.xml").read_text()
+    xml = xml.replace("<total>23028 MiB</total>", f"<total>{total}</total>", 1)
+    assert parse_nvidia_smi_xml(xml).gpus[0].memory_total_bytes == expected

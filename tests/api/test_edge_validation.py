@@ -233,14 +233,68 @@ def test_sample_values_beyond_their_column_are_refused_not_wrapped(agent):
         ("mig_gpu_instance_id", 2**31, "number_out_of_range"),
         ("power_mw", "25580", "invalid_number"),
         ("temperature_c", [40], "invalid_number"),
+        # found by the hostile-agent probe: an extreme pair of energy counters stopped the
+        # fleet's rollups (bigint out of range in energy_mj - prev_energy_mj); a 1e308
+        # utilization would overflow their sums; NVML reports none of them
+        ("energy_mj", -(2**63), "number_out_of_range"),
+        ("energy_mj", -1, "number_out_of_range"),
+        ("memory_used_bytes", -1, "number_out_of_range"),
+        ("utilization_gpu_pct", 1.7e308, "number_out_of_range"),
+        ("utilization_gpu_pct", 100.5, "number_out_of_range"),
+        ("utilization_memory_pct", -0.1, "number_out_of_range"),
+        ("temperature_c", 1e300, "number_out_of_range"),
+        ("clocks_event_reasons", -1, "number_out_of_range"),
+        ("gpu_uuid", [1], "invalid_gpu_uuid"),
+        ("gpu_uuid", {"a": 1}, "invalid_gpu_uuid"),
     ):
         resp = send(agent, 1, samples=[{"ts": now, "gpu_uuid": A10G, name: value}])
         assert problem(resp) == (f"samples[0].{name}", code)
-    ok = send(agent, 1, samples=[{"ts": now, "gpu_uuid": A10G, "sm_clock_mhz": 2**31 - 1}])
+    ok = send(
+        agent,
+        1,
+        samples=[
+            {
+                "ts": now,
+                "gpu_uuid": A10G,
+                "sm_clock_mhz": 2**31 - 1,
+                "energy_mj": 2**63 - 1,
+                "utilization_gpu_pct": 100,
+                "temperature_c": 0,
+            }
+        ],
+    )
     assert ok.json()["samples_stored"] == 1
     with connection.cursor() as cursor:
-        cursor.execute("SELECT sm_clock_mhz FROM fleet_gpusample")
-        assert cursor.fetchall() == [(2**31 - 1,)]
+        cursor.execute(
+            "SELECT sm_clock_mhz, energy_mj, utilization_gpu_pct, temperature_c "
+            "FROM fleet_gpusample"
+        )
+        assert cursor.fetchall() == [(2**31 - 1, 2**63 - 1, 100.0, 0.0)]
+
+
+def test_the_rollups_survive_extreme_energy_counters_stored_before_the_bounds(agent):
+    """Rows a database may already hold from before the bounds: the rollup computes the
+    counter's delta in numeric, sees the wrap and counts no energy (no DataError)."""
+    from datetime import timedelta
+
+    from django.db import connection
+
+    from fleet.models import GpuRollup1m, Host
+    from fleet.rollups import rollup_ranges
+
+    t = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
+    send(agent, 1, samples=[{"ts": t.isoformat(), "gpu_uuid": A10G, "energy_mj": 2**63 - 1}])
+    later = (t + timedelta(seconds=1)).isoformat()
+    send(agent, 2, samples=[{"ts": later, "gpu_uuid": A10G, "energy_mj": 1000}])
+    with connection.cursor() as cursor:  # as an old release stored it
+        cursor.execute(
+            "UPDATE fleet_gpusample SET energy_mj = %s WHERE energy_mj = 1000", [-(2**63)]
+        )
+    host_id = Host.objects.values_list("pk", flat=True).get()
+    result = rollup_ranges({host_id: [(t, t + timedelta(seconds=1))]})
+    assert result["energy_resets"] == 1  # went backwards: recorded as a counter reset
+    row = GpuRollup1m.objects.get(gpu_uuid=A10G)
+    assert (row.samples, row.energy_mj) == (2, None)
 
 
 @pytest.mark.parametrize(
@@ -387,6 +441,10 @@ def test_a_negative_price_in_the_console_is_a_form_error(ops_client, catalog):
         base64.b64encode(b"p=0001-01-01+05:00").decode(),
         base64.b64encode(b"o=1&r=notanint").decode(),
         base64.b64encode(b"p=2026-01-01T00:00:00+00:00\x00").decode(),
+        # found by the hostile-tenant probe: hand-built and empty cursors were served
+        "!!!",
+        base64.b64encode(b"o=99999999999999").decode(),
+        base64.b64encode(b"p=2026-12-01T00:00:00+00:00&r=1").decode(),
     ],
 )
 def test_forged_cursors_are_400(owner, tenant_a, cursor):
@@ -402,6 +460,17 @@ def test_a_real_cursor_still_pages(owner, tenant_a):
     first = owner.get("/api/v1/audit-events", {"limit": 2}).json()
     second = owner.get(first["next"]).json()
     assert [e["action"] for e in first["results"] + second["results"]] == ["a2", "a1", "a0"]
+    back = owner.get(second["previous"]).json()
+    assert [e["action"] for e in back["results"]] == ["a2", "a1"]
+    # the same cursor with its signed part altered (one character of the base64) is refused
+    from urllib.parse import parse_qs, urlsplit
+
+    issued = parse_qs(urlsplit(first["next"]).query)["cursor"][0]
+    altered = ("A" if issued[0] != "A" else "B") + issued[1:]
+    assert problem(owner.get("/api/v1/audit-events", {"cursor": altered})) == (
+        "cursor",
+        "invalid_cursor",
+    )
 
 
 def test_a_session_request_with_a_non_uuid_tenant_header_is_400(alice_client):

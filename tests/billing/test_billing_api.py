@@ -197,3 +197,31 @@ def test_utilization_weighted_by_gpu_hours_with_idle_gpus_and_their_cost(
     assert [(g["gpu_uuid"], g["idle_hours"], g["idle_cost"]) for g in body["idle_gpus"]] == [
         (g1, 2, {"USD": "5.00"})
     ]
+
+
+def test_a_utilization_window_that_has_not_begun_is_empty_not_a_server_error(
+    owner, world, tenant_a, list_prices
+):
+    """Found by the hostile-tenant probe: a window starting after now made the range inverted
+    (PostgreSQL DataError, 500) in the API and the portal's usage page. A pool held from an
+    hour ago is still running; tomorrow holds none of it."""
+    from django.utils import timezone
+
+    host = world.make_host("h100-sxm5-80gb", gpus=2)
+    now = timezone.now().replace(microsecond=0)
+    world.hold(world.pool(tenant_a), host, now - timedelta(hours=1), None)
+    tomorrow = now + timedelta(days=1)
+    response = owner.get(
+        "/api/v1/utilization",
+        {"start": tomorrow.isoformat(), "end": (tomorrow + timedelta(days=1)).isoformat()},
+    )
+    assert response.status_code == 200
+    assert response.json()["groups"] == []
+    assert response.json()["idle_gpus"] == []
+    # the same window from the start of this hour holds the running allocation
+    body = owner.get(
+        "/api/v1/utilization",
+        {"start": (now - timedelta(hours=1)).isoformat(), "end": tomorrow.isoformat()},
+    ).json()
+    (group,) = body["groups"]
+    assert Decimal(group["allocated_gpu_hours"]) > Decimal("1.99")  # 2 GPUs x >= 1 h

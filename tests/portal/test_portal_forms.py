@@ -190,6 +190,20 @@ def test_a_missing_size_is_refused_by_the_apis_serializer(alice_client, cluster)
     assert error_of(html, "gpus_per_node") == ("This field is required.", "required_field")
 
 
+@pytest.mark.parametrize("count", ["\u0661", "\uff13"])  # Arabic-Indic 1, fullwidth 3
+def test_a_node_count_in_other_than_ascii_digits_is_a_form_error(alice_client, cluster, count):
+    """Found by the hostile-tenant probe: Django's int() read an Arabic-Indic one as 1 and the
+    Check passed, where the README promises ASCII digits only."""
+    from nodepools.models import NodePool
+
+    html = alice_client.post(
+        f"/clusters/{cluster.id}/nodepools/new",
+        pool_form(isolation_mode="exclusive", gpus_per_node="1", node_count=count),
+    ).content.decode()
+    assert error_of(html, "node_count") == ("use ASCII digits (0-9)", "invalid_number")
+    assert not NodePool.objects.exists()
+
+
 def test_the_quota_refusal_names_the_limit_next_to_the_node_count(alice_client, cluster, tenant_a):
     from tenants.quotas import set_limits
 

@@ -142,3 +142,14 @@ def test_invoices_list_their_totals_and_lines(
     assert sorted(amounts) == ["16.00", "16.67"]
     assert outsider_client.get(f"/invoices/{invoice.id}").status_code == 404
     assert outsider_client.get(f"/api/v1/invoices/{invoice.id}.csv").status_code == 404
+
+
+def test_a_usage_window_in_the_future_shows_nothing_instead_of_a_server_error(
+    alice_client, ninety_minutes
+):
+    """Found by the hostile-tenant probe: ``/usage?end=2199-12-31`` (the window clamped to its
+    last 31 days, all in the future) was a 500; the ninety minutes of 2026-11-02 are not in it."""
+    response = alice_client.get("/usage?end=2199-12-31")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<span class="big" id="total-gpu-hours">0.000</span>' in html

@@ -61,6 +61,10 @@ def deliveries(event_type=None):
         "https://169.254.169.254/latest/meta-data",  # link-local (cloud metadata)
         "https://[::1]/hook",
         "http://8.8.8.8/hook",  # plain http is off by default
+        # ports out of range (a 500 before: urllib's ValueError), found by the probe
+        "https://1.1.1.1:99999/x",
+        "https://1.1.1.1:65536/x",
+        "https://1.1.1.1:0/x",
     ],
 )
 def test_targets_outside_what_the_operator_allows_are_refused(admin, url):
