@@ -93,7 +93,9 @@ def movable_holders(holder_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
             nodepool__phase=Phase.RUNNING,
             nodepool__deletion_requested_at__isnull=True,
         )
-        .exclude(nodepool__placement__same_nvlink_domain=True)
+        # containment (@>), not a key lookup: a pool without the key must stay movable, and
+        # NOT (NULL = true) would drop it
+        .exclude(nodepool__placement__contains={"same_nvlink_domain": True})
         .values_list("pk", flat=True)
     )
 

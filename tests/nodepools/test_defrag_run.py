@@ -450,3 +450,18 @@ def test_a_blocked_island_move_stops_the_run_and_is_cancelled_unbilled(
         assert not LedgerEntry.objects.filter(node_id=replacement.id).exists()  # never billed
     finally:
         simulate_drain_blockers(old.id, [])
+
+
+def test_a_pool_kept_in_one_nvlink_domain_is_never_moved(fragmented, operator):
+    """The planner knows islands, not multi-node NVLink domains: with cluster a1's pool set to
+    keep its nodes in one domain, its node on a-1 is pinned, so a-1 is not emptied. By hand:
+    a-1 skipped (pinned); a-2's node fits a-1's GPUs 4-7 (same tenant) -> a-2 freed; b-1's
+    node -> b-2 -> b-1 freed."""
+    from nodepools.models import NodePool
+
+    _hosts, pools = fragmented
+    NodePool.objects.filter(pk=pools["a-1"][1]).update(placement={"same_nvlink_domain": True})
+    plan = operator.get("/api/v1/fleet/defrag/plan").json()
+    moved = [m["cluster"]["name"] for step in plan["steps"] for m in step["moves"]]
+    assert moved == ["a2", "b1"]
+    assert plan["hosts_freed"] == ["a-2", "b-1"]
