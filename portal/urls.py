@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import account, auth, clusters, usage
+from .views import account, activity, auth, clusters, usage
 
 app_name = "portal"
 
@@ -14,13 +14,16 @@ urlpatterns = [
     path("login", auth.LoginView.as_view(), name="login"),
     path("logout", auth.LogoutView.as_view(), name="logout"),
     path("tenant/choose", account.tenant_choose, name="tenant-choose"),
+    path("activity", activity.tenant_activity, name="activity"),
     path("clusters", clusters.cluster_list, name="cluster-list"),
     path("clusters/new", clusters.cluster_create, name="cluster-create"),
     path(CLUSTER, clusters.cluster_detail, name="cluster-detail"),
+    path(CLUSTER + "/activity", activity.cluster_activity, name="cluster-activity"),
     path(CLUSTER + "/upgrade", clusters.cluster_upgrade, name="cluster-upgrade"),
     path(CLUSTER + "/delete", clusters.cluster_delete, name="cluster-delete"),
     path(CLUSTER + "/nodepools/new", clusters.nodepool_create, name="nodepool-create"),
     path(POOL, clusters.nodepool_detail, name="nodepool-detail"),
+    path(POOL + "/activity", activity.nodepool_activity, name="nodepool-activity"),
     path(POOL + "/scale", clusters.nodepool_scale, name="nodepool-scale"),
     path(POOL + "/isolation", clusters.nodepool_isolation, name="nodepool-isolation"),
     path(POOL + "/upgrade", clusters.nodepool_upgrade, name="nodepool-upgrade"),

@@ -26,6 +26,9 @@ PAGES = {
     "portal:logout": "public",
     "portal:tenant-choose": "tenant-list",
     "portal:cluster-list": "tenant-list",
+    "portal:activity": "tenant-list",
+    "portal:cluster-activity": "tenant",
+    "portal:nodepool-activity": "tenant",
     "portal:cluster-create": "tenant-list",
     "portal:cluster-detail": "tenant",
     "portal:cluster-upgrade": "tenant",
@@ -112,6 +115,8 @@ def tenant_urls(ids: dict) -> dict[str, str]:
     return {
         "portal:cluster-detail": f"/clusters/{c}",
         "portal:cluster-upgrade": f"/clusters/{c}/upgrade",
+        "portal:cluster-activity": f"/clusters/{c}/activity",
+        "portal:nodepool-activity": f"/clusters/{c}/nodepools/{p}/activity",
         "portal:cluster-delete": f"/clusters/{c}/delete",
         "portal:nodepool-create": f"/clusters/{c}/nodepools/new",
         "portal:nodepool-detail": f"/clusters/{c}/nodepools/{p}",

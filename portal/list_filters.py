@@ -1,0 +1,78 @@
+"""The FilterSets of the portal's lists (clusters, node pools, operations, members).
+
+Choice filters are offered the values the caller's rows hold (:func:`portal.listing.choices_of`
+on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter`` on a
+fixed set of columns (``?sort=name``, ``?sort=-created_at``).
+"""
+
+from __future__ import annotations
+
+import django_filters
+from django.db.models import QuerySet
+
+from portal.listing import SearchFilter, choices_of
+
+
+class _ScopedChoices(django_filters.FilterSet):
+    """A FilterSet whose ``choice_fields`` take their choices from the queryset it filters."""
+
+    choice_fields: tuple[str, ...] = ()
+
+    def __init__(self, data=None, queryset: QuerySet | None = None, **kwargs) -> None:
+        super().__init__(data, queryset=queryset, **kwargs)
+        for name in self.choice_fields:
+            field = self.filters[name].field
+            values = choices_of(self.queryset, self.filters[name].field_name)
+            field.choices = [("", "any"), *values]
+
+
+class ClusterFilter(_ScopedChoices):
+    q = SearchFilter(search_fields=("name", "region", "kubernetes_version"))
+    phase = django_filters.ChoiceFilter(choices=[])
+    region = django_filters.ChoiceFilter(choices=[])
+    kubernetes_version = django_filters.ChoiceFilter(choices=[], label="Kubernetes")
+    sort = django_filters.OrderingFilter(
+        fields=(
+            ("name", "name"),
+            ("phase", "phase"),
+            ("region", "region"),
+            ("created_at", "created_at"),
+        ),
+    )
+    choice_fields = ("phase", "region", "kubernetes_version")
+
+
+class NodePoolFilter(_ScopedChoices):
+    q = SearchFilter(search_fields=("name", "gpu_model__slug", "cluster__name"))
+    phase = django_filters.ChoiceFilter(choices=[])
+    gpu_model = django_filters.ChoiceFilter(
+        choices=[], field_name="gpu_model_id", label="GPU model"
+    )
+    sort = django_filters.OrderingFilter(
+        fields=(
+            ("name", "name"),
+            ("phase", "phase"),
+            ("node_count", "node_count"),
+            ("created_at", "created_at"),
+        ),
+    )
+    choice_fields = ("phase", "gpu_model")
+
+
+class OperationFilter(_ScopedChoices):
+    q = SearchFilter(search_fields=("type", "status", "requested_by", "cluster__name"))
+    type = django_filters.ChoiceFilter(choices=[])
+    status = django_filters.ChoiceFilter(choices=[])
+    sort = django_filters.OrderingFilter(
+        fields=(("created_at", "created_at"), ("type", "type"), ("status", "status")),
+    )
+    choice_fields = ("type", "status")
+
+
+class MemberFilter(_ScopedChoices):
+    q = SearchFilter(search_fields=("user__username", "user__email"))
+    role = django_filters.ChoiceFilter(choices=[])
+    sort = django_filters.OrderingFilter(
+        fields=(("user__username", "username"), ("role", "role"), ("created_at", "created_at")),
+    )
+    choice_fields = ("role",)
