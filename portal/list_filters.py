@@ -23,14 +23,16 @@ class _ScopedChoices(django_filters.FilterSet):
         for name in self.choice_fields:
             field = self.filters[name].field
             values = choices_of(self.queryset, self.filters[name].field_name)
-            field.choices = [("", "any"), *values]
+            field.choices = values  # django-filter puts its empty choice ("any") first
 
 
 class ClusterFilter(_ScopedChoices):
     q = SearchFilter(search_fields=("name", "region", "kubernetes_version"))
-    phase = django_filters.ChoiceFilter(choices=[])
-    region = django_filters.ChoiceFilter(choices=[])
-    kubernetes_version = django_filters.ChoiceFilter(choices=[], label="Kubernetes")
+    phase = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    region = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    kubernetes_version = django_filters.ChoiceFilter(
+        choices=[], empty_label="any", label="Kubernetes"
+    )
     sort = django_filters.OrderingFilter(
         fields=(
             ("name", "name"),
@@ -44,7 +46,7 @@ class ClusterFilter(_ScopedChoices):
 
 class NodePoolFilter(_ScopedChoices):
     q = SearchFilter(search_fields=("name", "gpu_model__slug", "cluster__name"))
-    phase = django_filters.ChoiceFilter(choices=[])
+    phase = django_filters.ChoiceFilter(choices=[], empty_label="any")
     gpu_model = django_filters.ChoiceFilter(
         choices=[], field_name="gpu_model_id", label="GPU model"
     )
@@ -61,8 +63,8 @@ class NodePoolFilter(_ScopedChoices):
 
 class OperationFilter(_ScopedChoices):
     q = SearchFilter(search_fields=("type", "status", "requested_by", "cluster__name"))
-    type = django_filters.ChoiceFilter(choices=[])
-    status = django_filters.ChoiceFilter(choices=[])
+    type = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    status = django_filters.ChoiceFilter(choices=[], empty_label="any")
     sort = django_filters.OrderingFilter(
         fields=(("created_at", "created_at"), ("type", "type"), ("status", "status")),
     )
@@ -71,7 +73,7 @@ class OperationFilter(_ScopedChoices):
 
 class MemberFilter(_ScopedChoices):
     q = SearchFilter(search_fields=("user__username", "user__email"))
-    role = django_filters.ChoiceFilter(choices=[])
+    role = django_filters.ChoiceFilter(choices=[], empty_label="any")
     sort = django_filters.OrderingFilter(
         fields=(("user__username", "username"), ("role", "role"), ("created_at", "created_at")),
     )

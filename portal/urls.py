@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import account, activity, auth, clusters, usage
+from .views import account, activity, auth, clusters, invitations, usage
 
 app_name = "portal"
 
@@ -13,6 +13,19 @@ urlpatterns = [
     path("", auth.home, name="home"),
     path("login", auth.LoginView.as_view(), name="login"),
     path("logout", auth.LogoutView.as_view(), name="logout"),
+    path("password-reset", auth.PasswordResetView.as_view(), name="password-reset"),
+    path("password-reset/sent", auth.PasswordResetDoneView.as_view(), name="password-reset-done"),
+    path(
+        "password-reset/<uidb64>/<token>",
+        auth.PasswordResetConfirmView.as_view(),
+        name="password-reset-confirm",
+    ),
+    path(
+        "password-reset/done",
+        auth.PasswordResetCompleteView.as_view(),
+        name="password-reset-complete",
+    ),
+    path("invite/<str:token>", invitations.invitation_accept, name="invite"),
     path("tenant/choose", account.tenant_choose, name="tenant-choose"),
     path("activity", activity.tenant_activity, name="activity"),
     path("clusters", clusters.cluster_list, name="cluster-list"),
@@ -33,6 +46,11 @@ urlpatterns = [
     path("api-keys", account.api_keys, name="api-keys"),
     path("api-keys/<str:prefix>/revoke", account.api_key_revoke, name="api-key-revoke"),
     path("members", account.member_list, name="members"),
+    path(
+        "members/invitations/<uuid:invitation_id>/revoke",
+        invitations.invitation_revoke,
+        name="invitation-revoke",
+    ),
     path("members/<str:username>/role", account.member_role, name="member-role"),
     path("members/<str:username>/remove", account.member_remove, name="member-remove"),
     path("quotas", account.quota_page, name="quotas"),

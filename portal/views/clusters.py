@@ -281,7 +281,9 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
     if (deny := require_write(request)) is not None:
         return deny
     form = ScaleForm()  # a carrier for a refusal (already deleted)
-    confirm_form = ConfirmNameForm(request.POST or None, name=cluster.name)
+    confirm_form = ConfirmNameForm(
+        request.POST if request.method == "POST" else None, name=cluster.name
+    )
     status = 200
     if request.method == "POST":
         form.is_valid()
@@ -601,7 +603,9 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     if (deny := require_write(request)) is not None:
         return deny
     form = ScaleForm()
-    confirm_form = ConfirmNameForm(request.POST or None, name=pool.name)
+    confirm_form = ConfirmNameForm(
+        request.POST if request.method == "POST" else None, name=pool.name
+    )
     disruption = disruption_of_pool(pool)
     status = 200
     if request.method == "POST":
