@@ -173,7 +173,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
     """Every role sees the members (search, role filter, sort, pages); owners invite people by
     a one-time link (shown once, here), change roles, remove members, revoke invitations."""
     tenant = _tenant_or_404(request)
-    form = InviteForm(request.POST or None)
+    form = InviteForm(request.POST or None, auto_id="invite_%s")
     issued = None
     if request.method == "POST":
         if (deny := require_owner(request)) is not None:
@@ -189,7 +189,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
                 ttl_hours=form.cleaned_data["ttl_hours"],
             )
             if issued is not None:
-                form = InviteForm()
+                form = InviteForm(auto_id="invite_%s")
     rows = (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     )
