@@ -1,4 +1,4 @@
-"""The FilterSets of the portal's lists (clusters, node pools, operations, members).
+"""The FilterSets of the portal's lists (clusters, members).
 
 Choice filters are offered the values the caller's rows hold (:func:`portal.listing.choices_of`
 on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter`` on a
@@ -43,33 +43,6 @@ class ClusterFilter(_ScopedChoices):
         ),
     )
     choice_fields = ("phase", "region", "kubernetes_version")
-
-
-class NodePoolFilter(_ScopedChoices):
-    q = SearchFilter(search_fields=("name", "gpu_model__slug", "cluster__name"))
-    phase = django_filters.ChoiceFilter(choices=[], empty_label="any")
-    gpu_model = django_filters.ChoiceFilter(
-        choices=[], field_name="gpu_model_id", label="GPU model"
-    )
-    sort = django_filters.OrderingFilter(
-        fields=(
-            ("name", "name"),
-            ("phase", "phase"),
-            ("node_count", "node_count"),
-            ("created_at", "created_at"),
-        ),
-    )
-    choice_fields = ("phase", "gpu_model")
-
-
-class OperationFilter(_ScopedChoices):
-    q = SearchFilter(search_fields=("type", "status", "requested_by", "cluster__name"))
-    type = django_filters.ChoiceFilter(choices=[], empty_label="any")
-    status = django_filters.ChoiceFilter(choices=[], empty_label="any")
-    sort = django_filters.OrderingFilter(
-        fields=(("created_at", "created_at"), ("type", "type"), ("status", "status")),
-    )
-    choice_fields = ("type", "status")
 
 
 class MemberFilter(_ScopedChoices):

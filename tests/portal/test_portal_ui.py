@@ -60,6 +60,16 @@ def overflow(page) -> int:
     )
 
 
+def widest(page) -> list[str]:
+    """The elements that reach past the viewport's right edge (to say what overflows)."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('body *'))
+            .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+            .slice(0, 8).map(e => e.tagName + '.' + e.className + '#' + e.id
+                + ' ' + Math.round(e.getBoundingClientRect().right))"""
+    )
+
+
 def test_live_views_confirmations_invitations_activity_layout_and_contrast(
     live_server, browser, catalog, make_host, portal_user, tmp_path
 ):
@@ -207,7 +217,7 @@ def test_live_views_confirmations_invitations_activity_layout_and_contrast(
             p.wait_for_load_state("networkidle")
             width = p.viewport_size["width"]
             if width == 390:
-                assert overflow(p) <= 0, f"{path} overflows 390 px by {overflow(p)} px"
+                assert overflow(p) <= 0, (path, overflow(p), widest(p))
             violations = axe_violations(p, ["color-contrast"])
             if violations:
                 found[f"{path} @ {width}px"] = violations
