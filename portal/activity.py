@@ -129,3 +129,18 @@ def feed(
 
 
 KINDS = ("operation", "repair", "host maintenance", "webhook")
+
+
+def matching(
+    entries: list[Entry], *, kind: str = "", status: str = "", text: str = ""
+) -> list[Entry]:
+    """The entries of ``kind`` and ``status`` (empty: any) whose title, target or reason
+    contains ``text`` (case-insensitive; empty: all)."""
+    needle = text.casefold()
+    return [
+        e
+        for e in entries
+        if (not kind or e.kind == kind)
+        and (not status or e.status == status)
+        and (not needle or needle in f"{e.title} {e.target} {e.reason}".casefold())
+    ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -11,7 +13,7 @@ from nodepools.models import NodePool
 from nvke.scoping import get_scoped_or_404
 from portal import activity
 from portal.access import tenant_page
-from portal.listing import PAGE_SIZE
+from portal.listing import MAX_SEARCH, PAGE_SIZE
 
 from .common import is_htmx
 
@@ -19,16 +21,27 @@ POLL_S = 5
 
 
 def _render(request: HttpRequest, title: str, entries, context: dict) -> HttpResponse:
+    """Filter (``kind``, ``status`` among the statuses the entries hold, ``q`` a substring of
+    title, target, reason), then page the feed."""
     kind = request.GET.get("kind", "")
-    if kind in activity.KINDS:
-        entries = [e for e in entries if e.kind == kind]
+    kind = kind if kind in activity.KINDS else ""
+    statuses = sorted({e.status for e in entries})
+    status = request.GET.get("status", "")
+    status = status if status in statuses else ""
+    q = request.GET.get("q", "")[:MAX_SEARCH].strip()
+    entries = activity.matching(entries, kind=kind, status=status, text=q)
     page = Paginator(entries, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = urlencode({k: v for k, v in (("kind", kind), ("status", status), ("q", q)) if v})
     context.update(
         {
             "title": title,
             "page": page,
             "kinds": activity.KINDS,
-            "kind": kind if kind in activity.KINDS else "",
+            "kind": kind,
+            "statuses": statuses,
+            "status": status,
+            "q": q,
+            "query": query + "&" if query else "",
             "poll_s": POLL_S,
         }
     )

@@ -246,6 +246,13 @@ def test_the_activity_feed_reads_operations_and_deliveries_of_the_tenant_only(
     assert 'data-kind="webhook"' in pool_feed
     only_webhooks = alice_client.get("/activity?kind=webhook").content.decode()
     assert only_webhooks.count("data-entry=") == 1
+    # search over title/target/reason, status filter offered from the entries' own statuses
+    searched = alice_client.get("/activity?q=node_pool").content.decode()
+    assert re.findall(r"<strong>(\w+)</strong>", searched) == ["CREATE_NODE_POOL"]
+    select = re.search(r'<select name="status".*?</select>', html, re.S).group(0)
+    assert re.findall(r'<option value="(\w*)"', select) == ["", "DONE", "FAILED"]
+    failed = alice_client.get("/activity?status=FAILED").content.decode()
+    assert failed.count("data-entry=") == 1 and "operation.finished" in failed
     # another tenant sees none of it, and the object feeds answer 404
     theirs = outsider_client.get("/activity").content.decode()
     assert "data-entry=" not in theirs and "Nothing happened yet." in theirs
