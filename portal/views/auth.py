@@ -36,9 +36,9 @@ def home(request: HttpRequest) -> HttpResponse:
 # ------------------------------------------------------------------ password reset (Django's)
 # Django's views and forms: PasswordResetForm mails a one-time link (a token bound to the
 # user's password hash and last login, valid PASSWORD_RESET_TIMEOUT seconds) to active users
-# with a usable password or none set yet (users created without one by the API can set
-# theirs this way); SetPasswordForm runs AUTH_PASSWORD_VALIDATORS. The mail goes through
-# Django's EMAIL_BACKEND (settings).
+# with a usable password (Django's default: a user the API's member endpoint created without
+# one is not mailed; they join by an invitation link); SetPasswordForm runs
+# AUTH_PASSWORD_VALIDATORS. The mail goes through Django's EMAIL_BACKEND (settings: EMAIL_URL).
 
 
 class PasswordResetView(auth_views.PasswordResetView):
