@@ -20,11 +20,12 @@ class _ScopedChoices(django_filters.FilterSet):
 
     def __init__(self, data=None, queryset: QuerySet | None = None, **kwargs) -> None:
         super().__init__(data, queryset=queryset, **kwargs)
-        self.form.auto_id = "filter_%s"  # never the ids of the page's other forms
         for name in self.choice_fields:
             field = self.filters[name].field
             values = choices_of(self.queryset, self.filters[name].field_name)
             field.choices = values  # django-filter puts its empty choice ("any") first
+        # after the choices: the form copies its fields when first built
+        self.form.auto_id = "filter_%s"  # never the ids of the page's other forms
 
 
 class ClusterFilter(_ScopedChoices):
