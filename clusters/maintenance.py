@@ -230,3 +230,25 @@ def next_window_start(
 def in_window(policy: dict[str, Any], now: datetime) -> bool:
     """True when a disruptive change may run at ``now`` (aware datetime)."""
     return next_window_start(policy, now, horizon_days=1) == now
+
+
+def describe_opening(policy: dict[str, Any], opens: datetime | None) -> str:
+    """When the next window opens, as its users read it: the policy's local weekday and time
+    with the zone named (``"Sat 02:00 Europe/Berlin"``); ``"none in the next 60 days"`` for
+    None (exclusions can close every window of the horizon)."""
+    if opens is None:
+        return f"none in the next {HORIZON_DAYS} days"
+    zone = (policy or {}).get("time_zone") or "UTC"
+    local = opens.astimezone(ZoneInfo(zone))
+    return f"{local:%a %H:%M} {zone}"
+
+
+def waiting_message(policy: dict[str, Any], opens: datetime | None, now: datetime) -> str:
+    """The reason a reconciler gives while it waits for a window: ``"waiting for the
+    maintenance window Sat 02:00 Europe/Berlin"`` (the date is added when the opening is a
+    week or more away, where the weekday alone would be ambiguous)."""
+    text = describe_opening(policy, opens)
+    if opens is not None and opens - now >= timedelta(days=6):
+        zone = (policy or {}).get("time_zone") or "UTC"
+        text = f"{opens.astimezone(ZoneInfo(zone)):%Y-%m-%d} {text}"
+    return f"waiting for the maintenance window {text}"

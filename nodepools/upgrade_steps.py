@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from clusters.choices import OperationType
-from clusters.maintenance import next_window_start
+from clusters.maintenance import next_window_start, waiting_message
 from clusters.models import finish_operation, progress_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
@@ -86,7 +86,7 @@ def step_upgrade(
         else now
     )
     if opens != now:
-        message = f"waiting for the maintenance window ({opens.isoformat() if opens else 'none'})"
+        message = waiting_message(pool.cluster.maintenance_policy, opens, now)
         _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
         return min((opens - now).total_seconds(), 60.0) if opens else 60.0

@@ -151,6 +151,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Password reset mails (portal "Forgot your password?"): EMAIL_URL as django-environ reads it
+# (smtp+tls://user:pass@host:587); the default writes mails to the log (console backend).
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="nvke@localhost")
+PASSWORD_RESET_TIMEOUT = env.int("NVKE_PASSWORD_RESET_TIMEOUT_S", default=3 * 86400)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

@@ -459,25 +459,6 @@ class ApiKeyForm(ApiForm):
     )
 
 
-class MemberForm(ApiForm):
-    """``POST /api/v1/tenants/{id}/members`` plus an initial password for a new user."""
-
-    username = forms.CharField(label="Username", max_length=150, required=False)
-    email = forms.EmailField(label="Email", required=False)
-    role = forms.ChoiceField(label="Role", choices=Role.choices, initial=Role.MEMBER)
-    password = forms.CharField(
-        label="Initial password (new users only)",
-        required=False,
-        widget=forms.PasswordInput(render_value=False),
-        help_text="give it to the person; an existing user keeps their own password",
-    )
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        check_password(self, "password", data.get("username") or "", data.get("email") or "")
-        return data
-
-
 def check_password(form: forms.Form, field: str, username: str, email: str) -> None:
     """Django's ``AUTH_PASSWORD_VALIDATORS`` on a password a form sets (blank: not set)."""
     from django.contrib.auth.password_validation import validate_password

@@ -145,3 +145,36 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.ts} {self.actor} {self.action} {self.target_type}/{self.target_id}"
+
+
+class Invitation(models.Model):
+    """A one-time link that lets a person join a tenant with a role.
+
+    Only the SHA-256 of the link's token is stored (``token_hash``); the token itself is shown
+    once to the owner who invited. A link is usable until ``expires_at``, once
+    (``accepted_at``), and not after an owner revoked it (``revoked_at``). Every step is an
+    :class:`AuditEvent` (``member.invite``, ``member.invite.accept``, ``member.invite.revoke``).
+    """
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(max_length=254)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.CharField(max_length=100)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.tenant_id} as {self.role}"

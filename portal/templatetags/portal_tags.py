@@ -149,5 +149,116 @@ def portal_nav(context: template.Context, console: bool = False) -> dict[str, An
         "memberships": memberships,
         "current_tenant": str(principal.tenant.pk) if principal and principal.tenant else "",
         "console": console,
+        "sections": nav_sections(principal) if not console else [],
+        "current_path": request.path,
         "csrf_token": context.get("csrf_token"),
     }
+
+
+#: the portal's one time format: ISO-like date and time, seconds, the zone named
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+def _as_datetime(value: Any):
+    """A datetime, an aware ISO 8601 string (conditions' ``last_transition_time``) or None."""
+    from datetime import datetime
+
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return None
+
+
+@register.filter
+def when(value: Any) -> str:
+    """The one way the portal shows a point in time: ``<time datetime="…">2026-12-02 03:23:47
+    UTC</time>`` in the server's zone (``settings.TIME_ZONE``, named), ``—`` for none.
+
+    Accepts an aware datetime or an ISO 8601 string; naive datetimes are taken as UTC.
+    """
+    from datetime import UTC
+
+    from django.utils import timezone
+
+    moment = _as_datetime(value)
+    if moment is None:
+        return "—" if value in (None, "") else str(value)
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=UTC)
+    local = timezone.localtime(moment)
+    zone = local.tzname() or str(timezone.get_current_timezone())
+    return format_html(
+        '<time datetime="{}">{} {}</time>',
+        moment.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        local.strftime(TIME_FORMAT),
+        zone,
+    )
+
+
+#: the portal's sections: (url name, label, what the principal needs to open it)
+NAV_SECTIONS: tuple[tuple[str, str, str], ...] = (
+    ("portal:cluster-list", "Clusters", "read"),
+    ("portal:activity", "Activity", "read"),
+    ("portal:usage", "Usage & cost", "read"),
+    ("portal:invoices", "Invoices", "read"),
+    ("portal:api-keys", "API keys", "admin"),
+    ("portal:members", "Members", "tenant"),
+    ("portal:quotas", "Quotas", "tenant"),
+    ("portal:audit", "Audit log", "admin"),
+)
+
+
+def allowed(principal: Any, need: str) -> bool:
+    """Whether ``principal`` (a :class:`tenants.principal.Principal`) may open a page that
+    needs ``need``: ``read`` (any role), ``tenant`` (a tenant member, not an operator acting
+    across tenants), ``write`` (member and up), ``admin`` (admin and up), ``owner``."""
+    if principal is None:
+        return False
+    if need == "read":
+        return True
+    if need == "tenant":
+        return principal.tenant is not None
+    if need == "write":
+        return bool(principal.can_write)
+    if need == "admin":
+        return bool(principal.can_admin)
+    if need == "owner":
+        return bool(principal.is_operator or principal.role == "owner")
+    raise ValueError(f"unknown need {need!r}")
+
+
+def nav_sections(principal: Any) -> list[tuple[str, str]]:
+    """``[(url, label)]`` of the sections ``principal`` may open (the role's navigation)."""
+    from django.urls import reverse
+
+    return [
+        (reverse(name), label) for name, label, need in NAV_SECTIONS if allowed(principal, need)
+    ]
+
+
+@register.filter
+def url_page(listing: Any, number: Any) -> str:
+    """``portal.listing.Listing.url_with(page=number)`` for a pager link."""
+    return listing.url_with(page=number)
+
+
+@register.simple_tag
+def sort_header(listing: Any, field: str, label: str) -> str:
+    """A sortable column header's link; the sorted column says its direction (``data-sort``
+    and an arrow; ``aria-sort`` belongs on the ``<th>``, which the template does not own)."""
+    current = listing.sort
+    if current.lstrip("-") == field:
+        direction = "descending" if current.startswith("-") else "ascending"
+        arrow = " ↓" if current.startswith("-") else " ↑"
+        return format_html(
+            '<a class="sort" href="{}" data-sort="{}">{}{}</a>',
+            listing.sort_url(field),
+            direction,
+            label,
+            arrow,
+        )
+    return format_html('<a class="sort" href="{}">{}</a>', listing.sort_url(field), label)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, time
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.views import redirect_to_login
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -28,20 +26,21 @@ from portal.access import (
 from portal.forms import (
     ApiKeyForm,
     AuditFilterForm,
-    MemberForm,
     RoleForm,
     TenantChoiceForm,
     validate_with,
 )
-from tenants import members, quotas, services
+from portal.invite_forms import InviteForm
+from portal.list_filters import MemberFilter
+from portal.listing import paginate
+from tenants import invitations, members, quotas, services
 from tenants.api.serializers import (
     ApiKeyCreateSerializer,
-    MemberCreateSerializer,
     MemberRoleSerializer,
 )
 from tenants.api.views import quota_body
 from tenants.choices import Role
-from tenants.models import ApiKey, AuditEvent, Membership
+from tenants.models import ApiKey, AuditEvent, Invitation, Membership
 
 from .common import call_service
 
@@ -168,55 +167,62 @@ def _not_found(request: HttpRequest) -> HttpResponse:
 # ------------------------------------------------------------------------------ members
 
 
+@never_cache
 @tenant_page
 def member_list(request: HttpRequest) -> HttpResponse:
-    """Every role sees the members; owners add, change roles and remove."""
+    """Every role sees the members (search, role filter, sort, pages); owners invite people by
+    a one-time link (shown once, here), change roles, remove members, revoke invitations."""
     tenant = _tenant_or_404(request)
-    form = MemberForm(request.POST or None)
+    form = InviteForm(request.POST or None, auto_id="invite_%s")
+    issued = None
     if request.method == "POST":
         if (deny := require_owner(request)) is not None:
             return deny
         if form.is_valid():
-            body = {k: form.cleaned_data[k] for k in ("username", "email", "role")}
-            data = call_service(form, validate_with, MemberCreateSerializer, body)
-            if data is not None:
-                row = call_service(
-                    form,
-                    _add_member,
-                    principal=request.principal,
-                    tenant=tenant,
-                    password=form.cleaned_data["password"],
-                    **data,
-                )
-                if row is not None:
-                    messages.success(request, f"{row.user.username} added as {row.role}.")
-                    return redirect("portal:members")
+            issued = call_service(
+                form,
+                invitations.invite,
+                principal=request.principal,
+                tenant=tenant,
+                email=form.cleaned_data["email"],
+                role=Role(form.cleaned_data["role"]),
+                ttl_hours=form.cleaned_data["ttl_hours"],
+            )
+            if issued is not None:
+                form = InviteForm(auto_id="invite_%s")
     rows = (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+    )
+    listing = paginate(request, MemberFilter(request.GET, queryset=rows))
+    can_manage = request.principal.is_operator or request.principal.role == Role.OWNER
+    pending = (
+        Invitation.objects.filter(
+            tenant=tenant, accepted_at__isnull=True, revoked_at__isnull=True
+        ).order_by("-created_at")[:50]
+        if can_manage
+        else []
     )
     return render(
         request,
         "portal/members.html",
         {
             "form": form,
-            "rows": [(m, RoleForm(initial={"role": m.role}, prefix=m.user.username)) for m in rows],
-            "can_manage": request.principal.is_operator or request.principal.role == Role.OWNER,
+            "listing": listing,
+            "rows": [
+                (m, RoleForm(initial={"role": m.role}, prefix=m.user.username))
+                for m in listing.page.object_list
+            ],
+            "can_manage": can_manage,
+            "issued": issued,
+            "invite_url": (
+                request.build_absolute_uri(reverse("portal:invite", args=[issued.token]))
+                if issued
+                else None
+            ),
+            "pending": pending,
+            "now": timezone.now(),
         },
     )
-
-
-def _add_member(*, principal, tenant, username, email, role, password) -> Membership:
-    """``tenants.members.add_member``; a user it created gets ``password`` (if given)."""
-    User = get_user_model()
-    with transaction.atomic():
-        existed = User.objects.filter(username=username).exists()
-        row = members.add_member(
-            principal=principal, tenant=tenant, username=username, email=email, role=role
-        )
-        if password and not existed:
-            row.user.set_password(password)
-            row.user.save(update_fields=["password"])
-    return row
 
 
 @require_POST

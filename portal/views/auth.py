@@ -31,3 +31,38 @@ def home(request: HttpRequest) -> HttpResponse:
     if request.user.is_staff:
         return redirect("console:overview")
     return redirect("portal:cluster-list")
+
+
+# ------------------------------------------------------------------ password reset (Django's)
+# Django's views and forms: PasswordResetForm mails a one-time link (a token bound to the
+# user's password hash and last login, valid PASSWORD_RESET_TIMEOUT seconds) to active users
+# with a usable password (Django's default: a user the API's member endpoint created without
+# one is not mailed; they join by an invitation link); SetPasswordForm runs
+# AUTH_PASSWORD_VALIDATORS. The mail goes through Django's EMAIL_BACKEND (settings: EMAIL_URL).
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    template_name = "portal/password_reset_form.html"
+    email_template_name = "portal/password_reset_email.txt"
+    subject_template_name = "portal/password_reset_subject.txt"
+    success_url = reverse_lazy("portal:password-reset-done")
+
+
+class PasswordResetDoneView(auth_views.PasswordResetDoneView):
+    template_name = "portal/password_reset_done.html"
+
+    def get_context_data(self, **kwargs):
+        from django.conf import settings
+
+        context = super().get_context_data(**kwargs)
+        context["timeout_days"] = max(1, settings.PASSWORD_RESET_TIMEOUT // 86400)
+        return context
+
+
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    template_name = "portal/password_reset_confirm.html"
+    success_url = reverse_lazy("portal:password-reset-complete")
+
+
+class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):
+    template_name = "portal/password_reset_complete.html"

@@ -23,6 +23,7 @@ from catalog.services import supported_kubernetes_versions
 from clusters import services as cluster_services
 from clusters.api.serializers import ClusterCreateSerializer, ClusterUpdateSerializer
 from clusters.choices import GONE_PHASES, TRANSITIONAL_PHASES, Phase
+from clusters.maintenance import describe_opening, next_window_start
 from clusters.models import Cluster, Operation
 from clusters.versions import available_upgrades, minor, node_version_problem
 from fleet.choices import HostState
@@ -37,7 +38,10 @@ from nodepools.scaling import set_node_pool_size
 from nodepools.upgrades import resume_upgrade, upgrade_nodepool
 from nvke.errors import ApiError
 from nvke.scoping import get_scoped_or_404, scope_queryset
+from portal import cli_equivalents as cli
+from portal import maintenance_form
 from portal.access import require_write, tenant_page
+from portal.confirm import ConfirmNameForm, disruption_of_cluster, disruption_of_pool
 from portal.forms import (
     ClusterForm,
     IsolationForm,
@@ -47,6 +51,9 @@ from portal.forms import (
     UpgradeForm,
     validate_with,
 )
+from portal.list_filters import ClusterFilter
+from portal.listing import paginate
+from portal.maintenance_form import MaintenancePolicyForm, policy_text
 from portal.queries import region_gpu_models
 
 from .common import call_service, is_htmx
@@ -82,16 +89,20 @@ def _pool_rows(pools) -> list[dict]:
 
 @tenant_page
 def cluster_list(request: HttpRequest) -> HttpResponse:
-    """Clusters of the tenant with their live phase (the table body polls every 2 s)."""
+    """Clusters of the tenant with their live phase (the table body polls every 2 s): search,
+    filters (phase, region, version: values the tenant's clusters hold), sort, pages."""
     show_deleted = request.GET.get("deleted") == "1"
     clusters = scope_queryset(Cluster.objects.all(), request.principal).select_related("tenant")
     if not show_deleted:
         clusters = clusters.exclude(phase=Phase.DELETED)
     clusters = clusters.annotate(
         pools=Count("nodepools", filter=~Q(nodepools__phase=Phase.DELETED), distinct=True)
-    )
+    ).order_by("-created_at")
+    listing = paginate(request, ClusterFilter(request.GET, queryset=clusters))
     context = {
-        "clusters": clusters,
+        "clusters": listing.page.object_list,
+        "listing": listing,
+        "keep": {"deleted": "1"} if show_deleted else {},
         "show_deleted": show_deleted,
         "poll_s": POLL_S,
         "transitional": TRANSITIONAL_PHASES,
@@ -118,10 +129,18 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
         if op is not None:
             messages.success(request, f"Cluster {data['name']} is being created.")
             return redirect("portal:cluster-detail", op.target_id)
-    return render(request, "portal/cluster_form.html", {"form": form})
+    typed = form.payload() if form.is_bound else {}
+    equivalent = cli.cluster_create(
+        typed.get("name") or "NAME",
+        typed.get("kubernetes_version") or (versions[0] if versions else "VERSION"),
+        typed.get("region") or "REGION",
+    )
+    return render(request, "portal/cluster_form.html", {"form": form, "cli": equivalent})
 
 
 def _cluster_context(request: HttpRequest, cluster: Cluster) -> dict:
+    """What the cluster page and its polled part show: header, actions, facts, status, node
+    pools, operations (the live part is re-rendered whole every :data:`POLL_S` seconds)."""
     pools = (
         scope_queryset(NodePool.objects.filter(cluster=cluster), request.principal)
         .select_related("gpu_model")
@@ -129,34 +148,88 @@ def _cluster_context(request: HttpRequest, cluster: Cluster) -> dict:
     )
     if request.GET.get("deleted") != "1":
         pools = pools.exclude(phase=Phase.DELETED)
-    operations = scope_queryset(Operation.objects.filter(cluster=cluster), request.principal)[:15]
+    operations = list(
+        scope_queryset(Operation.objects.filter(cluster=cluster), request.principal)[:15]
+    )
     names = {p.id: p.name for p in NodePool.objects.filter(cluster=cluster)}
     names[cluster.id] = cluster.name
+    gone = cluster.phase in GONE_PHASES
     return {
         "cluster": cluster,
         "pools": _pool_rows(pools),
         "operations": [(op, names.get(op.target_id, "")) for op in operations],
-        "gone": cluster.phase in GONE_PHASES,
+        "failed_operation": _last_failed(operations, cluster.id),
+        "gone": gone,
         "poll_s": POLL_S,
+        "upgrades": [] if gone else _upgrades(cluster),
+        "kubeconfig_url": (
+            reverse("clusters:cluster-kubeconfig", args=[cluster.id])
+            if cluster.kubeconfig_encrypted and not gone
+            else None
+        ),
+        "live_fragment": is_htmx(request) and request.GET.get("fragment") == "live",
     }
+
+
+def _last_failed(operations: list[Operation], target_id) -> Operation | None:
+    """The target's newest operation when it FAILED (what the ERROR banner explains)."""
+    mine = [op for op in operations if op.target_id == target_id]
+    return mine[0] if mine and mine[0].status == "FAILED" else None
 
 
 @tenant_page
 def cluster_detail(request: HttpRequest, cluster_id) -> HttpResponse:
-    """Spec, phase, conditions, operations with progress, node pools and nodes, usage."""
+    """Spec, phase, conditions, operations with progress, node pools and nodes, usage, the
+    maintenance policy (edited here: ``update_cluster(maintenance_policy=...)``)."""
     cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
     context = _cluster_context(request, cluster)
-    if is_htmx(request) and request.GET.get("fragment") == "live":
+    if context["live_fragment"]:
         return render(request, "portal/partials/cluster_live.html", context)
+    status = 200
+    form = MaintenancePolicyForm(
+        request.POST or None, initial={"policy": policy_text(cluster.maintenance_policy)}
+    )
+    if request.method == "POST":
+        if (deny := require_write(request)) is not None:
+            return deny
+        if form.is_valid():
+            body = {"maintenance_policy": form.cleaned_data["policy"]}
+            data = call_service(form, validate_with, ClusterUpdateSerializer, body)
+            op = (
+                call_service(
+                    form,
+                    cluster_services.update_cluster,
+                    principal=request.principal,
+                    cluster=cluster,
+                    maintenance_policy=data["maintenance_policy"],
+                )
+                if data is not None
+                else None
+            )
+            if op is not None:
+                messages.success(request, f"Cluster {cluster.name}: maintenance policy saved.")
+                return redirect("portal:cluster-detail", cluster.id)
+        status = 400
     now = timezone.now()
     context["usage"] = cluster_usage(cluster.id, cluster.created_at, now, now).as_dict()
-    context["upgrades"] = [] if context["gone"] else _upgrades(cluster)
-    context["kubeconfig_url"] = (
-        reverse("clusters:cluster-kubeconfig", args=[cluster.id])
-        if cluster.kubeconfig_encrypted and cluster.phase not in GONE_PHASES
-        else None
+    context["policy_form"] = form
+    context["next_window"] = _next_window(cluster, now)
+    context["cli_policy"] = cli.maintenance_policy(
+        cluster, cluster.maintenance_policy or maintenance_form.EXAMPLE
     )
-    return render(request, "portal/cluster_detail.html", context)
+    context["cli_upgrade"] = cli.cluster_upgrade(
+        cluster, context["upgrades"][0] if context["upgrades"] else "VERSION"
+    )
+    return render(request, "portal/cluster_detail.html", context, status=status)
+
+
+def _next_window(cluster: Cluster, now) -> str:
+    """When disruptive changes may next start: ``"now"``, ``"Sat 02:00 Europe/Berlin"``."""
+    policy = cluster.maintenance_policy
+    if not policy:
+        return "any time (no policy)"
+    opens = next_window_start(policy, now)
+    return "now (a window is open)" if opens == now else describe_opening(policy, opens)
 
 
 def _upgrades(cluster: Cluster) -> list[str]:
@@ -190,29 +263,48 @@ def cluster_upgrade(request: HttpRequest, cluster_id) -> HttpResponse:
                 request, f"Cluster {cluster.name}: control plane upgrade to {target} started."
             )
             return redirect("portal:cluster-detail", cluster.id)
-    return render(request, "portal/cluster_upgrade.html", {"cluster": cluster, "form": form})
+    target = (form.cleaned_data.get("kubernetes_version") if form.is_bound else None) or (
+        _upgrades(cluster)[:1] or ["VERSION"]
+    )[0]
+    return render(
+        request,
+        "portal/cluster_upgrade.html",
+        {"cluster": cluster, "form": form, "cli": cli.cluster_upgrade(cluster, target)},
+    )
 
 
 @tenant_page
 def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
-    """Confirm, then ``delete_cluster`` (202 + a DELETE_CLUSTER operation in the API)."""
+    """Confirm by typing the cluster's name (checked here, not only in the browser), then
+    ``delete_cluster`` (202 + a DELETE_CLUSTER operation in the API)."""
     cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
     if (deny := require_write(request)) is not None:
         return deny
     form = ScaleForm()  # a carrier for a refusal (already deleted)
+    confirm_form = ConfirmNameForm(
+        request.POST if request.method == "POST" else None, name=cluster.name
+    )
+    status = 200
     if request.method == "POST":
         form.is_valid()
-        op = call_service(
-            form, cluster_services.delete_cluster, principal=request.principal, cluster=cluster
-        )
-        if op is not None:
-            messages.success(request, f"Cluster {cluster.name} is being deleted.")
-            return redirect("portal:cluster-detail", cluster.id)
+        if not confirm_form.is_valid():
+            status = 400
+        else:
+            op = call_service(
+                form, cluster_services.delete_cluster, principal=request.principal, cluster=cluster
+            )
+            if op is not None:
+                messages.success(request, f"Cluster {cluster.name} is being deleted.")
+                return redirect("portal:cluster-detail", cluster.id)
+            status = 400
     return render(
         request,
         "portal/confirm.html",
         {
             "form": form,
+            "confirm_form": confirm_form,
+            "kind": "cluster",
+            "disruption": disruption_of_cluster(cluster),
             "title": f"Delete cluster {cluster.name}?",
             "message": (
                 "Its node pools are drained and deleted, their GPUs released and billing "
@@ -220,7 +312,9 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
             ),
             "button": "Delete cluster",
             "cancel": reverse("portal:cluster-detail", args=[cluster.id]),
+            "cli": cli.cluster_delete(cluster),
         },
+        status=status,
     )
 
 
@@ -289,6 +383,8 @@ def nodepool_create(request: HttpRequest, cluster_id) -> HttpResponse:
         }
     )
     context = {"form": form, "cluster": cluster, "model": model, "dry_run": None}
+    typed = form.payload() if form.is_bound and form.is_valid() else None
+    context["cli"] = cli.nodepool_create(cluster, typed)
     if request.method == "POST" and form.is_valid():
         check = request.POST.get("action") == "check"
         body = form.payload()
@@ -326,14 +422,18 @@ def _pool_context(request: HttpRequest, pool: NodePool) -> dict:
     )
     if request.GET.get("deleted") != "1":
         nodes = nodes.exclude(phase=NodePhase.DELETED)
-    operations = scope_queryset(Operation.objects.filter(target_id=pool.id), request.principal)
+    operations = list(
+        scope_queryset(Operation.objects.filter(target_id=pool.id), request.principal)[:15]
+    )
     return {
         "pool": pool,
         "cluster": pool.cluster,
         "nodes": list(nodes),
-        "operations": [(op, pool.name) for op in operations[:15]],
+        "operations": [(op, pool.name) for op in operations],
+        "failed_operation": _last_failed(operations, pool.id),
         "gone": pool.phase in GONE_PHASES,
         "poll_s": POLL_S,
+        "live_fragment": is_htmx(request) and request.GET.get("fragment") == "live",
     }
 
 
@@ -363,6 +463,13 @@ def _pool_forms(pool: NodePool, **forms) -> dict:
             initial={"kubernetes_version": pool.kubernetes_version, "max_unavailable": 1},
         ),
         "dry_run": None,
+        "confirm_form": ConfirmNameForm(name=pool.name),
+        "disruption": disruption_of_pool(pool),
+        "cli_scale": cli.nodepool_scale(pool, pool.node_count),
+        "cli_isolation": cli.nodepool_isolation(pool, pool.isolation),
+        "cli_upgrade": cli.nodepool_upgrade(
+            pool, pool.kubernetes_version or pool.cluster.kubernetes_version
+        ),
     }
     out.update(forms)
     return out
@@ -476,9 +583,14 @@ def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpRespons
     if request.method != "POST":
         return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     form = IsolationForm(request.POST, model=pool.gpu_model)
+    check = request.POST.get("action") == "check"
+    # applying re-partitions every node (drained one at a time): the pool's name is typed
+    confirm_form = ConfirmNameForm(None if check else request.POST, name=pool.name)
     dry_run = None
-    if form.is_valid():
-        check = request.POST.get("action") == "check"
+    status = 200
+    if not check and not confirm_form.is_valid():
+        status = 400
+    elif form.is_valid():
         isolation = form.isolation()
         data = (
             call_service(form, validate_with, NodePoolUpdateSerializer, {"isolation": isolation})
@@ -503,38 +615,54 @@ def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpRespons
             messages.success(request, f"Node pool {pool.name}: isolation change started.")
             return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     context = _pool_context(request, pool)
-    context.update(_pool_forms(pool, isolation_form=form, dry_run=dry_run))
-    return render(request, "portal/nodepool_detail.html", context)
+    context.update(
+        _pool_forms(pool, isolation_form=form, dry_run=dry_run, confirm_form=confirm_form)
+    )
+    return render(request, "portal/nodepool_detail.html", context, status=status)
 
 
 @tenant_page
 def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
-    """Confirm, then ``delete_nodepool``."""
+    """Confirm by typing the pool's name (checked here), then ``delete_nodepool``."""
     pool = _get_pool(request, cluster_id, pool_id)
     if (deny := require_write(request)) is not None:
         return deny
     form = ScaleForm()
+    confirm_form = ConfirmNameForm(
+        request.POST if request.method == "POST" else None, name=pool.name
+    )
+    disruption = disruption_of_pool(pool)
+    status = 200
     if request.method == "POST":
         form.is_valid()
-        op = call_service(
-            form, pool_services.delete_nodepool, principal=request.principal, pool=pool
-        )
-        if op is not None:
-            messages.success(request, f"Node pool {pool.name} is being deleted.")
-            return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+        if not confirm_form.is_valid():
+            status = 400
+        else:
+            op = call_service(
+                form, pool_services.delete_nodepool, principal=request.principal, pool=pool
+            )
+            if op is not None:
+                messages.success(request, f"Node pool {pool.name} is being deleted.")
+                return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
+            status = 400
     return render(
         request,
         "portal/confirm.html",
         {
             "form": form,
+            "confirm_form": confirm_form,
+            "kind": "nodepool",
+            "disruption": disruption,
             "title": f"Delete node pool {pool.name}?",
             "message": (
-                f"Its {pool.node_count} node(s) are drained and their GPUs released; "
+                f"Its {disruption['nodes']} node(s) are drained and their GPUs released; "
                 "billing for them stops. This cannot be undone."
             ),
             "button": "Delete node pool",
             "cancel": reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
+            "cli": cli.nodepool_delete(pool),
         },
+        status=status,
     )
 
 

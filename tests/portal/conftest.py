@@ -137,9 +137,14 @@ def shots(tmp_path):
     return _shot
 
 
-def login(browser, base: str, username: str):
+def login(browser, base: str, username: str, *, width: int = 1360, **context_options):
+    """A new browser context logged in as ``username`` (``context_options``: Playwright's,
+    e.g. ``bypass_csp=True`` to inject the vendored axe-core)."""
     context = browser.new_context(
-        viewport={"width": 1360, "height": 900}, accept_downloads=True, base_url=base
+        viewport={"width": width, "height": 900},
+        accept_downloads=True,
+        base_url=base,
+        **context_options,
     )
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)

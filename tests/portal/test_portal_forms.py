@@ -309,12 +309,21 @@ def test_an_isolation_change_is_checked_then_applied(alice_client, running_pool)
     assert f"1 drained, 1 repartitioned, one at a time: {node.name} (drain, repartition)" in check
     assert NodePool.objects.get(pk=running_pool.pk).isolation["mig_profile"] == "1g.10gb"
     same = alice_client.post(
-        url, {"isolation_mode": "mig", "mig_profile": "1g.10gb", "action": "apply"}
+        url,
+        {
+            "isolation_mode": "mig",
+            "mig_profile": "1g.10gb",
+            "action": "apply",
+            "confirm_name": "mig",
+        },
     ).content.decode()
     assert "the node pool already has this isolation" in same and "isolation_unchanged" in same
-    applied = alice_client.post(
-        url, {"isolation_mode": "mig", "mig_profile": "2g.20gb", "action": "apply"}
-    )
+    body = {"isolation_mode": "mig", "mig_profile": "2g.20gb", "action": "apply"}
+    # applying without typing the pool's name is refused by the server (400), nothing changes
+    refused = alice_client.post(url, body)
+    assert refused.status_code == 400 and "type the name exactly (mig)" in refused.content.decode()
+    assert NodePool.objects.get(pk=running_pool.pk).isolation["mig_profile"] == "1g.10gb"
+    applied = alice_client.post(url, {**body, "confirm_name": "mig"})
     assert applied.status_code == 302
     assert NodePool.objects.get(pk=running_pool.pk).isolation == {
         "mode": "mig",
@@ -330,15 +339,18 @@ def test_deleting_asks_first_then_starts_the_deletion(alice_client, running_pool
     confirm = alice_client.get(url).content.decode()
     assert "Delete node pool mig?" in confirm and "cannot be undone" in confirm
     assert NodePool.objects.get(pk=running_pool.pk).phase == "RUNNING"
-    assert alice_client.post(url).status_code == 302
+    assert alice_client.post(url, {"confirm_name": "mig"}).status_code == 302
     assert NodePool.objects.get(pk=running_pool.pk).phase == "DELETING"
-    assert alice_client.post(f"/clusters/{cluster.id}/delete").status_code == 302
+    assert (
+        alice_client.post(f"/clusters/{cluster.id}/delete", {"confirm_name": "llm"}).status_code
+        == 302
+    )
     assert Cluster.objects.get(pk=cluster.pk).phase == "DELETING"
 
 
 def test_the_cluster_list_polls_its_rows(alice_client, cluster):
     html = alice_client.get("/clusters").content.decode()
-    assert 'hx-get="/clusters?fragment=rows" hx-trigger="every 2s"' in html
+    assert 'hx-get="/clusters?page=1&amp;fragment=rows" hx-trigger="every 2s"' in html
     rows = alice_client.get("/clusters?fragment=rows", HTTP_HX_REQUEST="true").content.decode()
     assert rows.startswith('<tbody id="cluster-rows"')
     assert '<tr data-cluster="llm">' in rows and "RUNNING" in rows

@@ -222,6 +222,25 @@ def test_screenshots_of_the_main_pages(
     page.goto("/invoices")
     expect(page.locator("table")).to_contain_text("DRAFT")
     shots(page, "invoices")
+    # issue #20: the activity feed, an invitation link, a typed-name confirmation, 390 px
+    page.goto("/activity")
+    expect(page.locator("#feed")).to_contain_text("DELETE_NODE_POOL")
+    shots(page, "activity")
+    page.goto("/members")
+    page.get_by_label("Email").fill("bob@example.com")
+    page.locator("#invite_role").select_option("member")
+    page.get_by_role("button", name="Create invitation link").click()
+    expect(page.locator("#invite-link")).to_contain_text("works once")
+    shots(page, "members")
+    page.goto(f"/clusters/{llm.id}/delete")
+    expect(page.locator("#disruption")).to_contain_text("GPU(s) released")
+    page.get_by_label("Type llm to confirm").fill("ll")
+    shots(page, "confirm-delete")
+    phone = login(browser, live_server.url, "alice", width=390)
+    phone.goto(f"/clusters/{llm.id}")
+    expect(phone.locator("#cluster-phase")).to_have_text("RUNNING")
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    shots(phone, "cluster-390")
 
     # SIMULATED Xid rows for the overview and the Xid events page: stored as agent ingestion
     # stores them, without the health intervals ingestion would also open (the a100 stays

@@ -79,16 +79,28 @@ def test_weak_initial_passwords_are_refused_in_the_console(ops_client, password)
     assert not get_user_model().objects.filter(username="alice-alice").exists()
 
 
-def test_weak_member_passwords_are_refused_in_the_portal(alice, tenant_a):
+def test_owners_cannot_set_passwords_and_invitees_weak_ones_are_refused(alice, tenant_a):
+    import re
+
     from django.contrib.auth import get_user_model
 
     client = Client()
     client.force_login(alice)
-    resp = client.post("/members", {"username": "bob", "role": "member", "password": "abc"})
+    # the old "owner sets a password" form is gone: a username and password create nobody
+    resp = client.post("/members", {"username": "bob", "role": "member", "password": PASSWORD})
     assert resp.status_code == 200
-    assert "This password is too short" in resp.content.decode()
+    assert 'id="invite_email-error"' in resp.content.decode()  # an invitation needs an email
     assert not get_user_model().objects.filter(username="bob").exists()
-    ok = client.post("/members", {"username": "bob", "role": "member", "password": PASSWORD})
+    # the invitee sets their own, under the password validators
+    page = client.post("/members", {"email": "bob@example.com", "role": "member", "ttl_hours": 24})
+    link = re.search(r'value="http://testserver(/invite/[^"]+)"', page.content.decode()).group(1)
+    weak = Client().post(link, {"username": "bob", "new_password1": "abc", "new_password2": "abc"})
+    assert weak.status_code == 400
+    assert "This password is too short" in weak.content.decode()
+    assert not get_user_model().objects.filter(username="bob").exists()
+    ok = Client().post(
+        link, {"username": "bob", "new_password1": PASSWORD, "new_password2": PASSWORD}
+    )
     assert ok.status_code == 302
     assert get_user_model().objects.get(username="bob").check_password(PASSWORD)
 

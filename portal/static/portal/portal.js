@@ -2,6 +2,9 @@
 // allows scripts from /static/ only: no inline handlers).
 //   data-autosubmit   on a <select>: submit its form when the choice changes (tenant switcher)
 //   data-select-all   on an <input>: select its text on click (a key shown once)
+//   data-copy         on a <button> inside <details data-cli>: copy its commands to the clipboard
+//   data-confirm-name on a submit button: enabled once the form's confirm_name equals the value
+//                     (a convenience: the server checks the typed name itself)
 (function () {
   "use strict";
   document.addEventListener("change", function (event) {
@@ -11,5 +14,28 @@
   document.addEventListener("click", function (event) {
     var el = event.target;
     if (el && el.hasAttribute && el.hasAttribute("data-select-all") && el.select) el.select();
+    if (el && el.hasAttribute && el.hasAttribute("data-copy")) {
+      var box = el.closest("[data-cli]");
+      var text = Array.prototype.map.call(box.querySelectorAll("pre"), function (p) {
+        return p.textContent;
+      }).join("\n");
+      if (navigator.clipboard) navigator.clipboard.writeText(text).then(function () {
+        el.textContent = "Copied";
+      });
+    }
+  });
+  function syncConfirm(input) {
+    var form = input.form;
+    if (!form) return;
+    form.querySelectorAll("[data-confirm-name]").forEach(function (button) {
+      button.disabled = input.value !== button.getAttribute("data-confirm-name");
+    });
+  }
+  document.addEventListener("input", function (event) {
+    var el = event.target;
+    if (el && el.name === "confirm_name") syncConfirm(el);
+  });
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll('input[name="confirm_name"]').forEach(syncConfirm);
   });
 })();

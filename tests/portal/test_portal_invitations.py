@@ -1,0 +1,150 @@
+"""Members join by a one-time invitation link and set their own password (Django's password
+validators); forgotten passwords are reset by Django's mailed one-time link. The owner no
+longer sets anybody's password."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import timedelta
+
+import pytest
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from tests.portal.conftest import PASSWORD
+
+pytestmark = pytest.mark.django_db
+
+STRONG = "violet-anchor-harbour-42"
+
+
+def _invite(client: Client, email="bob@example.com", role="member") -> str:
+    page = client.post("/members", {"email": email, "role": role, "ttl_hours": "72"})
+    assert page.status_code == 200
+    link = re.search(
+        r'id="invite-url" class="wide mono" readonly value="([^"]+)"', page.content.decode()
+    )
+    return link.group(1).replace("http://testserver", "")
+
+
+def test_an_invited_person_sets_their_own_password_once(alice_client, tenant_a):
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import AuditEvent, Invitation, Membership
+
+    path = _invite(alice_client)
+    token = path.rsplit("/", 1)[1]
+    (row,) = Invitation.objects.filter(tenant=tenant_a)
+    # hashed at rest: the database holds sha256(token), never the token
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert token not in str(list(Invitation.objects.values()))
+    # 72 h from now, give or take the test's own run time
+    assert abs((row.expires_at - timezone.now()) - timedelta(hours=72)) < timedelta(minutes=5)
+    assert AuditEvent.objects.filter(action="member.invite", target_id=str(row.id)).count() == 1
+    assert "Invite a member" in alice_client.get("/members").content.decode()
+    assert 'data-invitation="bob@example.com"' in alice_client.get("/members").content.decode()
+
+    visitor = Client()
+    page = visitor.get(path).content.decode()
+    assert "Join acme" in page or f"Join {tenant_a.name}" in page
+    assert "<strong>member</strong>" in page
+    # the password validators apply: too short, too common, all digits; and both must match
+    for weak in ("short", "password123", "1234567890123"):
+        refused = visitor.post(
+            path, {"username": "bob", "new_password1": weak, "new_password2": weak}
+        )
+        assert refused.status_code == 400, weak
+        assert "invalid_password" in refused.content.decode(), weak
+    differ = visitor.post(
+        path, {"username": "bob", "new_password1": STRONG, "new_password2": STRONG + "x"}
+    )
+    assert "the two passwords differ" in differ.content.decode()
+    assert not get_user_model().objects.filter(username="bob").exists()
+    joined = visitor.post(
+        path, {"username": "bob", "new_password1": STRONG, "new_password2": STRONG}
+    )
+    assert joined.status_code == 302 and joined["Location"] == "/clusters"
+    bob = get_user_model().objects.get(username="bob")
+    assert bob.email == "bob@example.com" and bob.check_password(STRONG)
+    assert Membership.objects.get(user=bob, tenant=tenant_a).role == "member"
+    assert visitor.get("/clusters").status_code == 200  # logged in by joining
+    assert AuditEvent.objects.filter(action="member.invite.accept", actor="user:bob").count() == 1
+    # single use: the same link again is refused, whoever opens it
+    again = Client().get(path)
+    assert again.status_code == 410 and "already used" in again.content.decode()
+    again_post = Client().post(
+        path, {"username": "bob2", "new_password1": STRONG, "new_password2": STRONG}
+    )
+    assert again_post.status_code == 410
+    assert not get_user_model().objects.filter(username="bob2").exists()
+
+
+def test_expired_revoked_and_unknown_links_are_refused(alice_client, tenant_a, outsider_client):
+    from tenants.models import AuditEvent, Invitation
+
+    expired_path = _invite(alice_client, "late@example.com")
+    Invitation.objects.filter(email="late@example.com").update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    expired = Client().get(expired_path)
+    assert expired.status_code == 410 and "has expired" in expired.content.decode()
+
+    revoked_path = _invite(alice_client, "gone@example.com")
+    row = Invitation.objects.get(email="gone@example.com")
+    # another tenant's owner cannot revoke it (the same 404 as a missing one)
+    assert outsider_client.post(f"/members/invitations/{row.id}/revoke").status_code == 404
+    assert Invitation.objects.get(pk=row.pk).revoked_at is None
+    assert alice_client.post(f"/members/invitations/{row.id}/revoke").status_code == 302
+    assert Invitation.objects.get(pk=row.pk).revoked_at is not None
+    assert AuditEvent.objects.filter(action="member.invite.revoke").count() == 1
+    revoked = Client().get(revoked_path)
+    assert revoked.status_code == 410 and "revoked" in revoked.content.decode()
+
+    assert Client().get("/invite/not-a-real-token").status_code == 404
+
+
+def test_a_logged_in_user_joins_with_their_own_account(alice_client, tenant_a, portal_user):
+    from tenants.models import Membership
+
+    path = _invite(alice_client, "olga@example.com", role="viewer")
+    olga = portal_user("olga", None)
+    client = Client()
+    client.force_login(olga)
+    page = client.get(path).content.decode()
+    assert "Join as olga" in page and "new_password1" not in page
+    assert client.post(path).status_code == 302
+    assert Membership.objects.get(user=olga, tenant=tenant_a).role == "viewer"
+    assert olga.check_password(PASSWORD)  # their password is untouched
+
+
+def test_only_owners_invite(portal_user, tenant_a):
+    from tenants.models import Invitation
+
+    admin = Client()
+    admin.force_login(portal_user("adam", tenant_a, "admin"))
+    assert admin.post("/members", {"email": "x@example.com", "role": "owner"}).status_code == 403
+    assert not Invitation.objects.exists()
+
+
+def test_a_forgotten_password_is_reset_by_a_mailed_one_time_link(alice):
+    client = Client()
+    assert 'href="/password-reset"' in client.get("/login").content.decode()
+    sent = client.post("/password-reset", {"email": "alice@example.com"})
+    assert sent.status_code == 302 and sent["Location"] == "/password-reset/sent"
+    assert len(mail.outbox) == 1 and mail.outbox[0].to == ["alice@example.com"]
+    link = re.search(r"http://testserver(/password-reset/\S+)", mail.outbox[0].body).group(1)
+    form = client.get(link, follow=True)  # Django swaps the token for a session marker
+    set_url = form.redirect_chain[-1][0]
+    weak = client.post(set_url, {"new_password1": "alice", "new_password2": "alice"})
+    assert weak.status_code == 200 and "too short" in weak.content.decode()
+    done = client.post(set_url, {"new_password1": STRONG, "new_password2": STRONG})
+    assert done.status_code == 302 and done["Location"] == "/password-reset/done"
+    alice.refresh_from_db()
+    assert alice.check_password(STRONG)
+    # the link was for one use: it is invalid now
+    assert "not valid any more" in Client().get(link, follow=True).content.decode()
+    # an unknown address is answered the same way, and nothing is sent
+    assert client.post("/password-reset", {"email": "nobody@example.com"}).status_code == 302
+    assert len(mail.outbox) == 1
