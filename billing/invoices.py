@@ -290,8 +290,10 @@ def tenant_existed_in(period: Period, since: datetime) -> bool:
 
 def tenant_since(tenant_id) -> datetime | None:
     """Since when the tenant exists, for billing: its creation, or its first allocation (the
-    ledger's earliest start) when that is earlier (usage imported from before the tenant row
-    was made is still billed). None when the tenant is gone."""
+    ledger's earliest start) or the start of its first capacity reservation when earlier
+    (usage or reserved capacity recorded from before the tenant row was made is still billed).
+    None when the tenant is gone."""
+    from reservations.models import Reservation
     from tenants.models import Tenant
 
     created = Tenant.objects.filter(pk=tenant_id).values_list("created_at", flat=True).first()
@@ -303,7 +305,13 @@ def tenant_since(tenant_id) -> datetime | None:
         .values_list("period", flat=True)
         .first()
     )
-    return min(created, first.lower) if first is not None else created
+    reserved = (
+        Reservation.objects.filter(tenant_id=tenant_id)
+        .order_by("start")
+        .values_list("start", flat=True)
+        .first()
+    )
+    return min(d for d in (created, first.lower if first else None, reserved) if d is not None)
 
 
 def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -44,13 +43,21 @@ class GpuSerializer(serializers.ModelSerializer):
         return gpu.holder_id is not None
 
 
+class NvlinkDomainSerializer(serializers.Serializer):
+    """A host's multi-node NVLink domain (NVML GPU fabric info: cluster UUID + clique id)."""
+
+    cluster_uuid = serializers.UUIDField()
+    clique_id = serializers.IntegerField(min_value=0, max_value=2**32 - 1)
+    label = serializers.CharField()
+
+
 class HostSerializer(serializers.ModelSerializer):
     gpus = GpuSerializer(many=True, read_only=True)
     nvlink_domain = serializers.SerializerMethodField(
         help_text="multi-node NVLink domain: {cluster_uuid, clique_id, label} or null"
     )
 
-    @extend_schema_field(OpenApiTypes.OBJECT)
+    @extend_schema_field(NvlinkDomainSerializer(allow_null=True))
     def get_nvlink_domain(self, host: Host) -> dict | None:
         domain = host_domain(host)
         return domain.as_dict() if domain else None

@@ -283,7 +283,10 @@ def test_invoice_finalized_comes_from_finalization(admin, tenant_a, loopback_all
     from datetime import UTC, datetime
 
     from billing.invoices import build_invoice, finalize_invoice
+    from tenants.models import Tenant
 
+    # a tenant of September: October is a month it existed in (no invoice before that)
+    Tenant.objects.filter(pk=tenant_a.pk).update(created_at=datetime(2026, 9, 1, tzinfo=UTC))
     register(admin, types=["invoice.finalized"])
     draft = build_invoice(tenant_a.id, "2026-10", datetime(2026, 11, 2, tzinfo=UTC))
     done = finalize_invoice(draft.id, now=datetime(2026, 11, 2, tzinfo=UTC))
