@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from clusters.models import Cluster, Operation
+from nvke.lean_lists import LeanListSerializer
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -12,6 +13,7 @@ DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 class OperationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Operation
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "type",
@@ -33,6 +35,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "name",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from nodepools.models import Node, NodePool
+from nvke.lean_lists import LeanListSerializer, row_builder
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 
@@ -44,7 +45,8 @@ class PoolNodesSerializer(serializers.ListSerializer):
         nodes = list(data.all()) if hasattr(data, "all") else list(data)
         if pool is None or pool.phase != "DELETED":
             nodes = [n for n in nodes if n.phase != "DELETED"]
-        return [self.child.to_representation(n) for n in nodes]
+        build = row_builder(self.child)  # the lean path (nvke/lean_lists.py), same output
+        return [build(n) for n in nodes]
 
 
 class NodePoolSerializer(serializers.ModelSerializer):
@@ -54,6 +56,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodePool
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "cluster_id",
