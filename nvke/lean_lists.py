@@ -93,8 +93,8 @@ def _converter(field: f.Field) -> tuple[str, Any]:
 
 def plan_for(serializer_class: type[serializers.Serializer]) -> list[tuple[str, str, Any, Any]]:
     """The plan of a serializer class, built once: ``[(name, getter kind, getter, (conv kind,
-    payload))]``; getter kinds ``attr`` (a model attribute name), ``field`` (the prototype
-    field's ``get_attribute``) and ``method`` (a method name of the serializer).
+    payload))]``; getter kinds ``attr`` ((model attribute name, field)), ``field`` (the
+    prototype field's ``get_attribute``) and ``method`` (a method name of the serializer).
 
     Raises ``TypeError`` for a related field (it reads the request from ``context``)."""
     plan = _PLANS.get(serializer_class)
@@ -117,41 +117,28 @@ def plan_for(serializer_class: type[serializers.Serializer]) -> list[tuple[str, 
             plan.append((field.field_name, "method", field.method_name, ("id", None)))
             continue
         attrs_ok = len(field.source_attrs) == 1 and field.source_attrs[0] in attrs
-        getter = ("attr", field.source_attrs[0]) if attrs_ok else ("field", field)
+        getter = ("attr", (field.source_attrs[0], field)) if attrs_ok else ("field", field)
         plan.append((field.field_name, *getter, _converter(field)))
     _PLANS[serializer_class] = plan
     return plan
 
 
 def row_builder(serializer: serializers.Serializer) -> Callable[[Any], dict]:
-    """A function ``row -> dict`` equal to ``serializer.to_representation(row)``, for the
-    rows of one page (the current timezone is read once, here)."""
-    use_tz = settings.USE_TZ
-    iso = _iso(timezone.get_current_timezone()) if use_tz else None
-    steps: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any] | None, Any]] = []
-    for name, gkind, gpayload, (ckind, cpayload) in plan_for(type(serializer)):
-        if gkind == "method":
-            getter: Callable[[Any], Any] = getattr(serializer, gpayload)
-        elif gkind == "attr":
-            getter = _attr(gpayload)
-        else:
-            getter = gpayload.get_attribute
-        conv: Callable[[Any], Any] | None
-        if ckind == "id":
-            conv = None
-        elif ckind == "str":
-            conv = str
-        elif ckind == "int":
-            conv = int
-        elif ckind == "list_str":
-            conv = _list_str
-        elif ckind == "choice":
-            conv = _choice(cpayload)
-        elif ckind == "iso" and iso is not None:
-            conv = iso
-        else:
-            conv = cpayload.to_representation
-        steps.append((name, getter, conv, cpayload))
+    """A function ``row -> dict`` equal to ``serializer.to_representation(row)``; a row is a
+    model instance or a ``.values()`` dict (a dotted source ``host.hostname`` is then the key
+    ``host__hostname``). The steps are compiled once per (class, current timezone); method
+    fields are bound to ``serializer``, so they see its ``context``."""
+    tz = timezone.get_current_timezone() if settings.USE_TZ else None
+    key = (type(serializer), tz)
+    compiled = _STEPS.get(key)
+    if compiled is None:
+        compiled = _STEPS[key] = _compile(type(serializer), tz)
+    steps, methods = compiled
+    if methods:
+        steps = [
+            (name, getattr(serializer, getter) if is_method else getter, conv, field)
+            for name, getter, conv, field, is_method in methods
+        ]
 
     def build(row: Any) -> dict:
         out = {}
@@ -170,9 +157,57 @@ def row_builder(serializer: serializers.Serializer) -> Callable[[Any], dict]:
     return build
 
 
-def _attr(name: str) -> Callable[[Any], Any]:
+_STEPS: dict[tuple[type, Any], tuple[list, list]] = {}
+
+
+def _compile(serializer_class: type, tz: Any) -> tuple[list, list]:
+    """``(steps, steps with method names)``: the second is empty when no field is a method."""
+    iso = _iso(tz) if settings.USE_TZ else None
+    steps: list[tuple[str, Any, Callable[[Any], Any] | None, Any, bool]] = []
+    for name, gkind, gpayload, (ckind, cpayload) in plan_for(serializer_class):
+        if gkind == "method":
+            getter: Any = gpayload  # bound per page in row_builder
+        elif gkind == "attr":
+            getter = _attr(gpayload[0], gpayload[1])
+        else:
+            getter = _field_getter(gpayload)
+        conv: Callable[[Any], Any] | None
+        if ckind == "id":
+            conv = None
+        elif ckind == "str":
+            conv = str
+        elif ckind == "int":
+            conv = int
+        elif ckind == "list_str":
+            conv = _list_str
+        elif ckind == "choice":
+            conv = _choice(cpayload)
+        elif ckind == "iso" and iso is not None:
+            conv = iso
+        else:
+            conv = cpayload.to_representation
+        steps.append((name, getter, conv, cpayload, gkind == "method"))
+    if any(step[4] for step in steps):
+        return [], steps
+    return [step[:4] for step in steps], []
+
+
+def _attr(name: str, field: f.Field) -> Callable[[Any], Any]:
     def get(row: Any) -> Any:
-        return row[name] if isinstance(row, dict) else getattr(row, name)
+        if type(row) is dict:
+            return row[name] if name in row else field.get_attribute(row)
+        return getattr(row, name)
+
+    return get
+
+
+def _field_getter(field: f.Field) -> Callable[[Any], Any]:
+    key = "__".join(field.source_attrs)
+
+    def get(row: Any) -> Any:
+        if type(row) is dict and key in row:
+            return row[key]
+        return field.get_attribute(row)
 
     return get
 

@@ -106,3 +106,35 @@ def test_a_related_field_is_refused():
 
     with pytest.raises(TypeError, match="cluster"):
         plan_for(WithCluster)
+
+
+def test_the_list_responses_are_drfs_bytes(owner, varied):
+    """End to end: each list response is the page DRF's per-row serializers render (the node
+    pools' nodes read from ``.values()`` rows in the API, from instances here)."""
+    from clusters.api.serializers import ClusterSerializer, OperationSerializer
+    from clusters.models import Cluster, Operation
+    from nodepools.api.serializers import NodePoolSerializer
+    from nodepools.models import NodePool
+
+    render = JSONRenderer().render
+    first = varied.first_cluster_id
+    cases = [
+        ("/api/v1/clusters", ClusterSerializer, Cluster.objects.all()),
+        ("/api/v1/operations", OperationSerializer, Operation.objects.all()),
+        (
+            f"/api/v1/clusters/{first}/nodepools",
+            NodePoolSerializer,
+            NodePool.objects.filter(cluster_id=first).prefetch_related("nodes__host"),
+        ),
+    ]
+    for path, serializer_class, queryset in cases:
+        resp = owner.get(path, {"limit": 50})
+        assert resp.status_code == 200, resp.content
+        rows = list(queryset)
+        expected = {
+            "count": len(rows),
+            "next": None,
+            "previous": None,
+            "results": _drf(serializer_class, rows, {}),
+        }
+        assert resp.content == render(expected), path
