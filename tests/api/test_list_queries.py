@@ -18,19 +18,21 @@ def rows(tenant_a, make_host):
 @pytest.mark.parametrize(
     ("path", "queries"),
     [
-        # the API key, count, page, the catalog's supported versions (once, not per cluster)
-        ("/api/v1/clusters", 4),
-        # the API key, the cluster (scoped), count, page, the nodes with their hosts
-        ("/api/v1/clusters/{cluster}/nodepools", 5),
-        # the API key, count, page
-        ("/api/v1/operations", 3),
+        # count, page, the catalog's supported versions (once, not per cluster)
+        ("/api/v1/clusters", 3),
+        # the cluster (scoped), count, page, the nodes with their hosts' names
+        ("/api/v1/clusters/{cluster}/nodepools", 4),
+        # count, page
+        ("/api/v1/operations", 2),
     ],
 )
 def test_a_page_of_50_runs_as_many_queries_as_a_page_of_1(
     owner, rows, path, queries, django_assert_num_queries
 ):
     path = path.format(cluster=rows.first_cluster_id)
-    owner.get(path)  # the key's last_used_at is written at most once a minute: not measured
+    # the first request reads the API key (then cached: tenants/key_cache.py) and writes its
+    # last_used_at (at most once a minute): not measured
+    owner.get(path)
     for limit in (1, 50):
         with django_assert_num_queries(queries):
             resp = owner.get(path, {"limit": limit})
