@@ -231,3 +231,16 @@ class LeanListSerializer(serializers.ListSerializer):
         rows = data.all() if isinstance(data, models.manager.BaseManager) else data
         build = row_builder(self.child)
         return [build(row) for row in rows]
+
+
+def value_columns(serializer_class: type[serializers.Serializer]) -> list[str]:
+    """The ``.values()`` columns a page of ``serializer_class`` reads: each field's source
+    (``a.b`` as ``a__b``). Raises ``TypeError`` when a field is a method field (it reads an
+    instance, not a row dict)."""
+    columns = []
+    for name, gkind, gpayload, _conv in plan_for(serializer_class):
+        if gkind == "method":
+            raise TypeError(f"{serializer_class.__name__}.{name}: a method field reads instances")
+        field = gpayload[1] if gkind == "attr" else gpayload
+        columns.append("__".join(field.source_attrs))
+    return columns

@@ -15,6 +15,7 @@ from clusters.models import Cluster, Operation
 from nvke import crypto
 from nvke.accepted import accepted
 from nvke.errors import ApiError, Conflict
+from nvke.lean_lists import value_columns
 from nvke.viewsets import TenantScopedMixin
 from tenants import audit
 
@@ -110,6 +111,15 @@ class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Operation.objects.all()
     serializer_class = OperationSerializer
     filterset_fields = ["target_id", "target_type", "cluster", "status", "type"]
+
+    def list(self, request, *args, **kwargs):
+        """A page of operations as ``.values()`` rows of the serializer's columns (no model
+        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset.values(*value_columns(OperationSerializer)))
+        if page is None:  # no paginator configured: the whole list
+            return Response(self.get_serializer(list(queryset), many=True).data)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     @extend_schema(request=None, responses={200: OperationSerializer})
     @action(detail=True, methods=["post"])
