@@ -233,14 +233,23 @@ class LeanListSerializer(serializers.ListSerializer):
         return [build(row) for row in rows]
 
 
-def value_columns(serializer_class: type[serializers.Serializer]) -> list[str]:
+def value_columns(
+    serializer_class: type[serializers.Serializer],
+    method_columns: dict[str, tuple[str, ...]] | None = None,
+) -> list[str]:
     """The ``.values()`` columns a page of ``serializer_class`` reads: each field's source
-    (``a.b`` as ``a__b``). Raises ``TypeError`` when a field is a method field (it reads an
-    instance, not a row dict)."""
-    columns = []
+    (``a.b`` as ``a__b``), and for a method field the columns ``method_columns`` names for it
+    (the method must read a row dict's keys as it reads an instance's attributes). Raises
+    ``TypeError`` for a method field ``method_columns`` does not name."""
+    columns: list[str] = []
     for name, gkind, gpayload, _conv in plan_for(serializer_class):
         if gkind == "method":
-            raise TypeError(f"{serializer_class.__name__}.{name}: a method field reads instances")
+            if method_columns is None or name not in method_columns:
+                raise TypeError(f"{serializer_class.__name__}.{name}: name the columns it reads")
+            columns.extend(c for c in method_columns[name] if c not in columns)
+            continue
         field = gpayload[1] if gkind == "attr" else gpayload
-        columns.append("__".join(field.source_attrs))
+        column = "__".join(field.source_attrs)
+        if column not in columns:
+            columns.append(column)
     return columns

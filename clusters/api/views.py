@@ -26,6 +26,18 @@ from .serializers import (
     OperationSerializer,
 )
 
+UPGRADE_COLUMNS = ClusterSerializer.UPGRADE_COLUMNS
+
+
+def _values_page(view, serializer_class, method_columns=None) -> Response:
+    """The list response of ``view`` with its page read as ``.values()`` rows."""
+    queryset = view.filter_queryset(view.get_queryset())
+    rows = queryset.values(*value_columns(serializer_class, method_columns))
+    page = view.paginate_queryset(rows)
+    if page is None:  # no paginator configured: the whole list
+        return Response(view.get_serializer(list(rows), many=True).data)
+    return view.get_paginated_response(view.get_serializer(page, many=True).data)
+
 
 class ClusterViewSet(
     TenantScopedMixin,
@@ -38,6 +50,11 @@ class ClusterViewSet(
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
     filterset_fields = ["phase", "region"]
+
+    def list(self, request, *args, **kwargs):
+        """A page of clusters as ``.values()`` rows of the serializer's columns (no model
+        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        return _values_page(self, ClusterSerializer, {"available_upgrades": UPGRADE_COLUMNS})
 
     @extend_schema(request=ClusterCreateSerializer, responses={202: OperationSerializer})
     def create(self, request):
@@ -115,11 +132,7 @@ class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
     def list(self, request, *args, **kwargs):
         """A page of operations as ``.values()`` rows of the serializer's columns (no model
         instances; nvke/lean_lists.py renders them as DRF renders instances)."""
-        queryset = self.filter_queryset(self.get_queryset())
-        page = self.paginate_queryset(queryset.values(*value_columns(OperationSerializer)))
-        if page is None:  # no paginator configured: the whole list
-            return Response(self.get_serializer(list(queryset), many=True).data)
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        return _values_page(self, OperationSerializer)
 
     @extend_schema(request=None, responses={200: OperationSerializer})
     @action(detail=True, methods=["post"])
