@@ -16,9 +16,9 @@ latencies of both columns are mostly time spent waiting for a CPU.
 Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The throttle
 (``nvke/throttling.py``, one Redis round trip a request) and the API key cache
 (``tenants/key_cache.py``) are part of the API column. Measured 2026-12-02 at load average
-14.5-17.8 (README, "Lists"): ratios 0.92 clusters, 0.67 node pools, 0.88 operations (target
-met); API p99 955 / 2,597 / 1,295 ms against the bare view's 2,067 / 993 / 845 ms (target not
-met at that load: the latencies of both columns are waiting for a CPU).
+2.7-4.9 (README, "Lists"): ratios 0.75 clusters, 0.61 node pools, 0.76 operations (target
+met); API p99 207 / 413 / 122 ms against the bare view's 138 / 148 / 84 ms (target not met on
+the shared machine: the tail of both columns is waiting for a CPU).
 """
 
 from __future__ import annotations
