@@ -221,7 +221,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "nvke.openapi.ContractAutoSchema",
     "EXCEPTION_HANDLER": "nvke.errors.problem_exception_handler",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # django-filter's backend, skipped when a request names none of the view's filters
+    "DEFAULT_FILTER_BACKENDS": ["nvke.filters.QuietFilterBackend"],
     "COERCE_DECIMAL_TO_STRING": False,
     "UNAUTHENTICATED_USER": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",

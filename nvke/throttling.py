@@ -2,11 +2,12 @@
 Redis, failing open when Redis cannot be reached.
 
 Rates come from ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]`` (env ``NVKE_THROTTLE_PRINCIPAL`` /
-``NVKE_THROTTLE_TENANT``, DRF's ``"N/period"`` form). Each request costs one round trip: a Lua
-script ``INCR``s the key of the current window (``throttle:<scope>:<ident>:<window start>``),
-sets its expiry on the first hit and returns the count and the milliseconds left in the window,
-whatever the traffic (DRF's ``SimpleRateThrottle`` stores every timestamp of the window and
-rewrites the list on every request, so its cost grows with the rate). A fixed window lets a
+``NVKE_THROTTLE_TENANT``, DRF's ``"N/period"`` form). Each request costs one round trip for both
+throttles: a Lua script ``INCR``s the key of the current window of each
+(``throttle:<scope>:<ident>:<window start>``), sets its expiry on the first hit and returns
+the count and the milliseconds left in the window, whatever the traffic (DRF's
+``SimpleRateThrottle`` stores every timestamp of the window and rewrites the list on every
+request, so its cost grows with the rate). A fixed window lets a
 client send up to twice the rate across a window boundary; that is the usual trade for an
 O(1) counter and is well inside what the limits protect.
 
@@ -40,13 +41,19 @@ FAIL_OPEN = Counter(
     ["scope"],
 )
 
-# KEYS[1]: the window's counter; ARGV[1]: window length (ms). Returns {count, ms left}.
+# KEYS[i]: a window's counter; ARGV[i]: its window length (ms). Returns {count, ms left} of
+# each, flat: {count 1, ms left 1, count 2, ms left 2, ...}.
 _INCR_WINDOW = """
-local n = redis.call('INCR', KEYS[1])
-if n == 1 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
-return {n, ttl}
+local out = {}
+for i, key in ipairs(KEYS) do
+  local n = redis.call('INCR', key)
+  if n == 1 then redis.call('PEXPIRE', key, ARGV[i]) end
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then redis.call('PEXPIRE', key, ARGV[i]); ttl = tonumber(ARGV[i]) end
+  out[#out + 1] = n
+  out[#out + 1] = ttl
+end
+return out
 """
 
 _LOG_EVERY_S = 30.0
@@ -109,19 +116,26 @@ class WindowRateThrottle(BaseThrottle):
     def ident_for(self, request: Any) -> str | None:
         raise NotImplementedError
 
+    def window_key(self, ident: str) -> tuple[str, int]:
+        """``(counter key of the current window, window length in ms)``."""
+        window_ms = int(self.duration * 1000)
+        start = int(time.time() * 1000) // window_ms
+        return f"nvke:throttle:{self.scope}:{ident}:{start}", window_ms
+
     def allow_request(self, request: Any, view: Any) -> bool:
         ident = self.ident_for(request)
         if ident is None or not self.num_requests:
             return True
-        window_ms = int(self.duration * 1000)
-        start = int(time.time() * 1000) // window_ms
-        key = f"nvke:throttle:{self.scope}:{ident}:{start}"
-        try:
-            _client, script = _redis()
-            count, ttl_ms = script(keys=[key], args=[window_ms])
-        except redis.RedisError as exc:
-            _fail_open(self.scope, exc)
+        counts = getattr(request, "_nvke_throttle_counts", None)
+        if counts is None:
+            counts = _count(request, view)
+        result = counts.get(self.scope)
+        if result is None:  # not among the view's throttles when counted: count it alone
+            result = _count_windows([(self.scope, *self.window_key(ident))])[self.scope]
+        if isinstance(result, redis.RedisError):
+            _fail_open(self.scope, result)
             return True
+        count, ttl_ms = result
         if int(count) <= self.num_requests:
             return True
         self._wait = max(math.ceil(int(ttl_ms) / 1000), 1)
@@ -129,6 +143,34 @@ class WindowRateThrottle(BaseThrottle):
 
     def wait(self) -> float | None:
         return self._wait
+
+
+def _count(request: Any, view: Any) -> dict[str, Any]:
+    """Count the request in the window of every :class:`WindowRateThrottle` of ``view`` with
+    one Redis round trip (the principal's and the tenant's counters together), remembered on
+    the request for the other throttles: ``{scope: (count, ms left) or the RedisError}``."""
+    windows = []
+    for throttle in view.get_throttles() if view is not None else ():
+        if isinstance(throttle, WindowRateThrottle) and throttle.num_requests:
+            ident = throttle.ident_for(request)
+            if ident is not None:
+                windows.append((throttle.scope, *throttle.window_key(ident)))
+    counts = _count_windows(windows)
+    request._nvke_throttle_counts = counts
+    return counts
+
+
+def _count_windows(windows: list[tuple[str, str, int]]) -> dict[str, Any]:
+    """``[(scope, key, window ms)]`` -> ``{scope: (count, ms left)}``, one script call; on a
+    Redis error every scope maps to the error (each throttle then fails open)."""
+    if not windows:
+        return {}
+    try:
+        _client, script = _redis()
+        flat = script(keys=[w[1] for w in windows], args=[w[2] for w in windows])
+    except redis.RedisError as exc:
+        return {scope: exc for scope, _key, _ms in windows}
+    return {w[0]: (flat[2 * i], flat[2 * i + 1]) for i, w in enumerate(windows)}
 
 
 class PrincipalRateThrottle(WindowRateThrottle):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from datetime import timedelta
 
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
+from . import key_cache
 from .choices import Role
 from .models import ApiKey
 from .principal import Principal
@@ -47,21 +49,31 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
 
 def principal_for_key(key: str) -> Principal | None:
-    """Return the principal of a valid key, or None (unknown, revoked, expired, malformed)."""
-    try:
-        api_key = ApiKey.objects.get_from_key(key)
-    except ApiKey.DoesNotExist:
-        return None
-    if api_key.has_expired:
-        return None
+    """Return the principal of a valid key, or None (unknown, revoked, expired, malformed).
+
+    A key that authenticated in the last minute is read from the key cache
+    (:mod:`tenants.key_cache`: one cache read, its secret checked against the cached hash,
+    revocation honoured at once); otherwise from the database, and then cached."""
+    entry = key_cache.lookup(key)
+    if entry is None:
+        try:
+            api_key = ApiKey.objects.get_from_key(key)
+        except ApiKey.DoesNotExist:
+            return None
+        entry = key_cache.CachedKey.of(api_key)
+        if not api_key.has_expired:
+            key_cache.store(entry)
+    if entry.expiry_date is not None and entry.expiry_date < timezone.now():
+        return None  # as ApiKey.has_expired
     now = timezone.now()
-    if api_key.last_used_at is None or now - api_key.last_used_at > LAST_USED_RESOLUTION:
-        ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    if entry.last_used_at is None or now - entry.last_used_at > LAST_USED_RESOLUTION:
+        ApiKey.objects.filter(pk=entry.pk).update(last_used_at=now)
+        key_cache.store(dataclasses.replace(entry, last_used_at=now))
     return Principal(
-        tenant=api_key.tenant,
-        role=Role(api_key.role),
-        is_operator=api_key.is_operator,
-        label=f"apikey:{api_key.prefix}",
+        tenant=entry.tenant,
+        role=Role(entry.role),
+        is_operator=entry.is_operator,
+        label=f"apikey:{entry.prefix}",
     )
 
 

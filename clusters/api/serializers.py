@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from clusters.models import Cluster, Operation
+from nvke.lean_lists import LeanListSerializer
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 
@@ -12,6 +13,7 @@ DNS_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 class OperationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Operation
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "type",
@@ -33,6 +35,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Cluster
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "name",
@@ -53,18 +56,27 @@ class ClusterSerializer(serializers.ModelSerializer):
             "deleted_at",
         ]
 
+    #: the columns get_available_upgrades reads (a list page passes ``.values()`` rows)
+    UPGRADE_COLUMNS = ("phase", "control_plane_version", "kubernetes_version")
+
     def get_available_upgrades(self, cluster: Cluster) -> list[str]:
         """Versions the control plane can be upgraded to now (one minor at a time).
 
-        The supported versions are read once per response (kept in the serializer context,
-        which a list's child serializers share): a page of 50 clusters runs one catalog
-        query, not 50."""
+        ``cluster`` is a Cluster or a ``.values()`` row with :attr:`UPGRADE_COLUMNS`. The
+        supported versions are read once per response (kept in the serializer context, which
+        a list's child serializers share): a page of 50 clusters runs one catalog query, not
+        50."""
         from catalog.services import supported_kubernetes_versions
         from clusters.versions import available_upgrades
 
-        if cluster.phase != "RUNNING":
+        row = cluster if isinstance(cluster, dict) else None
+        phase = row["phase"] if row is not None else cluster.phase
+        if phase != "RUNNING":
             return []
-        current = cluster.control_plane_version or cluster.kubernetes_version
+        if row is not None:
+            current = row["control_plane_version"] or row["kubernetes_version"]
+        else:
+            current = cluster.control_plane_version or cluster.kubernetes_version
         offers = self.context.setdefault("_available_upgrades", {})  # per version, per page
         if current not in offers:
             supported = self.context.get("_supported_kubernetes_versions")

@@ -15,6 +15,7 @@ from clusters.models import Cluster, Operation
 from nvke import crypto
 from nvke.accepted import accepted
 from nvke.errors import ApiError, Conflict
+from nvke.lean_lists import value_columns
 from nvke.viewsets import TenantScopedMixin
 from tenants import audit
 
@@ -24,6 +25,18 @@ from .serializers import (
     ClusterUpdateSerializer,
     OperationSerializer,
 )
+
+UPGRADE_COLUMNS = ClusterSerializer.UPGRADE_COLUMNS
+
+
+def _values_page(view, serializer_class, method_columns=None) -> Response:
+    """The list response of ``view`` with its page read as ``.values()`` rows."""
+    queryset = view.filter_queryset(view.get_queryset())
+    rows = queryset.values(*value_columns(serializer_class, method_columns))
+    page = view.paginate_queryset(rows)
+    if page is None:  # no paginator configured: the whole list
+        return Response(view.get_serializer(list(rows), many=True).data)
+    return view.get_paginated_response(view.get_serializer(page, many=True).data)
 
 
 class ClusterViewSet(
@@ -37,6 +50,11 @@ class ClusterViewSet(
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
     filterset_fields = ["phase", "region"]
+
+    def list(self, request, *args, **kwargs):
+        """A page of clusters as ``.values()`` rows of the serializer's columns (no model
+        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        return _values_page(self, ClusterSerializer, {"available_upgrades": UPGRADE_COLUMNS})
 
     @extend_schema(request=ClusterCreateSerializer, responses={202: OperationSerializer})
     def create(self, request):
@@ -110,6 +128,11 @@ class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Operation.objects.all()
     serializer_class = OperationSerializer
     filterset_fields = ["target_id", "target_type", "cluster", "status", "type"]
+
+    def list(self, request, *args, **kwargs):
+        """A page of operations as ``.values()`` rows of the serializer's columns (no model
+        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        return _values_page(self, OperationSerializer)
 
     @extend_schema(request=None, responses={200: OperationSerializer})
     @action(detail=True, methods=["post"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from nodepools.models import Node, NodePool
+from nvke.lean_lists import LeanListSerializer, row_builder
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 
@@ -34,17 +35,26 @@ class NodeSerializer(serializers.ModelSerializer):
 
 
 class PoolNodesSerializer(serializers.ListSerializer):
-    """A pool's nodes (from the prefetched ``pool.nodes``); the DELETED ones only once the
-    pool itself is DELETED. Declared once on :class:`NodePoolSerializer`, so a page of 50
-    pools builds the node fields once, not 50 times (DRF builds a serializer's fields per
-    instance: a serializer made inside a method field cost ~10 ms a pool)."""
+    """A pool's nodes: the rows a list page fetched for it (``pool.node_rows``, ``.values()``
+    dicts, see ``nodepools.api.views.attach_node_rows``), else the prefetched ``pool.nodes``;
+    the DELETED ones only once the pool itself is DELETED. Declared once on
+    :class:`NodePoolSerializer`, so a page of 50 pools builds the node fields once, not 50
+    times (DRF builds a serializer's fields per instance: a serializer made inside a method
+    field cost ~10 ms a pool)."""
 
     def to_representation(self, data):  # type: ignore[override]
         pool = getattr(data, "instance", None)
-        nodes = list(data.all()) if hasattr(data, "all") else list(data)
-        if pool is None or pool.phase != "DELETED":
-            nodes = [n for n in nodes if n.phase != "DELETED"]
-        return [self.child.to_representation(n) for n in nodes]
+        rows = getattr(pool, "node_rows", None)
+        if rows is not None:
+            nodes = rows
+            if pool.phase != "DELETED":
+                nodes = [n for n in rows if n["phase"] != "DELETED"]
+        else:
+            nodes = list(data.all()) if hasattr(data, "all") else list(data)
+            if pool is None or pool.phase != "DELETED":
+                nodes = [n for n in nodes if n.phase != "DELETED"]
+        build = row_builder(self.child)  # the lean path (nvke/lean_lists.py), same output
+        return [build(n) for n in nodes]
 
 
 class NodePoolSerializer(serializers.ModelSerializer):
@@ -55,6 +65,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodePool
+        list_serializer_class = LeanListSerializer
         fields = [
             "id",
             "cluster_id",

@@ -53,6 +53,22 @@ NODE_LIST_FIELDS = (
 )
 
 
+def attach_node_rows(pools: list[NodePool]) -> None:
+    """Give each pool of a list page ``node_rows``: its nodes as ``.values()`` dicts of
+    :data:`NODE_LIST_FIELDS` + ``host__hostname``, in the nodes' model order, from one query
+    (none for an empty page), as the prefetch of ``nodes`` gives them, without building a
+    ``Node`` and a deferred ``Host`` instance per node (PoolNodesSerializer reads either)."""
+    by_pool: dict = {pool.pk: [] for pool in pools}
+    for pool in pools:
+        pool.node_rows = by_pool[pool.pk]
+    if not pools:
+        return
+    for row in Node.objects.filter(nodepool_id__in=list(by_pool)).values(
+        *NODE_LIST_FIELDS, "host__hostname"
+    ):
+        by_pool[row["nodepool_id"]].append(row)
+
+
 class NodePoolViewSet(
     TenantScopedMixin,
     mixins.ListModelMixin,
@@ -74,7 +90,8 @@ class NodePoolViewSet(
     def get_queryset(self):
         qs = super().get_queryset().filter(cluster_id=self.kwargs["cluster_pk"])
         if self.action == "list":  # the serializer reads gpu_model_id only; actions need more
-            qs = qs.select_related(None)
+            # and the page's nodes come as .values() rows (attach_node_rows)
+            qs = qs.select_related(None).prefetch_related(None)
         return qs
 
     def _cluster(self) -> Cluster:
@@ -84,7 +101,12 @@ class NodePoolViewSet(
 
     def list(self, request, *args, **kwargs):
         self._cluster()  # another tenant's cluster answers 404, not an empty list
-        return super().list(request, *args, **kwargs)
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        pools = list(queryset) if page is None else page
+        attach_node_rows(pools)
+        data = self.get_serializer(pools, many=True).data
+        return Response(data) if page is None else self.get_paginated_response(data)
 
     @extend_schema(
         request=NodePoolCreateSerializer,

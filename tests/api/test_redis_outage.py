@@ -153,7 +153,16 @@ def test_the_throttle_counts_in_one_key_per_window_and_refuses_past_the_rate(
     client = redis.Redis.from_url(live.REDIS_URL)
     for key in client.scan_iter("nvke:throttle:*"):
         client.delete(key)
-    codes = [owner.get("/api/v1/clusters").status_code for _ in range(5)]
+    codes = [owner.get("/api/v1/clusters").status_code]
+
+    def script_calls() -> int:
+        stats = client.info("commandstats")
+        return sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("evalsha", "eval"))
+
+    before = script_calls()
+    codes += [owner.get("/api/v1/clusters").status_code for _ in range(4)]
+    # both throttles (principal and tenant) count a request in one script call: 4 requests, 4
+    assert script_calls() - before == 4
     assert codes == [200, 200, 200, 429, 429]
     refused = owner.get("/api/v1/clusters")
     assert refused.json()["code"] == "throttled"
@@ -163,4 +172,5 @@ def test_the_throttle_counts_in_one_key_per_window_and_refuses_past_the_rate(
     # six requests: one counter per scope (two if the run crossed a minute boundary)
     assert 1 <= len(principal_keys) <= 2 and 1 <= len(tenant_keys) <= 2
     assert sum(int(client.get(k)) for k in principal_keys) == 6
+    assert sum(int(client.get(k)) for k in tenant_keys) == 6
     assert all(0 < client.pttl(k) <= 60_000 for k in principal_keys)

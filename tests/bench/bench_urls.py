@@ -1,5 +1,6 @@
 """The list benchmark's URLconf: NVKE's, plus bare Django views that run the same queries as
-the API lists (count + one page of 50 + the node pools' nodes) and return the rows as JSON,
+the API lists (count + one page of 50; the clusters' catalog query of supported versions; the
+node pools' scoped cluster and their nodes with the hosts' names) and return the rows as JSON,
 without authentication, throttling, DRF or serializers: the framework-speed baseline."""
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ def _page(queryset, request: HttpRequest) -> dict:
 
 
 def bare_clusters(request: HttpRequest) -> JsonResponse:
+    from catalog.services import supported_kubernetes_versions
     from clusters.models import Cluster
 
     qs = Cluster.objects.filter(tenant_id=request.GET["tenant"]).values()
-    return JsonResponse(_page(qs, request), json_dumps_params={"default": str})
+    body = _page(qs, request)
+    body["supported"] = supported_kubernetes_versions()  # the API's catalog query, once a page
+    return JsonResponse(body, json_dumps_params={"default": str})
 
 
 def bare_nodepools(request: HttpRequest, cluster_pk) -> JsonResponse:

@@ -6,11 +6,19 @@ database: pages of 50 clusters, 50 node pools (2 nodes each, on a SIMULATED host
 operations of one tenant. 8 client threads with keep-alive connections send GET requests for
 a fixed time per endpoint; the API requests carry the tenant's API key (authentication,
 throttling, DRF, serializers, pagination), the bare view gets the tenant id as a parameter
-(``tests/bench/bench_urls.py``). Each pair is measured in alternating rounds; the best round
-counts (other work on a shared machine only slows).
+(``tests/bench/bench_urls.py``: the same queries, the clusters' catalog query included).
+Each list is measured in ``ROUNDS`` adjacent API/bare pairs of ``SECONDS`` each, the order
+alternating; the ratio is the median of the pairs' API/bare request counts, so a change of the
+shared machine's load during the run weighs on both sides alike. The table prints the load
+average at the start and end: on this 2-core machine shared by several test suites, the
+latencies of both columns are mostly time spent waiting for a CPU.
 
-Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The throttle is the
-issue-14 engineer's (``nvke/throttling.py``); its cost is part of the API column.
+Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The throttle
+(``nvke/throttling.py``, one Redis round trip a request) and the API key cache
+(``tenants/key_cache.py``) are part of the API column. Measured 2026-12-02 at load average
+2.7-4.9 (README, "Lists"): ratios 0.75 clusters, 0.61 node pools, 0.76 operations (target
+met); API p99 207 / 413 / 122 ms against the bare view's 138 / 148 / 84 ms (target not met on
+the shared machine: the tail of both columns is waiting for a CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import http.client
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -34,8 +43,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = 8
 WORKERS, THREADS = int(os.environ.get("BENCH_WORKERS", 3)), int(os.environ.get("BENCH_THREADS", 3))
-SECONDS = float(os.environ.get("BENCH_LIST_SECONDS", 4))
-ROUNDS = int(os.environ.get("BENCH_LIST_ROUNDS", 2))
+SECONDS = float(os.environ.get("BENCH_LIST_SECONDS", 2))
+ROUNDS = int(os.environ.get("BENCH_LIST_ROUNDS", 6))
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 100.0
 
@@ -160,6 +169,7 @@ def test_list_pages_against_a_bare_view(tenant_a, make_host, tmp_path):
         start_new_session=True,
     )
     results = []
+    load_before = os.getloadavg()
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -177,31 +187,50 @@ def test_list_pages_against_a_bare_view(tenant_a, make_host, tmp_path):
             assert len(api_ids) == 50 and api_ids == bare_ids, name
             load(port, api, auth, 0.5)  # warm-up: every worker's imports and connections
             load(port, bare, {}, 0.5)
-            best_api, best_bare = None, None
-            for _ in range(ROUNDS):
-                a = summary(load(port, api, auth, SECONDS), SECONDS)
-                b = summary(load(port, bare, {}, SECONDS), SECONDS)
-                best_api = a if best_api is None or a["rps"] > best_api["rps"] else best_api
-                best_bare = b if best_bare is None or b["rps"] > best_bare["rps"] else best_bare
-            results.append((name, best_api, best_bare))
+            api_rounds, bare_rounds, ratios = [], [], []
+            for i in range(ROUNDS):
+                # adjacent pairs, in alternating order, so a change of the machine's load
+                # during the run weighs on both sides alike
+                first, second = (
+                    ((api, auth), (bare, {})) if i % 2 == 0 else ((bare, {}), (api, auth))
+                )
+                got = {
+                    first[0]: load(port, *first, SECONDS),
+                    second[0]: load(port, *second, SECONDS),
+                }
+                api_rounds.append(got[api])
+                bare_rounds.append(got[bare])
+                ratios.append(len(got[api]) / max(len(got[bare]), 1))
+            results.append((name, api_rounds, bare_rounds, statistics.median(ratios)))
     finally:
+        load_after = os.getloadavg()
         os.killpg(server.pid, 15)
         server.wait(30)
 
     print()
     print(
         f"List pages of 50, {CLIENTS} concurrent clients, gunicorn {WORKERS} workers x "
-        f"{THREADS} threads on 127.0.0.1, {os.cpu_count()} CPUs, best of {ROUNDS} x {SECONDS:g} s"
+        f"{THREADS} threads on 127.0.0.1, {os.cpu_count()} CPUs, {ROUNDS} paired rounds x "
+        f"{SECONDS:g} s each side (req/s and latencies over all rounds; ratio: median of the "
+        "rounds' API/bare)"
+    )
+    (b1, b5), (a1, a5) = load_before[:2], load_after[:2]
+    print(
+        f"load average 1 min {b1:.1f} at the start, {a1:.1f} at the end (5 min {b5:.1f}, {a5:.1f})"
     )
     print(
         f"{'list':<12} {'API req/s':>10} {'bare req/s':>11} {'ratio':>6} "
         f"{'API p50 ms':>11} {'API p99 ms':>11} {'bare p99 ms':>12}"
     )
-    for name, a, b in results:
+    rows = []
+    for name, api_rounds, bare_rounds, ratio in results:
+        a = summary([x for r in api_rounds for x in r], SECONDS * ROUNDS)
+        b = summary([x for r in bare_rounds for x in r], SECONDS * ROUNDS)
+        rows.append((name, a, b, ratio))
         print(
-            f"{name:<12} {a['rps']:>10.0f} {b['rps']:>11.0f} {a['rps'] / b['rps']:>6.2f} "
+            f"{name:<12} {a['rps']:>10.0f} {b['rps']:>11.0f} {ratio:>6.2f} "
             f"{a['p50']:>11.1f} {a['p99']:>11.1f} {b['p99']:>12.1f}"
         )
-    for name, a, b in results:
-        assert a["rps"] >= TARGET_RATIO * b["rps"], (name, a, b)
+    for name, a, b, ratio in rows:
+        assert ratio >= TARGET_RATIO, (name, ratio, a, b)
         assert a["p99"] < TARGET_P99_MS, (name, a)
