@@ -72,13 +72,19 @@ def close_ledger(sender, node, **kwargs) -> None:
 
 
 @receiver(price_nodepool)
-def price_of_nodepool(sender, tenant_id, gpu_model, gpus, reservation=None, **kwargs):
-    """The dry run's ``cost``: ``{"currency", "basis", "gpus", "unit_price", "hourly",
-    "reservation_hourly"}``; None when the price sheet has no rate for the model now.
+def price_of_nodepool(
+    sender, tenant_id, gpu_model, gpus, reservation=None, isolation=None, **kwargs
+):
+    """The dry run's ``cost``: ``{"currency", "basis", "gpus", "gpu_hours_per_hour",
+    "unit_price", "hourly", "reservation_hourly"}``; None when the price sheet has no rate for
+    the model now.
 
-    ``hourly`` = one hour of ``gpus`` GPU-hours at the on-demand rate in force
-    (:func:`billing.prices.rate_segments`), rounded like an invoice line; 0 for a pool on an
-    active reservation (its usage inside the reservation is covered), whose own charge is
+    ``hourly`` = one hour of the pool's GPU-hours at the on-demand rate in force
+    (:func:`billing.prices.rate_segments`), rounded like an invoice line: ``gpus`` whole GPUs,
+    or for a pool sharing GPUs across tenants (a MIG profile, ``tenancy: shared``) ``gpus``
+    instances x the profile's billable fraction (:func:`billing.fractions.mig_billable_fraction`:
+    1g.10gb of an H100 0.142857) — what its ledger rows will bill. 0 for a pool on an active
+    reservation (its usage inside the reservation is covered), whose own charge is
     ``reservation_hourly`` = its ``gpus`` x the reservation rate.
     """
     from datetime import timedelta
@@ -100,11 +106,18 @@ def price_of_nodepool(sender, tenant_id, gpu_model, gpus, reservation=None, **kw
     price = segments[0].unit_price if segments else None
     if price is None:
         return None
-    seconds = Decimal(gpus) * 3600
+    from .fractions import mig_billable_fraction, pool_shares_gpus_across_tenants
+
+    gpu_hours = Decimal(gpus)
+    profile = (isolation or {}).get("mig_profile")
+    if pool_shares_gpus_across_tenants(isolation or {}) and isinstance(profile, str):
+        gpu_hours = Decimal(gpus) * mig_billable_fraction(gpu_model, profile, now)
+    seconds = gpu_hours * 3600
     answer = {
         "currency": currency,
         "basis": "on-demand",
         "gpus": gpus,
+        "gpu_hours_per_hour": gpu_hours,
         "unit_price": price,
         "hourly": line_amount(seconds, price, currency),
         "reservation_hourly": None,

@@ -269,17 +269,21 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
 def mark_silent_hosts_not_ready(now: datetime) -> int:
     """Hosts whose registered agent has not reported for the heartbeat timeout -> NOT_READY.
 
-    Hosts that never registered an agent are left alone (an imported host is usable before
-    its agent starts). Each host changes with a guarded UPDATE (a report arriving meanwhile
-    wins); its GPUs get a ``host_not_ready`` interval. Returns the number of hosts changed.
+    Hosts that never registered an agent (no per-host credential) are left alone: an imported
+    host is usable before its agent starts, and a SIMULATED host's in-process reports set
+    ``last_seen_at`` only when the provider acts on it (it has no agent to fall silent). Each
+    host changes with a guarded UPDATE (a report arriving meanwhile wins); its GPUs get a
+    ``host_not_ready`` interval. Returns the number of hosts changed.
     """
     from .services import change_host_state
 
     cutoff = now - timedelta(seconds=conf.heartbeat_timeout_s())
     changed = 0
-    for host_id in Host.objects.filter(
-        state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff
-    ).values_list("pk", flat=True):
+    for host_id in (
+        Host.objects.filter(state__in=SCHEDULABLE_HOST_STATES, last_seen_at__lt=cutoff)
+        .exclude(credential_hash="")
+        .values_list("pk", flat=True)
+    ):
         with transaction.atomic():
             if not change_host_state(
                 host_id,

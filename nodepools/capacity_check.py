@@ -162,15 +162,23 @@ def quota_answer(*, tenant_id, gpu_model: str, gpus: int, nodes: int) -> dict[st
 
 
 def cost_answer(
-    *, tenant_id, gpu_model: str, gpus: int, reservation: Reservation | None
+    *,
+    tenant_id,
+    gpu_model: str,
+    gpus: int,
+    reservation: Reservation | None,
+    isolation: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The first receiver's answer to :data:`price_nodepool` (billing), or None."""
+    """The first receiver's answer to :data:`price_nodepool` (billing), or None. ``gpus`` is
+    whole GPUs, or GPU instances for a pool sharing GPUs across tenants (``isolation``
+    tenancy shared: billed by the slice's fraction)."""
     for _, answer in price_nodepool.send(
         sender=NodePool,
         tenant_id=tenant_id,
         gpu_model=gpu_model,
         gpus=gpus,
         reservation=reservation,
+        isolation=isolation or {},
     ):
         if answer is not None:
             return answer

@@ -307,6 +307,7 @@ def create_nodepool(
                     gpu_model=model.slug,
                     gpus=needed,
                     reservation=found,
+                    isolation=policy,
                 ),
             )
         if found is not None:

@@ -667,7 +667,8 @@ class AmountField(forms.DecimalField):
     form error, not an overflow). The range (``[0, 99999999]`` …) is the service's rule
     (:func:`billing.prices.set_price`), shown next to the field."""
 
-    ASCII_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d{1,3})?$", re.ASCII)
+    #: no exponent: "1e3" published 1000 per GPU-hour (found by a new-user trial)
+    ASCII_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)$", re.ASCII)
 
     def to_python(self, value: Any):
         text = str(value).strip() if value is not None else ""
@@ -689,7 +690,11 @@ class PriceForm(ApiForm):
     """
 
     #: form field -> set_price keyword, for every rate-like field
-    rate_fields: dict[str, str] = {"hourly_rate": "hourly_rate", "discount_pct": "discount_pct"}
+    rate_fields: dict[str, str] = {
+        "hourly_rate": "hourly_rate",
+        "discount_pct": "discount_pct",
+        "reservation_hourly_rate": "reservation_hourly_rate",
+    }
 
     gpu_model = forms.ModelChoiceField(
         label="GPU model", queryset=GpuModel.objects.order_by("slug"), to_field_name="slug"
@@ -705,6 +710,12 @@ class PriceForm(ApiForm):
         required=False,
         max_digits=5,
         decimal_places=2,
+    )
+    reservation_hourly_rate = AmountField(
+        label="Reservation rate per reserved GPU-hour (blank: none)",
+        required=False,
+        max_digits=14,
+        decimal_places=6,
     )
     currency = forms.CharField(label="Currency (ISO 4217)", max_length=3, initial="USD")
     new_currency = forms.BooleanField(

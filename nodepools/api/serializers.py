@@ -183,7 +183,13 @@ class DryRunQuotaSerializer(serializers.Serializer):
 class DryRunCostSerializer(serializers.Serializer):
     currency = serializers.CharField()
     basis = serializers.ChoiceField(choices=["on-demand", "reservation"])
-    gpus = serializers.IntegerField()
+    gpus = serializers.IntegerField(help_text="whole GPUs, or GPU instances of a shared pool")
+    gpu_hours_per_hour = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        help_text="GPU-hours the pool bills per hour: gpus, or instances x the MIG profile's "
+        "billable fraction for a pool sharing GPUs across tenants",
+    )
     unit_price = serializers.DecimalField(
         max_digits=20, decimal_places=6, help_text="per GPU-hour, on-demand"
     )

@@ -125,3 +125,15 @@ def test_a_silent_host_becomes_not_ready_and_comes_back_with_its_next_report(gpu
 def test_hosts_without_an_agent_are_never_marked_not_ready(gpu):
     Host.objects.filter(pk=gpu.host_id).update(last_seen_at=None)
     assert health.mark_silent_hosts_not_ready(T0 + timedelta(days=1)) == 0
+
+
+def test_a_simulated_host_reported_in_process_is_not_a_silent_agent(gpu, settings):
+    """Found by a new-user trial: make run's demo hosts (no agent registered, reports made
+    in-process when the provider acts) went NOT_READY two minutes after their last change and
+    could not be brought back. Without a credential there is no agent to fall silent."""
+    settings.NVKE_HOST_HEARTBEAT_TIMEOUT_S = 120
+    Host.objects.filter(pk=gpu.host_id).update(
+        credential_hash="", last_seen_at=T0, state="ALLOCATED"
+    )
+    assert health.mark_silent_hosts_not_ready(T0 + timedelta(days=1)) == 0
+    assert Host.objects.get(pk=gpu.host_id).state == "ALLOCATED"

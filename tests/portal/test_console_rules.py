@@ -46,7 +46,8 @@ def field_error(html: str, field: str) -> str:
         ("-2.50", "hourly_rate must lie in [0, 99999999]"),  # the service's range
         ("NaN", "digits 0-9"),
         ("Infinity", "digits 0-9"),
-        ("1e400", "Ensure that there are no more than"),  # 401 digits before the point
+        ("1e400", "digits 0-9"),
+        ("1e3", "digits 0-9"),  # published 1000 per GPU-hour before (a new-user trial)
         ("123456789012345", "Ensure that there are no more than 14 digits in total."),
         ("99999999.5", "hourly_rate must lie in [0, 99999999]"),  # fits the column, too big
         ("\u0662\u066b\u0665", "digits 0-9"),  # Arabic-Indic 2.5 (Decimal would read 2.5)
@@ -69,6 +70,22 @@ def test_a_good_price_is_stored_exactly(ops_client, catalog):
     assert ops_client.post("/console/prices", PRICE).status_code == 302
     (price,) = Price.objects.all()
     assert (price.hourly_rate, price.currency) == (Decimal("2.500000"), "USD")
+    assert price.reservation_hourly_rate is None
+
+
+def test_the_price_form_publishes_a_reservation_rate(ops_client, catalog):
+    from billing.models import Price
+
+    form = dict(PRICE, reservation_hourly_rate="1.75", effective_from="2026-12-05T00:00")
+    assert ops_client.post("/console/prices", form).status_code == 302
+    (price,) = Price.objects.all()
+    assert (price.hourly_rate, price.reservation_hourly_rate) == (
+        Decimal("2.500000"),
+        Decimal("1.750000"),
+    )
+    bad = dict(form, reservation_hourly_rate="1e3", effective_from="2026-12-06T00:00")
+    html = ops_client.post("/console/prices", bad).content.decode()
+    assert "digits 0-9" in field_error(html, "reservation_hourly_rate")
 
 
 def test_a_price_sheet_keeps_one_currency_unless_another_is_chosen_explicitly(
