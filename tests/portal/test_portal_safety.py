@@ -382,3 +382,25 @@ def test_each_form_shows_a_real_nvkectl_command_and_api_call(alice_client, world
     assert f'curl -sf -X DELETE -H "Authorization: Bearer $TOKEN" "$NVKE/api/v1/clusters/{c}"' in (
         html_lib.unescape(delete)
     )
+
+
+def test_a_search_that_finds_nothing_says_so_instead_of_inviting_a_first_cluster(
+    alice_client,
+    world,  # noqa: F811
+):
+    """Found by a new-user trial: /clusters?q=zzz said "No clusters yet. Create one."."""
+    html = alice_client.get("/clusters?q=zzz").content.decode()
+    assert "No cluster matches these filters." in html
+    assert "No clusters yet." not in html
+    assert "No clusters yet." not in alice_client.get("/clusters").content.decode()
+
+
+def test_console_pages_use_the_one_time_format(ops_client, h100_host):
+    """The console's host page shows the agent's last report in the one format (zone named)."""
+    from fleet.models import Host
+
+    seen = datetime(2026, 12, 2, 4, 45, 11, tzinfo=UTC)
+    Host.objects.filter(pk=h100_host.pk).update(registered_at=seen, last_seen_at=seen)
+    html = ops_client.get(f"/console/hosts/{h100_host.id}").content.decode()
+    shown = '<time datetime="2026-12-02T04:45:11Z">2026-12-02 04:45:11 UTC</time>'
+    assert f"last report {shown}" in html
