@@ -86,6 +86,33 @@ def start_worker(tmp_path: Path, **extra_env: str):
     return proc, log
 
 
+def start_simulated_agent(tmp_path: Path, server: str, host, interval: str = "0.5"):
+    """A real ``nvke-agent`` process with the ``simulated`` source of SIMULATED host ``host``
+    (its state file from clusters.providers.simhosts), registering with a fresh bootstrap token,
+    reporting every ``interval`` s with the inventory each time. Returns (process, log file);
+    the caller stops it with :func:`stop` and closes the log (``tmp_path/agent.log``)."""
+    from clusters.providers import simhosts
+    from fleet.services import reissue_bootstrap_token
+
+    token = reissue_bootstrap_token(host)
+    log = (tmp_path / "agent.log").open("w")
+    proc = subprocess.Popen(
+        [
+            str(BIN / "nvke-agent"), "run",
+            "--server", server,
+            "--state-dir", str(tmp_path / "agent"),
+            "--source", "simulated",
+            "--sim-state", str(simhosts.state_path(host.id)),
+            "--interval", interval,
+            "--inventory-every", "1",
+            "--bootstrap-token", token,
+        ],
+        cwd=ROOT, env=service_env(), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    return proc, log
+
+
 def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str = "condition"):
     """Poll ``predicate()`` until it returns a truthy value; returns it."""
     deadline = time.monotonic() + timeout

@@ -13,12 +13,10 @@ x7 sits at starts 0..6, ``3g.40gb`` x2 at starts 0 and 4 (memory slices, size 1 
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import requests
 
-from tests.e2e.conftest import BIN, ROOT, service_env, start_worker, stop, wait_for
+from tests.e2e.conftest import start_simulated_agent, start_worker, stop, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -53,28 +51,12 @@ def world(live_server, gated_worker, catalog, tmp_path):
     """A simulated 2-GPU H100 host with its agent process running, an operator, a tenant
     with a RUNNING cluster. Yields a dict; stops the agent afterwards."""
     from clusters.providers import simhosts
-    from fleet.services import reissue_bootstrap_token
     from tenants.services import create_api_key, create_tenant
 
     host = simhosts.create_simulated_host(
         hostname="sim-h100-e2e", zone="us-east-1a", gpu_model="h100-sxm5-80gb", gpus=2
     )
-    token = reissue_bootstrap_token(host)
-    agent_log = (tmp_path / "agent.log").open("w")
-    agent = subprocess.Popen(
-        [
-            str(BIN / "nvke-agent"), "run",
-            "--server", live_server.url,
-            "--state-dir", str(tmp_path / "agent"),
-            "--source", "simulated",
-            "--sim-state", str(simhosts.state_path(host.id)),
-            "--interval", "0.5",
-            "--inventory-every", "1",
-            "--bootstrap-token", token,
-        ],
-        cwd=ROOT, env=service_env(), stdout=agent_log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+    agent, agent_log = start_simulated_agent(tmp_path, live_server.url, host)
     operator = Api(live_server.url, create_api_key(tenant=None, name="op")[1])
     tenant = Api(
         live_server.url,

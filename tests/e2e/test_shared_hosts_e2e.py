@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
 
-from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
+from tests.e2e.conftest import start_simulated_agent, stop, wait_for
 from tests.e2e.test_observed_gates import Api, gated_worker  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -31,28 +30,12 @@ MODEL = "h100-sxm5-80gb"
 @pytest.fixture
 def hypervisor(live_server, gated_worker, catalog, tmp_path):  # noqa: F811
     from clusters.providers import simhosts
-    from fleet.services import reissue_bootstrap_token
     from tenants.services import create_api_key, create_tenant
 
     host = simhosts.create_simulated_host(
         hostname="sim-hv-e2e", zone="us-east-1a", gpu_model=MODEL, gpus=1
     )
-    token = reissue_bootstrap_token(host)
-    agent_log = (tmp_path / "agent.log").open("w")
-    agent = subprocess.Popen(
-        [
-            str(BIN / "nvke-agent"), "run",
-            "--server", live_server.url,
-            "--state-dir", str(tmp_path / "agent"),
-            "--source", "simulated",
-            "--sim-state", str(simhosts.state_path(host.id)),
-            "--interval", "0.5",
-            "--inventory-every", "1",
-            "--bootstrap-token", token,
-        ],
-        cwd=ROOT, env=service_env(), stdout=agent_log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+    agent, agent_log = start_simulated_agent(tmp_path, live_server.url, host)
     operator = Api(live_server.url, create_api_key(tenant=None, name="op")[1])
     tenants = {
         name: Api(
