@@ -50,7 +50,11 @@ def reconcile_cluster(cluster_id: uuid.UUID | str, now: datetime | None = None) 
     """Take one reconcile step for a cluster; returns the requeue delay (s) or None."""
     now = now or timezone.now()
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
+        cluster = (
+            Cluster.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(pk=cluster_id)
+            .first()
+        )
         if cluster is None or cluster.phase in (Phase.DELETED, Phase.DELETE_FAILED):
             return None
         if cluster.deletion_requested_at is not None:

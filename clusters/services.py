@@ -106,7 +106,12 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
     ``cluster_deleted`` for a cluster that is already deleted.
     """
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        # FOR NO KEY UPDATE (as every lock of a cluster row): a cluster row is never deleted
+        # nor its key changed, and a plain FOR UPDATE would block the FOR KEY SHARE that
+        # inserting a row pointing at the cluster takes — delete_nodepool holding the quota
+        # row and inserting its Operation then deadlocked with this function waiting for the
+        # quota (tests/tenants/test_quota_leaks.py, seed 50490655)
+        cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster.pk)
         if cluster.phase == Phase.DELETED:
             raise Conflict("the cluster is already deleted", code="cluster_deleted")
         if cluster.deletion_requested_at is not None and cluster.phase != Phase.DELETE_FAILED:
@@ -197,7 +202,7 @@ def update_cluster(
     ``operation_in_progress``).
     """
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster.pk)
         if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
@@ -272,7 +277,7 @@ def _check_upgrade(cluster: Cluster, target: str) -> None:
 def rotate_credentials(*, principal: Principal, cluster: Cluster) -> Operation:
     """Issue a new admin kubeconfig (the old one stops being served). ROTATE_CREDENTIALS."""
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster.pk)
         ensure_no_active_operation(cluster)
         if cluster.phase != Phase.RUNNING:
             raise Conflict(
@@ -308,7 +313,7 @@ def cancel_operation(*, principal: Principal, operation: Operation) -> Operation
         if op.status not in ACTIVE_OPERATION_STATUSES:
             raise Conflict(f"operation is already {op.status}", code="operation_finished")
         if op.type == OperationType.UPGRADE_CONTROL_PLANE:
-            cluster = Cluster.objects.select_for_update().get(pk=op.target_id)
+            cluster = Cluster.objects.select_for_update(no_key=True).get(pk=op.target_id)
             cluster.kubernetes_version = cluster.control_plane_version or cluster.kubernetes_version
             cluster.generation += 1
             cluster.save(update_fields=["kubernetes_version", "generation", "updated_at"])

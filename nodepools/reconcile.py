@@ -795,7 +795,11 @@ def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
     deadlock between the two reconcilers.
     """
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update(skip_locked=True).filter(pk=cluster_id).first()
+        cluster = (
+            Cluster.objects.select_for_update(skip_locked=True, no_key=True)
+            .filter(pk=cluster_id)
+            .first()
+        )
         if cluster is None or cluster.phase == Phase.DELETED:
             return
         pools = list(

@@ -27,7 +27,9 @@ def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int)
     """
     with transaction.atomic():
         pool = NodePool.objects.select_for_update().get(pk=pool.pk)
-        ensure_no_active_operation(Cluster.objects.select_for_update().get(pk=pool.cluster_id))
+        ensure_no_active_operation(
+            Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
+        )
         if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
             raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
         delta = node_count - pool.node_count

@@ -255,7 +255,7 @@ def create_nodepool(
         placement=placement,
     )
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update(of=("self",)).get(pk=cluster.pk)
+        cluster = Cluster.objects.select_for_update(of=("self",), no_key=True).get(pk=cluster.pk)
         if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
@@ -468,7 +468,9 @@ def update_isolation(
                 f"the node pool is {pool.phase}; its isolation can change when it is RUNNING",
                 code="nodepool_not_running",
             )
-        ensure_no_active_operation(Cluster.objects.select_for_update().get(pk=pool.cluster_id))
+        ensure_no_active_operation(
+            Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
+        )
         busy = active_operation(pool.id)
         if busy is not None or pool.rollout:
             raise Conflict(

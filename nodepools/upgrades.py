@@ -61,7 +61,7 @@ def upgrade_nodepool(
             .select_related("gpu_model")
             .get(pk=pool.pk)
         )
-        cluster = Cluster.objects.select_for_update().get(pk=pool.cluster_id)
+        cluster = Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
         ensure_no_active_operation(cluster)
         if pool.phase != Phase.RUNNING or pool.deletion_requested_at is not None:
             raise Conflict(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import traceback
 
 import pytest
 from django.db import connections, transaction
@@ -183,7 +184,7 @@ def test_randomised_create_scale_delete_races_leave_reserved_equal_to_live_specs
                 except ApiError:
                     pass  # quota, busy cluster, deleted pool: refusals are part of the race
         except Exception as exc:  # reported below with the seed
-            errors.append(f"actor {index}: {exc!r}")
+            errors.append(f"actor {index}: {exc!r}\n{traceback.format_exc()}")
         finally:
             connections.close_all()
 
@@ -192,6 +193,8 @@ def test_randomised_create_scale_delete_races_leave_reserved_equal_to_live_specs
         t.start()
     for t in threads:
         t.join(120)
+    for error in errors:  # whole, with its traceback (the assertion's repr is cut short)
+        print(error)
     assert errors == [], (SEED, errors)
     converge()
     assert quota_drift() == {}, SEED

@@ -17,7 +17,7 @@ class Command(BaseCommand):
         rotated = 0
         for pk in Cluster.objects.exclude(kubeconfig_encrypted="").values_list("pk", flat=True):
             with transaction.atomic():
-                cluster = Cluster.objects.select_for_update().get(pk=pk)
+                cluster = Cluster.objects.select_for_update(no_key=True).get(pk=pk)
                 cluster.kubeconfig_encrypted = crypto.rotate(cluster.kubeconfig_encrypted)
                 cluster.save(update_fields=["kubeconfig_encrypted"])
                 rotated += 1
