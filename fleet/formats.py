@@ -148,6 +148,45 @@ def check_smi_report(report: Any) -> None:
             check_int(device.gpu_instance_id, f"{where}.mig_devices[{j}].gpu_instance_id", INT4)
 
 
+def _check_mig_geometry(gpu: dict, devices: list, where: str) -> None:
+    """The MIG devices of one GPU must be able to exist together: none while MIG is disabled,
+    each GPU instance within the 8 memory slices (start + size <= 8), one placement per GPU
+    instance id (its compute instances share it), and no two GPU instances overlapping
+    (NVIDIA MIG user guide: a GPU instance owns its memory slices). FormatError names the
+    device."""
+    if gpu.get("mig_mode") == "disabled" and devices:
+        raise FormatError(
+            f"{where}.mig_devices", "invalid_value", "MIG devices listed while mig_mode is disabled"
+        )
+    placed: dict[int, tuple[int, int]] = {}
+    for j, device in enumerate(devices):
+        start, size = device.get("placement_start"), device.get("placement_size")
+        if start is None or size is None:
+            continue
+        at = f"{where}.mig_devices[{j}]"
+        if start + size > 8:
+            raise FormatError(
+                f"{at}.placement_size", "number_out_of_range", "start + size must be at most 8"
+            )
+        gi = device.get("gpu_instance_id")
+        if gi in placed:
+            if placed[gi] != (start, size):
+                raise FormatError(
+                    f"{at}.placement_start",
+                    "invalid_value",
+                    f"GPU instance {gi} is listed at two placements",
+                )
+            continue
+        for other, (o_start, o_size) in placed.items():
+            if start < o_start + o_size and o_start < start + size:
+                raise FormatError(
+                    f"{at}.placement_start",
+                    "overlapping_mig_devices",
+                    f"overlaps GPU instance {other} (slices {o_start}-{o_start + o_size - 1})",
+                )
+        placed[gi if gi is not None else -1 - j] = (start, size)
+
+
 def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = frozenset()) -> None:
     """An agent report's ``inventory`` (wire format in agent/README.md), whole: a malformed
     one is refused before anything is applied (and never stored), so the host's next good
@@ -207,7 +246,7 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
                     raise FormatError(at, "invalid_type", "each MIG device is an object")
                 check_mig_uuid(device.get("uuid"), f"{at}.uuid")
                 for key in ("gpu_instance_id", "compute_instance_id", "index"):
-                    check_int(device.get(key), f"{at}.{key}", INT4)
+                    check_int(device.get(key), f"{at}.{key}", (0, INT4[1]))  # NVML: unsigned
                 for key in ("memory_total_bytes", "memory_used_bytes", "multiprocessor_count"):
                     check_int(device.get(key), f"{at}.{key}", (0, 2**63 - 1))
                 # a GPU instance starts at a memory slice 0-7 and spans 1-8 (NVIDIA MIG user
@@ -222,6 +261,7 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
                         )
                 if len(device) > MAX_OBJECT_ENTRIES:
                     raise FormatError(at, "too_many_entries", f"at most {MAX_OBJECT_ENTRIES}")
+            _check_mig_geometry(gpu, devices, where)
         scrubs = gpu.get("slice_scrubs")
         if scrubs is not None:
             if not isinstance(scrubs, list) or len(scrubs) > MAX_MIG_DEVICES_PER_GPU:

@@ -49,7 +49,7 @@ from django.utils import timezone
 from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
 from catalog.mig import Placement as MigPlacement
 from catalog.models import GpuModel
-from nvke.errors import Conflict
+from nvke.errors import Conflict, InvalidInput
 
 from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HostEventKind, HostTenancy, SliceState
 from .models import Gpu, GpuInstance, Host, HostEvent
@@ -505,10 +505,11 @@ def instances_of(holder_id: Any) -> list[GpuInstance]:
 def set_host_tenancy(host: Host, *, tenancy: str, actor: str) -> Host:
     """Mark a host dedicated or shared. Idempotent.
 
-    Raises :class:`~nvke.errors.Conflict` ``host_has_dedicated_nodes`` (409) when making it
-    shared while whole GPUs of it are held, and ``host_has_gpu_instances`` when making it
-    dedicated while GPU instances are held or being scrubbed. Unknown values are refused by
-    the API serializer (400).
+    Raises :class:`~nvke.errors.InvalidInput` ``gpu_not_mig_capable`` (400) when making a
+    host of a model without MIG shared; :class:`~nvke.errors.Conflict`
+    ``host_has_dedicated_nodes`` (409) when making it shared while whole GPUs of it are held,
+    and ``host_has_gpu_instances`` when making it dedicated while GPU instances are held or
+    being scrubbed. Unknown values are refused by the API serializer (400).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -516,6 +517,14 @@ def set_host_tenancy(host: Host, *, tenancy: str, actor: str) -> Host:
         if locked.tenancy == tenancy:
             return locked
         if tenancy == HostTenancy.SHARED:
+            model = locked.gpu_model
+            if not model.mig_capable:  # GPUs are shared across tenants only through MIG
+                raise InvalidInput(
+                    f"{model.name} has no MIG (a per-product fact: NVIDIA MIG user guide), so "
+                    f"host {locked.hostname} cannot share its GPUs across tenants",
+                    code="gpu_not_mig_capable",
+                    field="tenancy",
+                )
             held = Gpu.objects.filter(host=locked, holder_id__isnull=False).count()
             if held:
                 raise Conflict(

@@ -34,6 +34,17 @@ class DefragQuerySerializer(serializers.Serializer):
         required=False, default=None, min_value=0, max_value=defrag.MAX_MOVE_MINUTES
     )
 
+    def validate_gpu_model(self, value: str) -> str:
+        """A catalog slug (or blank: every model), as reservations and quotas take it."""
+        from catalog.models import GpuModel
+
+        if value and not GpuModel.objects.filter(slug=value).exists():
+            raise serializers.ValidationError(
+                f"unknown GPU model {value!r} (a catalog slug, e.g. h100-sxm5-80gb)",
+                code="unknown_gpu_model",
+            )
+        return value
+
 
 class DefragRunSerializer(serializers.ModelSerializer):
     class Meta:

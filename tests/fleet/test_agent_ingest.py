@@ -396,6 +396,10 @@ def _mnemonic(code):
     return get_xid_code(code).mnemonic
 
 
+def MIG(gi, start, size):
+    return {"uuid": None, "gpu_instance_id": gi, "placement_start": start, "placement_size": size}
+
+
 @pytest.mark.parametrize(
     ("inventory", "field", "code"),
     [
@@ -436,6 +440,32 @@ def _mnemonic(code):
         (
             {"gpus": [{"uuid": A10G, "mig_devices": [{"uuid": None, "placement_size": 9}]}]},
             "inventory.gpus[0].mig_devices[0].placement_size",
+            "number_out_of_range",
+        ),
+        # found by the re-probe: devices that cannot exist together were stored
+        (
+            {"gpus": [{"uuid": A10G, "mig_devices": [MIG(3, 7, 2)]}]},
+            "inventory.gpus[0].mig_devices[0].placement_size",
+            "number_out_of_range",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "mig_devices": [MIG(1, 0, 4), MIG(2, 2, 2)]}]},
+            "inventory.gpus[0].mig_devices[1].placement_start",
+            "overlapping_mig_devices",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "mig_devices": [MIG(3, 0, 1), MIG(3, 4, 1)]}]},
+            "inventory.gpus[0].mig_devices[1].placement_start",
+            "invalid_value",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "mig_mode": "disabled", "mig_devices": [MIG(1, 0, 1)]}]},
+            "inventory.gpus[0].mig_devices",
+            "invalid_value",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "mig_devices": [{"uuid": None, "gpu_instance_id": -1}]}]},
+            "inventory.gpus[0].mig_devices[0].gpu_instance_id",
             "number_out_of_range",
         ),
         (

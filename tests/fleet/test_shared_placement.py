@@ -111,6 +111,22 @@ def test_a_host_holding_dedicated_nodes_cannot_be_made_shared(make_host, tenant_
 
 
 @pytest.mark.django_db
+def test_a_host_without_mig_cannot_be_made_shared(make_host, operator):
+    """Found by a re-probe: a T4 host (no MIG in the catalog) became shared, with a slice map
+    of 8 free memory slices on GPUs that have none."""
+    host = make_host("t4", gpus=1, hostname="t4-1")
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"})
+    body = resp.json()
+    assert (resp.status_code, body["code"], body["field"]) == (
+        400,
+        "gpu_not_mig_capable",
+        "tenancy",
+    )
+    host.refresh_from_db()
+    assert host.tenancy == "dedicated"
+
+
+@pytest.mark.django_db
 def test_an_empty_host_is_made_shared_and_back_and_the_slice_map_names_tenants(
     make_host, tenant_a, tenant_b, operator
 ):

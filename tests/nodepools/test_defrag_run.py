@@ -304,6 +304,20 @@ def test_bad_plan_parameters_are_400_naming_the_field(operator):
     resp = operator.post("/api/v1/fleet/defrag/runs", {"move_minutes": -1}, format="json")
     assert resp.status_code == 400
     assert "move_minutes" in str(resp.json())
+    # found by a re-probe: an unknown model planned nothing and a run of it ended DONE
+    from nodepools.defrag_models import DefragRun
+
+    for resp in (
+        operator.get("/api/v1/fleet/defrag/plan?gpu_model=nope"),
+        operator.post("/api/v1/fleet/defrag/runs", {"gpu_model": "nope"}, format="json"),
+    ):
+        body = resp.json()
+        assert (resp.status_code, body["code"], body["field"]) == (
+            400,
+            "unknown_gpu_model",
+            "gpu_model",
+        )
+    assert not DefragRun.objects.exists()
 
 
 @pytest.fixture
