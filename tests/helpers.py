@@ -101,6 +101,30 @@ def running_h100_pool(owner, make_host, *, hosts: int, nodes: int) -> tuple[str,
     return cluster, op["target_id"]
 
 
+def running_exclusive_pool(principal, *, gpus_per_node: int, node_count: int) -> tuple:
+    """Through the services as ``principal``: a RUNNING cluster ``llm`` (us-east-1) and a
+    RUNNING exclusive H100 pool ``train`` on hosts the caller made; returns (cluster id, pool
+    id)."""
+    from clusters.services import create_cluster
+    from nodepools.services import create_nodepool
+
+    op = create_cluster(
+        principal=principal, name="llm", kubernetes_version="1.36", region="us-east-1"
+    )
+    drive_cluster(op.target_id)
+    pool_op = create_nodepool(
+        principal=principal,
+        cluster=op.cluster,
+        name="train",
+        gpu_model="h100-sxm5-80gb",
+        gpus_per_node=gpus_per_node,
+        node_count=node_count,
+        isolation={"mode": "exclusive"},
+    )
+    drive_pool(pool_op.target_id)
+    return op.target_id, pool_op.target_id
+
+
 def snapshot() -> dict[str, list[tuple[Any, ...]]]:
     """Every row of the control-plane tables, ordered, for before/after comparisons."""
     out = {}

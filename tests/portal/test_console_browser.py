@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.e2e.conftest import start_worker, stop, wait_for
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import running_exclusive_pool
 from tests.portal.conftest import TIMEOUT_MS, login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -30,8 +30,6 @@ BLOCKER = "default/trainer-0 (PodDisruptionBudget trainer allows 0 disruptions)"
 
 def two_nodes_on_one_host(make_host, portal_user):
     """Tenant acme's pool ``train`` of 2 x 4-GPU H100 nodes, both on sim-h100-01 (8 GPUs)."""
-    from clusters.services import create_cluster
-    from nodepools.services import create_nodepool
     from tenants.models import Tenant
     from tenants.principal import Principal
 
@@ -39,19 +37,8 @@ def two_nodes_on_one_host(make_host, portal_user):
     acme = Tenant.objects.create(name="acme")
     portal_user("ops", staff=True)
     owner = Principal(acme, "owner", False, "user:alice")
-    op = create_cluster(principal=owner, name="llm", kubernetes_version="1.36", region="us-east-1")
-    drive_cluster(op.target_id)
-    pool_op = create_nodepool(
-        principal=owner,
-        cluster=op.cluster,
-        name="train",
-        gpu_model="h100-sxm5-80gb",
-        gpus_per_node=4,
-        node_count=2,
-        isolation={"mode": "exclusive"},
-    )
-    drive_pool(pool_op.target_id)
-    return host, pool_op.target_id
+    _cluster_id, pool_id = running_exclusive_pool(owner, gpus_per_node=4, node_count=2)
+    return host, pool_id
 
 
 def test_an_operator_drains_a_host_and_watches_its_nodes_move_live(

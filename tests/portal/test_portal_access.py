@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import running_exclusive_pool
 from tests.portal.conftest import without_tokens
 
 pytestmark = pytest.mark.django_db
@@ -99,26 +99,13 @@ def test_every_portal_and_console_route_is_classified():
 @pytest.fixture
 def world(tenant_a, h100_host, catalog):
     """Tenant A's running cluster with a running 1 x 1 H100 pool (exclusive) and its node."""
-    from clusters.services import create_cluster
     from nodepools.models import Node
-    from nodepools.services import create_nodepool
     from tenants.principal import Principal
 
     owner = Principal(tenant_a, "owner", False, "user:alice")
-    op = create_cluster(principal=owner, name="llm", kubernetes_version="1.36", region="us-east-1")
-    drive_cluster(op.target_id)
-    pool_op = create_nodepool(
-        principal=owner,
-        cluster=op.cluster,
-        name="train",
-        gpu_model="h100-sxm5-80gb",
-        gpus_per_node=1,
-        node_count=1,
-        isolation={"mode": "exclusive"},
-    )
-    drive_pool(pool_op.target_id)
-    node = Node.objects.get(nodepool_id=pool_op.target_id)
-    return {"cluster": op.target_id, "pool": pool_op.target_id, "node": node.id}
+    cluster_id, pool_id = running_exclusive_pool(owner, gpus_per_node=1, node_count=1)
+    node = Node.objects.get(nodepool_id=pool_id)
+    return {"cluster": cluster_id, "pool": pool_id, "node": node.id}
 
 
 def tenant_urls(ids: dict) -> dict[str, str]:
