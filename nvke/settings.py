@@ -215,7 +215,7 @@ REST_FRAMEWORK = {
         "tenant": env("NVKE_THROTTLE_TENANT", default="12000/min"),
     },
     "DEFAULT_PERMISSION_CLASSES": ["tenants.permissions.IsAuthenticatedPrincipal"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["nvke.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["nvke.parsers.SafeJSONParser"],
     "DEFAULT_PAGINATION_CLASS": "nvke.pagination.DefaultPagination",
     "PAGE_SIZE": 50,

@@ -35,25 +35,21 @@ class NodeSerializer(serializers.ModelSerializer):
 
 
 class PoolNodesSerializer(serializers.ListSerializer):
-    """A pool's nodes: the rows a list page fetched for it (``pool.node_rows``, ``.values()``
-    dicts, see ``nodepools.api.views.attach_node_rows``), else the prefetched ``pool.nodes``;
-    the DELETED ones only once the pool itself is DELETED. Declared once on
-    :class:`NodePoolSerializer`, so a page of 50 pools builds the node fields once, not 50
-    times (DRF builds a serializer's fields per instance: a serializer made inside a method
-    field cost ~10 ms a pool)."""
+    """A pool's nodes: on a list page, the rows the page fetched for it (``.values()`` dicts,
+    already without the DELETED ones where the pool is not DELETED: see
+    ``nodepools.api.views.attach_node_rows``), else the prefetched ``pool.nodes``, the DELETED
+    ones only once the pool itself is DELETED. Declared once on :class:`NodePoolSerializer`, so
+    a page of 50 pools builds the node fields once, not 50 times (DRF builds a serializer's
+    fields per instance: a serializer made inside a method field cost ~10 ms a pool)."""
 
     def to_representation(self, data):  # type: ignore[override]
-        pool = getattr(data, "instance", None)
-        rows = getattr(pool, "node_rows", None)
-        if rows is not None:
-            nodes = rows
-            if pool.phase != "DELETED":
-                nodes = [n for n in rows if n["phase"] != "DELETED"]
-        else:
-            nodes = list(data.all()) if hasattr(data, "all") else list(data)
-            if pool is None or pool.phase != "DELETED":
-                nodes = [n for n in nodes if n.phase != "DELETED"]
         build = row_builder(self.child)  # the lean path (nvke/lean_lists.py), same output
+        if type(data) is list:  # a list page's attached rows
+            return [build(n) for n in data]
+        pool = getattr(data, "instance", None)
+        nodes = list(data.all()) if hasattr(data, "all") else list(data)
+        if pool is None or pool.phase != "DELETED":
+            nodes = [n for n in nodes if n.phase != "DELETED"]
         return [build(n) for n in nodes]
 
 

@@ -15,6 +15,7 @@ from nodepools import services
 from nodepools.models import Node, NodePool
 from nvke.accepted import accepted
 from nvke.errors import InvalidInput
+from nvke.lean_lists import value_columns
 from nvke.scoping import get_scoped_or_404
 from nvke.viewsets import TenantScopedMixin
 
@@ -53,20 +54,29 @@ NODE_LIST_FIELDS = (
 )
 
 
-def attach_node_rows(pools: list[NodePool]) -> None:
-    """Give each pool of a list page ``node_rows``: its nodes as ``.values()`` dicts of
-    :data:`NODE_LIST_FIELDS` + ``host__hostname``, in the nodes' model order, from one query
-    (none for an empty page), as the prefetch of ``nodes`` gives them, without building a
-    ``Node`` and a deferred ``Host`` instance per node (PoolNodesSerializer reads either)."""
-    by_pool: dict = {pool.pk: [] for pool in pools}
+def attach_node_rows(pools: list[dict]) -> None:
+    """Give each pool row of a list page (a ``.values()`` dict with ``id`` and ``phase``) its
+    ``nodes``: the pool's nodes as ``.values()`` dicts of :data:`NODE_LIST_FIELDS` +
+    ``host__hostname``, in the nodes' model order, from one query (none for an empty page);
+    the DELETED ones only once the pool itself is DELETED, as ``PoolNodesSerializer`` shows
+    them. No ``Node`` or deferred ``Host`` instance is built (a page has 100 nodes)."""
+    by_pool: dict = {}
+    gone: set = set()
     for pool in pools:
-        pool.node_rows = by_pool[pool.pk]
+        pool["nodes"] = by_pool[pool["id"]] = []
+        if pool["phase"] == "DELETED":
+            gone.add(pool["id"])
     if not pools:
         return
     for row in Node.objects.filter(nodepool_id__in=list(by_pool)).values(
         *NODE_LIST_FIELDS, "host__hostname"
     ):
-        by_pool[row["nodepool_id"]].append(row)
+        if row["phase"] != "DELETED" or row["nodepool_id"] in gone:
+            by_pool[row["nodepool_id"]].append(row)
+
+
+#: the NodePool columns a list page reads (``nodes`` is attached by :func:`attach_node_rows`)
+POOL_LIST_COLUMNS = tuple(c for c in value_columns(NodePoolSerializer) if c != "nodes")
 
 
 class NodePoolViewSet(
@@ -100,10 +110,14 @@ class NodePoolViewSet(
         )
 
     def list(self, request, *args, **kwargs):
-        self._cluster()  # another tenant's cluster answers 404, not an empty list
-        queryset = self.filter_queryset(self.get_queryset())
-        page = self.paginate_queryset(queryset)
-        pools = list(queryset) if page is None else page
+        """A page of node pools as ``.values()`` rows of the serializer's columns with their
+        nodes attached (no model instances; nvke/lean_lists.py renders them as DRF renders
+        instances)."""
+        rows = self.filter_queryset(self.get_queryset()).values(*POOL_LIST_COLUMNS)
+        page = self.paginate_queryset(rows)
+        pools = list(rows) if page is None else page
+        if not pools:  # pools of the tenant's own cluster prove it is there; none prove nothing
+            self._cluster()  # another tenant's cluster answers 404, not an empty list
         attach_node_rows(pools)
         data = self.get_serializer(pools, many=True).data
         return Response(data) if page is None else self.get_paginated_response(data)

@@ -18,12 +18,12 @@ def rows(tenant_a, make_host):
 @pytest.mark.parametrize(
     ("path", "queries"),
     [
-        # count, page, the catalog's supported versions (once, not per cluster)
-        ("/api/v1/clusters", 3),
-        # the cluster (scoped), count, page, the nodes with their hosts' names
-        ("/api/v1/clusters/{cluster}/nodepools", 4),
-        # count, page
-        ("/api/v1/operations", 2),
+        # page, the catalog's supported versions (once, not per cluster)
+        ("/api/v1/clusters", 2),
+        # page, the nodes with their hosts' names (the cluster is read only for an empty page)
+        ("/api/v1/clusters/{cluster}/nodepools", 2),
+        # page
+        ("/api/v1/operations", 1),
     ],
 )
 def test_a_page_of_50_runs_as_many_queries_as_a_page_of_1(
@@ -33,12 +33,51 @@ def test_a_page_of_50_runs_as_many_queries_as_a_page_of_1(
     # the first request reads the API key (then cached: tenants/key_cache.py) and writes its
     # last_used_at (at most once a minute): not measured
     owner.get(path)
-    for limit in (1, 50):
-        with django_assert_num_queries(queries):
+    # a page of 1 of the 50 rows needs the count query; a page of 50 ends the list, so its
+    # count is the rows read (nvke/pagination.py) and no count query runs
+    for limit, count_query in ((1, 1), (50, 0)):
+        with django_assert_num_queries(queries + count_query):
             resp = owner.get(path, {"limit": limit})
         assert resp.status_code == 200, resp.content
         assert len(resp.json()["results"]) == limit
         assert resp.json()["count"] == 50
+
+
+@pytest.mark.parametrize(
+    ("limit", "offset", "names", "count", "queries"),
+    [
+        # the whole list (newest first): no count query
+        (50, 0, [f"c{49 - i:03d}" for i in range(50)], 50, 2),
+        (51, 0, [f"c{49 - i:03d}" for i in range(50)], 50, 2),
+        (49, 0, [f"c{49 - i:03d}" for i in range(49)], 50, 3),  # one row more exists: counted
+        (20, 40, [f"c{49 - i:03d}" for i in range(40, 50)], 50, 2),  # the last page
+        (10, 40, [f"c{49 - i:03d}" for i in range(40, 50)], 50, 2),  # ends exactly there
+        # past the end: counted (an empty page needs no catalog query)
+        (10, 50, [], 50, 2),
+        (10, 900, [], 50, 2),
+    ],
+)
+def test_the_count_is_the_lists_wherever_the_page_ends(
+    owner, rows, limit, offset, names, count, queries, django_assert_num_queries
+):
+    owner.get("/api/v1/clusters")
+    with django_assert_num_queries(queries):
+        body = owner.get("/api/v1/clusters", {"limit": limit, "offset": offset}).json()
+    assert [c["name"] for c in body["results"]] == names
+    assert body["count"] == count
+    assert (body["next"] is None) == (offset + limit >= count)
+
+
+def test_an_empty_page_counts_zero_and_another_tenants_cluster_is_404(owner, outsider, rows):
+    from clusters.models import Cluster
+
+    empty = Cluster.objects.get(name="c001")  # the seeded pools are all in c000
+    body = owner.get(f"/api/v1/clusters/{empty.pk}/nodepools").json()
+    assert (body["count"], body["results"]) == (0, [])
+    assert owner.get("/api/v1/operations", {"cluster": empty.pk, "limit": 5}).json()["count"] == 1
+    missing = outsider.get(f"/api/v1/clusters/{rows.first_cluster_id}/nodepools")
+    assert missing.status_code == 404
+    assert missing.json()["code"] == "not_found"
 
 
 def test_the_cluster_list_offers_the_same_upgrades_as_the_catalog(owner, rows):

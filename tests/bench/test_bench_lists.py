@@ -150,6 +150,9 @@ def test_list_pages_against_a_bare_view(tenant_a, make_host, tmp_path):
     server = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("gunicorn")),
+            # production's settings (the start-up gc.freeze among them), then the bench's
+            "-c",
+            "python:nvke.gunicorn_conf",
             "nvke.wsgi",
             "--bind",
             f"127.0.0.1:{port}",
@@ -158,7 +161,7 @@ def test_list_pages_against_a_bare_view(tenant_a, make_host, tmp_path):
             "--threads",
             str(THREADS),
             "--worker-class",
-            "gthread",
+            "gthread" if THREADS > 1 else "sync",
             "--access-logfile",
             "/dev/null",
         ],
