@@ -53,7 +53,7 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
-from . import host_moves, observed, shared
+from . import host_moves, observed, readiness, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -177,6 +177,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return host_moves.SHORT_RETRY_S
     live = counted
     host_moves.clear_short(pool, now)
+    # the pool's ready count and NodesReady are read from its nodes now, at every step
+    state = readiness.write_readiness(pool, live, now)
     repairing = step_repair(pool, live, provider, spec, now)
     if repairing is not None:
         return repairing
@@ -192,6 +194,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return None
     if upgrading is not None:
         return upgrading
+    if state.degraded:  # DEGRADED until its nodes are READY again (or repaired)
+        return readiness.next_look_s(live, now)
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
     pool.phase = Phase.RUNNING
