@@ -10,10 +10,13 @@ save status, return the requeue delay (None when converged):
 3. too few nodes: create the missing Node rows and place their machines through the provider,
    all or none: on ``InsufficientCapacity`` (the fleet cannot hold them even with every other
    claim's lock released) nothing is kept, the pool goes to ``ERROR`` and its operation FAILS
-   with code ``insufficient_capacity``; a retryable provider error (including
-   ``placement_contended``: concurrent claims hold every fitting host) is retried with jittered
-   backoff, condition ``Ready=False`` naming it, until ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after
-   the first failure, then ``ERROR`` with the last error and how long it was retried;
+   with code ``insufficient_capacity`` — unless the missing nodes are replacements (of nodes
+   moved off a drained host, or replaced by auto-repair): then the pool runs short
+   (``DEGRADED``, ``CapacityShort``) and retries until capacity comes back; a retryable
+   provider error (including ``placement_contended``: concurrent claims hold every fitting
+   host) is retried with jittered backoff, condition ``Ready=False`` naming it, until
+   ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after the first failure, then ``ERROR`` with the last
+   error and how long it was retried;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
    host's agent reports, after the node booted, what the node must run
@@ -30,7 +33,11 @@ save status, return the requeue delay (None when converged):
    restored and every changed node (the failed one first) goes back the same way, one at a
    time; the operation then FAILS with ``isolation_validation_failed``. A failure while
    rolling back leaves the pool ``DEGRADED`` (``isolation_rollback_failed``);
-7. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
+7. every step with all nodes placed reads the pool's ready count from its nodes' phases
+   (:mod:`nodepools.readiness`): a node out of service unplanned (``NOT_READY``: its host is
+   NOT_READY; ``REPAIRING``) makes the pool ``DEGRADED`` with ``NodesReady``/``Ready`` False
+   naming it and why;
+8. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
 """
 
 from __future__ import annotations
@@ -57,7 +64,7 @@ from . import host_moves, observed, readiness, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
-from .repair import step_repair
+from .repair import pending_replacements, replacement_short, step_repair
 from .services import release_pool_quota
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
@@ -267,6 +274,9 @@ def _scale_up(
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
             pool.save(update_fields=["upgrade", "updated_at"])
             return 0.0
+        replaced = pending_replacements(pool)
+        if replaced:  # an auto-repair released nodes: run short, retry (never ERROR)
+            return replacement_short(pool, live, replaced, str(exc), now)
         if moving or host_moves.runs_short(pool):  # a host drain took the nodes: run short
             return host_moves.capacity_short(pool, live, str(exc), now)
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
