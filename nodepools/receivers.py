@@ -54,16 +54,11 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
 
 @receiver(collect_usage)
 def held_nodes_and_gpus(sender, tenant_id, **kwargs) -> dict:
-    """READY nodes and the GPUs they hold, by GPU model."""
-    from .choices import NodePhase
-    from .models import Node
+    """READY nodes and the GPUs they hold, by GPU model (:func:`nodepools.quota_check.in_use`)."""
+    from .quota_check import in_use
 
-    nodes = Node.objects.filter(tenant_id=tenant_id, phase=NodePhase.READY)
-    gpus: dict[str, int] = {}
-    for node in nodes.select_related("nodepool").only("gpu_uuids", "nodepool__gpu_model"):
-        model = node.nodepool.gpu_model_id
-        gpus[model] = gpus.get(model, 0) + len(node.gpu_uuids)
-    return {"nodes": nodes.count(), "gpus": gpus}
+    nodes, gpus = in_use(tenant_id)
+    return {"nodes": nodes, "gpus": gpus}
 
 
 @receiver(collect_node_versions)
