@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from rest_framework import serializers
 
 from nvke.errors import ApiError, NotFound
-from portal.forms import ApiForm, show_api_error, show_validation_errors
+from portal.forms import ApiForm, show_api_error, show_validation_errors, validate_with
 
 T = TypeVar("T")
 
@@ -28,6 +28,24 @@ def call_service(form: ApiForm, fn: Callable[..., T], *args: Any, **kwargs: Any)
     except ApiError as exc:
         show_api_error(form, exc)
     return None
+
+
+def validate_then_call(
+    form: ApiForm,
+    serializer_class: type[serializers.Serializer],
+    body: dict[str, Any],
+    fn: Callable[..., T],
+    **kwargs: Any,
+) -> tuple[dict[str, Any] | None, T | None]:
+    """The portal's write path, as the API's view takes it: validate ``body`` with the API's
+    serializer (:func:`portal.forms.validate_with`), then call the service ``fn`` with
+    ``kwargs`` and the validated fields. A refusal of either lands on ``form``
+    (:func:`call_service`). Returns ``(validated fields or None, the service's result or
+    None)``."""
+    data = call_service(form, validate_with, serializer_class, body)
+    if data is None:
+        return None, None
+    return data, call_service(form, fn, **kwargs, **data)
 
 
 def is_htmx(request: HttpRequest) -> bool:
