@@ -55,7 +55,7 @@ from portal.listing import paginate
 from portal.maintenance_form import MaintenancePolicyForm, policy_text
 from portal.queries import region_gpu_models
 
-from .common import call_service, is_htmx, validate_then_call
+from .common import confirm_delete, is_htmx, validate_then_call
 
 #: seconds between htmx polls of a page's live part
 POLL_S = 2
@@ -271,29 +271,15 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
     cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = ScaleForm()  # a carrier for a refusal (already deleted)
-    confirm_form = ConfirmNameForm(
-        request.POST if request.method == "POST" else None, name=cluster.name
-    )
-    status = 200
-    if request.method == "POST":
-        form.is_valid()
-        if not confirm_form.is_valid():
-            status = 400
-        else:
-            op = call_service(
-                form, cluster_services.delete_cluster, principal=request.principal, cluster=cluster
-            )
-            if op is not None:
-                messages.success(request, f"Cluster {cluster.name} is being deleted.")
-                return redirect("portal:cluster-detail", cluster.id)
-            status = 400
-    return render(
+    return confirm_delete(
         request,
-        "portal/confirm.html",
-        {
-            "form": form,
-            "confirm_form": confirm_form,
+        name=cluster.name,
+        delete=lambda: cluster_services.delete_cluster(
+            principal=request.principal, cluster=cluster
+        ),
+        done=f"Cluster {cluster.name} is being deleted.",
+        back=reverse("portal:cluster-detail", args=[cluster.id]),
+        page={
             "kind": "cluster",
             "disruption": disruption_of_cluster(cluster),
             "title": f"Delete cluster {cluster.name}?",
@@ -305,7 +291,6 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
             "cancel": reverse("portal:cluster-detail", args=[cluster.id]),
             "cli": cli.cluster_delete(cluster),
         },
-        status=status,
     )
 
 
@@ -613,30 +598,14 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     pool = _get_pool(request, cluster_id, pool_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = ScaleForm()
-    confirm_form = ConfirmNameForm(
-        request.POST if request.method == "POST" else None, name=pool.name
-    )
     disruption = disruption_of_pool(pool)
-    status = 200
-    if request.method == "POST":
-        form.is_valid()
-        if not confirm_form.is_valid():
-            status = 400
-        else:
-            op = call_service(
-                form, pool_services.delete_nodepool, principal=request.principal, pool=pool
-            )
-            if op is not None:
-                messages.success(request, f"Node pool {pool.name} is being deleted.")
-                return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
-            status = 400
-    return render(
+    return confirm_delete(
         request,
-        "portal/confirm.html",
-        {
-            "form": form,
-            "confirm_form": confirm_form,
+        name=pool.name,
+        delete=lambda: pool_services.delete_nodepool(principal=request.principal, pool=pool),
+        done=f"Node pool {pool.name} is being deleted.",
+        back=reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
+        page={
             "kind": "nodepool",
             "disruption": disruption,
             "title": f"Delete node pool {pool.name}?",
@@ -648,7 +617,6 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
             "cancel": reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
             "cli": cli.nodepool_delete(pool),
         },
-        status=status,
     )
 
 

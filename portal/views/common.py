@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.http import HttpRequest
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
 from rest_framework import serializers
 
 from nvke.errors import ApiError, NotFound
@@ -46,6 +48,39 @@ def validate_then_call(
     if data is None:
         return None, None
     return data, call_service(form, fn, **kwargs, **data)
+
+
+def confirm_delete(
+    request: HttpRequest,
+    *,
+    name: str,
+    delete: Callable[[], Any],
+    done: str,
+    back: str,
+    page: dict[str, Any],
+) -> HttpResponse:
+    """The delete page of a named object: its ``name`` typed again (checked here, not only in
+    the browser), then ``delete()`` (a service call answering an Operation). On success the
+    message ``done`` and a redirect to ``back``; a refusal of the service shows on the page
+    (400), as does a wrong name. ``page``: the rest of ``portal/confirm.html``'s context
+    (``kind``, ``disruption``, ``title``, ``message``, ``button``, ``cancel``, ``cli``)."""
+    from portal.confirm import ConfirmNameForm
+    from portal.forms import ScaleForm
+
+    form = ScaleForm()  # a carrier for a refusal (already deleted)
+    confirm_form = ConfirmNameForm(request.POST if request.method == "POST" else None, name=name)
+    status = 200
+    if request.method == "POST":
+        form.is_valid()
+        if not confirm_form.is_valid():
+            status = 400
+        else:
+            if call_service(form, delete) is not None:
+                messages.success(request, done)
+                return redirect(back)
+            status = 400
+    context = {"form": form, "confirm_form": confirm_form, **page}
+    return render(request, "portal/confirm.html", context, status=status)
 
 
 def is_htmx(request: HttpRequest) -> bool:
