@@ -64,7 +64,7 @@ from . import host_moves, observed, readiness, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
-from .repair import pending_replacements, replacement_short, step_repair
+from .repair import REPLACING, pending_replacements, replacement_short, step_repair
 from .services import release_pool_quota
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
@@ -846,7 +846,9 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING, Phase.DELETING))
             | Q(cluster__deletion_requested_at__isnull=False)
             | Q(nodes__phase=NodePhase.NOT_READY)
-            | Q(nodes__repair_state__gt="")
+            # a live node marked for repair, or a released one waiting for its replacement
+            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__repair_state__gt="")
+            | Q(nodes__repair_state=REPLACING)
             # the infrastructure may replace their machines by itself (health checks)
             | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
             | Q(nodes__move_state__in=host_moves.MOVING_STATES)

@@ -176,7 +176,7 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
     from clusters.providers import simhosts
     from fleet.models import Gpu, Host
     from nodepools.models import NodePool
-    from nodepools.reconcile import reconcile_nodepool
+    from nodepools.reconcile import nodepools_needing_reconcile, reconcile_nodepool
 
     _, pool = running_h100_pool(owner, make_host, hosts=1, nodes=1)
     (node,) = nodes(pool)
@@ -219,6 +219,7 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
     assert repair.progress["stage"] == conds["RepairPending"]["message"]
     assert reconcile_nodepool(pool) == 30.0  # a retry, still short: nothing changes
     assert NodePool.objects.get(pk=pool).conditions == short.conditions
+    assert pool in {str(i) for i in nodepools_needing_reconcile()}  # beat retries it too
 
     spare = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")  # capacity comes back
     drive_pool(pool)
@@ -244,3 +245,5 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
     assert (old.phase, old.repair_state) == ("DELETED", "")
     repair.refresh_from_db()
     assert repair.status == "DONE"
+    # converged: the released node's DELETED row no longer makes beat re-enqueue the pool
+    assert pool not in {str(i) for i in nodepools_needing_reconcile()}
