@@ -201,7 +201,14 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return None
     if upgrading is not None:
         return upgrading
-    if state.degraded:  # DEGRADED until its nodes are READY again (or repaired)
+    if state.degraded:
+        # the spec is realised (its nodes exist; a create or resize is DONE), but the pool
+        # stays DEGRADED until its nodes are READY again or repaired
+        if pool.phase != Phase.DEGRADED or pool.observed_generation != pool.generation:
+            pool.phase = Phase.DEGRADED
+            pool.observed_generation = pool.generation
+            pool.save(update_fields=["phase", "observed_generation", "updated_at"])
+            _finish_size_operations(pool, now)
         return readiness.next_look_s(live, now)
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
@@ -217,12 +224,17 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     )
     pool.conditions = set_condition(pool.conditions, *_verified([]), now)
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
+    _finish_size_operations(pool, now)
+    return None
+
+
+def _finish_size_operations(pool: NodePool, now: datetime) -> None:
+    """The pool has the nodes its spec asks for: its create / resize operation is DONE."""
     finish_operation(
         pool.id,
         types=(OperationType.CREATE_NODE_POOL, OperationType.SET_NODE_POOL_SIZE),
         now=now,
     )
-    return None
 
 
 def _scale_up(

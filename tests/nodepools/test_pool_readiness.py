@@ -133,3 +133,39 @@ def test_the_host_state_change_wakes_the_pool_of_the_node_it_changed(
     assert [h["argsrepr"] for h in sent if h["task"] == "nodepools.tasks.reconcile_nodepool"] == [
         repr((str(world[1]),))
     ]
+
+
+def test_a_resize_while_a_node_is_not_ready_is_done_and_leaves_the_pool_degraded(
+    owner, world, make_host, django_capture_on_commit_callbacks
+):
+    """The resize is realised (2 nodes exist, the new one READY): its operation is DONE and
+    the pool is DEGRADED ("1 of 2 nodes ready"), not left RECONCILING with the operation
+    RUNNING (which would hold the cluster's one-operation-at-a-time slot)."""
+    from clusters.models import Operation
+    from fleet.health import mark_silent_hosts_not_ready
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    cluster, pool = world
+    (old,) = Node.objects.filter(nodepool_id=pool)
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")  # room for the second node
+    with django_capture_on_commit_callbacks(execute=True):
+        mark_silent_hosts_not_ready(timezone.now())
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools/{pool}/set-size", {"node_count": 2}
+    ).json()
+    for _ in range(20):  # steps until it waits for the repair timeout (1 h) of the old node
+        if (reconcile_nodepool(pool) or 0) > 3000:
+            break
+    else:
+        raise AssertionError("the pool did not settle")
+    body = owner.get(f"/api/v1/clusters/{cluster}/nodepools/{pool}").json()
+    assert body["phase"] == "DEGRADED"
+    ready = condition(body["conditions"], "Ready")
+    assert ready["status"] == "False"
+    assert ready["message"].startswith(f"1 of 2 nodes ready; {old.name} NOT_READY: host ")
+    assert Operation.objects.get(pk=op["id"]).status == "DONE"
+    assert sorted(Node.objects.filter(nodepool_id=pool).values_list("phase", flat=True)) == [
+        "NOT_READY",
+        "READY",
+    ]
