@@ -136,10 +136,18 @@ def capacity_answer(
 
 
 def quota_answer(*, tenant_id, gpu_model: str, gpus: int, nodes: int) -> dict[str, Any]:
-    """``{"fits", "gpus": {"gpu_model", "limit", "reserved", "requested", "left_after"},
-    "nodes": {"limit", "reserved", "requested", "left_after"}}`` from the tenant's quota row
-    (read, not locked: the real create checks it again under the lock)."""
+    """``{"fits", "gpus": {"gpu_model", "limit", "reserved", "in_use", "requested",
+    "left_after"}, "nodes": {"limit", "reserved", "in_use", "requested", "left_after"}}`` from
+    the tenant's quota row (read, not locked: the real create checks it again under the lock).
+
+    ``reserved`` is what the quota row holds for the tenant's live specs (every pool's
+    ``node_count x gpus_per_node``, provisioning or not) and is what the check counts:
+    ``left_after = limit - reserved - requested``; ``in_use`` is what the tenant's READY nodes
+    hold now (:func:`nodepools.quota_check.in_use`), shown beside it, never counted."""
+    from .quota_check import in_use
+
     quota = quotas.quota_for(tenant_id, lock=False)
+    held_nodes, held_gpus = in_use(tenant_id)
     gpu_limit = quotas.gpu_limit(quota, gpu_model)
     gpu_used = int(quota.reserved_gpus.get(gpu_model, 0))
     out = {
@@ -147,12 +155,14 @@ def quota_answer(*, tenant_id, gpu_model: str, gpus: int, nodes: int) -> dict[st
             "gpu_model": gpu_model,
             "limit": gpu_limit,
             "reserved": gpu_used,
+            "in_use": held_gpus.get(gpu_model, 0),
             "requested": gpus,
             "left_after": gpu_limit - gpu_used - gpus,
         },
         "nodes": {
             "limit": quota.max_nodes,
             "reserved": quota.reserved_nodes,
+            "in_use": held_nodes,
             "requested": nodes,
             "left_after": quota.max_nodes - quota.reserved_nodes - nodes,
         },

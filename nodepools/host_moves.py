@@ -127,15 +127,23 @@ def request_moves(pool_id, *, hostname: str, now: datetime) -> bool:
     return True
 
 
-def capacity_short(pool: NodePool, live: list[Node], reason: str, now: datetime) -> float:
-    """No room for the pool's missing nodes while a host drain moves (or moved) some: the pool
-    runs short (DEGRADED, ``CapacityShort``) instead of failing; moving nodes go on without a
-    replacement (:func:`step_moves` drains them). ``live``: the nodes that count (not
-    moving). Returns :data:`SHORT`."""
+def capacity_short(
+    pool: NodePool,
+    live: list[Node],
+    reason: str,
+    now: datetime,
+    *,
+    cause: str = "nodes moved off drained hosts",
+) -> float:
+    """No room for the pool's missing nodes while a host drain moves (or moved) some, or an
+    auto-repair replaced some (``cause`` says which, :func:`nodepools.repair.replacement_short`):
+    the pool runs short (DEGRADED, ``CapacityShort``) instead of failing; moving nodes go on
+    without a replacement (:func:`step_moves` drains them). ``live``: the nodes that count
+    (not moving). Returns :data:`SHORT`."""
     counted = [n for n in live if not n.move_state]
     message = (
         f"runs {len(counted)} of {pool.node_count} node(s): no capacity for "
-        f"{pool.node_count - len(counted)} replacement(s) of nodes moved off drained hosts "
+        f"{pool.node_count - len(counted)} replacement(s) of {cause} "
         f"({reason}); retried every {SHORT_RETRY_S:g} s"
     )
     conditions = set_condition(

@@ -132,7 +132,8 @@ class Node(models.Model):
     #: ``drain-blocked`` (paused: pods that cannot be evicted), plus when its drain started
     upgrade_state = models.CharField(max_length=16, blank=True)
     #: auto-repair: "" (healthy), ``requested`` (reboot|replace in ``repair_action``),
-    #: ``rebooting``; ``repair_reason`` says why (an Xid and its catalog action, NOT_READY)
+    #: ``rebooting``, ``replacing`` (released, DELETED, until a READY node takes its place);
+    #: ``repair_reason`` says why (an Xid and its catalog action, NOT_READY)
     repair_state = models.CharField(max_length=16, blank=True)
     repair_action = models.CharField(max_length=16, blank=True)
     repair_reason = models.CharField(max_length=200, blank=True)

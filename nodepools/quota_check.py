@@ -17,7 +17,7 @@ from typing import Any
 from clusters.models import Cluster
 from tenants.models import Quota
 
-from .models import NodePool
+from .models import Node, NodePool
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,19 @@ def expected_reservations(tenant_id: Any) -> Reservations:
         if count:
             gpus[model] = gpus.get(model, 0) + count * per_node
     return Reservations(clusters=clusters.count(), nodes=nodes, gpus=gpus)
+
+
+def in_use(tenant_id: Any) -> tuple[int, dict[str, int]]:
+    """What the tenant holds now, as opposed to what its quota has reserved: its READY nodes
+    and the GPUs they hold, by GPU model (catalog slug) — ``(nodes, {slug: gpus})``. A pool
+    still provisioning, or a node NOT_READY, reserves quota without being in use."""
+    from .choices import NodePhase
+
+    nodes = Node.objects.filter(tenant_id=tenant_id, phase=NodePhase.READY)
+    gpus: dict[str, int] = {}
+    for model, held in nodes.values_list("nodepool__gpu_model_id", "gpu_uuids"):
+        gpus[model] = gpus.get(model, 0) + len(held)
+    return nodes.count(), gpus
 
 
 def reserved(quota: Quota) -> Reservations:

@@ -54,16 +54,11 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
 
 @receiver(collect_usage)
 def held_nodes_and_gpus(sender, tenant_id, **kwargs) -> dict:
-    """READY nodes and the GPUs they hold, by GPU model."""
-    from .choices import NodePhase
-    from .models import Node
+    """READY nodes and the GPUs they hold, by GPU model (:func:`nodepools.quota_check.in_use`)."""
+    from .quota_check import in_use
 
-    nodes = Node.objects.filter(tenant_id=tenant_id, phase=NodePhase.READY)
-    gpus: dict[str, int] = {}
-    for node in nodes.select_related("nodepool").only("gpu_uuids", "nodepool__gpu_model"):
-        model = node.nodepool.gpu_model_id
-        gpus[model] = gpus.get(model, 0) + len(node.gpu_uuids)
-    return {"nodes": nodes.count(), "gpus": gpus}
+    nodes, gpus = in_use(tenant_id)
+    return {"nodes": nodes, "gpus": gpus}
 
 
 @receiver(collect_node_versions)
@@ -134,22 +129,31 @@ def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, *
 
 
 @receiver(host_state_changed)
-def follow_host_readiness(sender, host_id, new_state, **kwargs) -> None:
+def follow_host_readiness(sender, host_id, new_state, **kwargs) -> int:
     """Nodes on a NOT_READY host are NOT_READY (repaired after NVKE_NODE_REPAIR_TIMEOUT_S);
-    back to READY when the host reports again."""
+    back to READY when the host reports again. The pools of the nodes that changed are woken
+    so that their ready count and conditions follow at once (:mod:`nodepools.readiness`).
+    Returns the number of nodes changed."""
     from django.utils import timezone
 
     from .choices import NodePhase
+    from .tasks import reconcile_nodepool
 
     nodes = Node.objects.filter(host_id=host_id).exclude(phase__in=["DELETING", "DELETED"])
     if new_state == "NOT_READY":
-        nodes.filter(phase=NodePhase.READY).update(
-            phase=NodePhase.NOT_READY, repair_requested_at=timezone.now()
-        )
+        changed = nodes.filter(phase=NodePhase.READY)
+        pool_ids = set(changed.values_list("nodepool_id", flat=True))
+        count = changed.update(phase=NodePhase.NOT_READY, repair_requested_at=timezone.now())
     elif new_state in ("AVAILABLE", "ALLOCATED"):
-        nodes.filter(phase=NodePhase.NOT_READY, repair_state="").update(
-            phase=NodePhase.READY, repair_requested_at=None
-        )
+        changed = nodes.filter(phase=NodePhase.NOT_READY, repair_state="")
+        pool_ids = set(changed.values_list("nodepool_id", flat=True))
+        count = changed.update(phase=NodePhase.READY, repair_requested_at=None)
+    else:
+        return 0
+    for pool_id in sorted(pool_ids, key=str):
+        # a direct send: a pending countdown (the repair timeout's) must not delay it
+        send_on_commit(reconcile_nodepool, pool_id)
+    return count
 
 
 @receiver(host_drain_requested)

@@ -10,10 +10,13 @@ save status, return the requeue delay (None when converged):
 3. too few nodes: create the missing Node rows and place their machines through the provider,
    all or none: on ``InsufficientCapacity`` (the fleet cannot hold them even with every other
    claim's lock released) nothing is kept, the pool goes to ``ERROR`` and its operation FAILS
-   with code ``insufficient_capacity``; a retryable provider error (including
-   ``placement_contended``: concurrent claims hold every fitting host) is retried with jittered
-   backoff, condition ``Ready=False`` naming it, until ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after
-   the first failure, then ``ERROR`` with the last error and how long it was retried;
+   with code ``insufficient_capacity`` — unless the missing nodes are replacements (of nodes
+   moved off a drained host, or replaced by auto-repair): then the pool runs short
+   (``DEGRADED``, ``CapacityShort``) and retries until capacity comes back; a retryable
+   provider error (including ``placement_contended``: concurrent claims hold every fitting
+   host) is retried with jittered backoff, condition ``Ready=False`` naming it, until
+   ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after the first failure, then ``ERROR`` with the last
+   error and how long it was retried;
 4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
    host's agent reports, after the node booted, what the node must run
@@ -30,7 +33,11 @@ save status, return the requeue delay (None when converged):
    restored and every changed node (the failed one first) goes back the same way, one at a
    time; the operation then FAILS with ``isolation_validation_failed``. A failure while
    rolling back leaves the pool ``DEGRADED`` (``isolation_rollback_failed``);
-7. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
+7. every step with all nodes placed reads the pool's ready count from its nodes' phases
+   (:mod:`nodepools.readiness`): a node out of service unplanned (``NOT_READY``: its host is
+   NOT_READY; ``REPAIRING``) makes the pool ``DEGRADED`` with ``NodesReady``/``Ready`` False
+   naming it and why;
+8. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
 """
 
 from __future__ import annotations
@@ -53,11 +60,11 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import set_condition
 
-from . import host_moves, observed, shared
+from . import host_moves, observed, readiness, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
-from .repair import step_repair
+from .repair import REPLACING, pending_replacements, replacement_short, step_repair
 from .services import release_pool_quota
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
@@ -177,6 +184,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return host_moves.SHORT_RETRY_S
     live = counted
     host_moves.clear_short(pool, now)
+    # the pool's ready count and NodesReady are read from its nodes now, at every step
+    state = readiness.write_readiness(pool, live, now)
     repairing = step_repair(pool, live, provider, spec, now)
     if repairing is not None:
         return repairing
@@ -192,6 +201,15 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return None
     if upgrading is not None:
         return upgrading
+    if state.degraded:
+        # the spec is realised (its nodes exist; a create or resize is DONE), but the pool
+        # stays DEGRADED until its nodes are READY again or repaired
+        if pool.phase != Phase.DEGRADED or pool.observed_generation != pool.generation:
+            pool.phase = Phase.DEGRADED
+            pool.observed_generation = pool.generation
+            pool.save(update_fields=["phase", "observed_generation", "updated_at"])
+            _finish_size_operations(pool, now)
+        return readiness.next_look_s(live, now)
     if pool.phase == Phase.RUNNING and pool.observed_generation == pool.generation:
         return None
     pool.phase = Phase.RUNNING
@@ -206,12 +224,17 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     )
     pool.conditions = set_condition(pool.conditions, *_verified([]), now)
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
+    _finish_size_operations(pool, now)
+    return None
+
+
+def _finish_size_operations(pool: NodePool, now: datetime) -> None:
+    """The pool has the nodes its spec asks for: its create / resize operation is DONE."""
     finish_operation(
         pool.id,
         types=(OperationType.CREATE_NODE_POOL, OperationType.SET_NODE_POOL_SIZE),
         now=now,
     )
-    return None
 
 
 def _scale_up(
@@ -263,6 +286,9 @@ def _scale_up(
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
             pool.save(update_fields=["upgrade", "updated_at"])
             return 0.0
+        replaced = pending_replacements(pool)
+        if replaced:  # an auto-repair released nodes: run short, retry (never ERROR)
+            return replacement_short(pool, live, replaced, str(exc), now)
         if moving or host_moves.runs_short(pool):  # a host drain took the nodes: run short
             return host_moves.capacity_short(pool, live, str(exc), now)
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
@@ -832,7 +858,9 @@ def nodepools_needing_reconcile() -> list[uuid.UUID]:
             | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING, Phase.DELETING))
             | Q(cluster__deletion_requested_at__isnull=False)
             | Q(nodes__phase=NodePhase.NOT_READY)
-            | Q(nodes__repair_state__gt="")
+            # a live node marked for repair, or a released one waiting for its replacement
+            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__repair_state__gt="")
+            | Q(nodes__repair_state=REPLACING)
             # the infrastructure may replace their machines by itself (health checks)
             | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
             | Q(nodes__move_state__in=host_moves.MOVING_STATES)

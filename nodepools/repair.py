@@ -13,6 +13,15 @@ operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % 
 Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
 an operator's problem, not something to repair the whole pool into (condition
 ``RepairsPaused``).
+
+A replaced node is released first (its machine deleted, its healthy GPUs back to the fleet,
+the unhealthy ones fenced) and keeps ``repair_state`` ``replacing`` on its DELETED row until
+the pool has a READY node in its place; meanwhile the pool's condition ``RepairPending`` names
+it. When no capacity is free for the replacement the pool does not fail: it runs short
+(DEGRADED, ``CapacityShort`` and ``RepairPending`` saying what is missing and why), the
+REPAIR_NODES operation stays RUNNING, and the placement is retried every
+``host_moves.SHORT_RETRY_S`` seconds until capacity comes back; then the replacement is
+placed, and once it is READY ``RepairPending`` turns False and the operation is DONE.
 """
 
 from __future__ import annotations
@@ -65,6 +74,10 @@ def step_repair(
             if now - since >= timeout:
                 _request(node, "replace", "NOT_READY beyond the repair timeout", since)
     unhealthy = [n for n in live if n.repair_state]
+    # here the pool has all its nodes, none provisioning: a replacement placed is READY
+    settled = settle_replacements(pool, now)
+    if settled and not unhealthy:
+        finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     if not unhealthy:
         return None
     if len(unhealthy) > max_unhealthy(pool):
@@ -133,12 +146,11 @@ def step_repair(
         )
         node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
-        from .reconcile import release_nodes
-
         progress_operation(pool.id, stage=f"replacing {node.name}", total=len(unhealthy), now=now)
         reason = node.repair_reason
-        release_nodes(pool, [node], now)
+        _release_for_replacement(pool, node, now)
         node_repaired.send_robust(sender=Node, node=node, action="replace", reason=reason)
+        return 0.0  # the operation is DONE once the replacement is READY
     if not [n for n in live if n.repair_state and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0
@@ -151,16 +163,80 @@ def _fence_and_replace(
     stays open, the reason says why) and the node is replaced on healthy GPUs."""
     from fleet.models import Gpu
 
-    from .reconcile import release_nodes
-
     reason = f"not repaired by a reboot: {problem}"[:300]
     Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY").update(health_reason=reason)
     _condition(pool, now, "NodesVerified", False, "RepairNotVerified", problem)
     progress_operation(pool.id, stage=f"replacing {node.name}: {problem}", now=now)
+    _release_for_replacement(pool, node, now)
+    return 0.0  # the operation is DONE once the replacement is READY
+
+
+def _release_for_replacement(pool: NodePool, node: Node, now: datetime) -> None:
+    """Release ``node`` (DELETED, GPUs back to the fleet, ledger closed) and keep it
+    ``replacing`` until a READY node takes its place (:func:`settle_replacements`)."""
+    from .reconcile import release_nodes
+
     release_nodes(pool, [node], now)
-    if not [n for n in live if n.repair_state and n.pk != node.pk]:
-        finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
-    return 0.0
+    node.repair_state = REPLACING
+    node.save(update_fields=["repair_state"])
+    pending = pending_replacements(pool)
+    _condition(pool, now, "RepairPending", True, "ReplacementPending", _pending_text(pending))
+
+
+#: ``Node.repair_state`` of a released node whose replacement is not READY yet
+REPLACING = "replacing"
+
+
+def pending_replacements(pool: NodePool) -> list[Node]:
+    """The pool's released nodes whose replacement is not READY yet, oldest first."""
+    return list(
+        pool.nodes.filter(phase=NodePhase.DELETED, repair_state=REPLACING).order_by(
+            "released_at", "name"
+        )
+    )
+
+
+def _pending_text(pending: list[Node]) -> str:
+    return "; ".join(f"replacing {n.name} ({n.repair_reason})" for n in pending)[:900]
+
+
+def replacement_short(
+    pool: NodePool, live: list[Node], pending: list[Node], reason: str, now: datetime
+) -> float:
+    """No capacity for the replacements of ``pending``: the pool runs short (DEGRADED,
+    ``CapacityShort``, :func:`nodepools.host_moves.capacity_short`) instead of failing,
+    ``RepairPending`` says what waits and why, and the REPAIR_NODES operation stays RUNNING;
+    the reconciler retries every ``SHORT_RETRY_S``. Returns ``host_moves.SHORT``."""
+    from . import host_moves
+
+    short = host_moves.capacity_short(
+        pool, live, reason, now, cause="nodes replaced by auto-repair"
+    )
+    message = (
+        f"{_pending_text(pending)}: no capacity for the replacement ({reason}); "
+        f"retried every {host_moves.SHORT_RETRY_S:g} s"
+    )
+    _condition(pool, now, "RepairPending", True, "InsufficientCapacity", message[:1000])
+    Operation.objects.filter(
+        target_id=pool.id, type=OperationType.REPAIR_NODES, status__in=["PENDING", "RUNNING"]
+    ).update(progress={"done": 0, "total": len(pending), "stage": message[:300]})
+    return short
+
+
+def settle_replacements(pool: NodePool, now: datetime) -> list[str]:
+    """The pool has all its nodes READY again: its pending replacements are done
+    (``repair_state`` cleared on their DELETED rows, ``RepairPending`` False). Returns the
+    names of the nodes replaced."""
+    pending = pending_replacements(pool)
+    if not pending:
+        return []
+    names = [n.name for n in pending]
+    Node.objects.filter(pk__in=[n.pk for n in pending], repair_state=REPLACING).update(
+        repair_state=""
+    )
+    message = f"replaced {', '.join(names)}: the new node(s) are READY"
+    _condition(pool, now, "RepairPending", False, "ReplacementReady", message[:1000])
+    return names
 
 
 def _spec(node: Node):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connection
@@ -172,3 +173,59 @@ def seat_on_shared_host(node, host) -> None:
     node.save(update_fields=["host", "zone", "gpu_uuids"])
     settle_host_state(old_host, now=now)
     settle_host_state(host.pk, now=now)
+
+
+def run_at_once(
+    count: int,
+    work: Callable[[int, Callable[[], None]], Any],
+    *,
+    hook: tuple[Any, str] | None = None,
+    barrier_timeout_s: float = 60.0,
+    join_s: float = 90.0,
+) -> list[Any]:
+    """The race harness: ``work(i, wait)`` in ``count`` threads at once (each on its own
+    PostgreSQL connection, closed when it ends), released together by a barrier.
+
+    ``wait`` is the barrier: ``work`` calls it where every actor must be in flight (say, with
+    its transaction open) before any goes on. With ``hook=(module, "name")`` the barrier is set
+    as ``module.name`` while the actors run (code under test calls such a hook between its read
+    and its write, to line every actor up there) and ``wait`` does nothing. Returns, in actor
+    order, what ``work`` returned or the exception it raised (see :func:`race_outcome`).
+    """
+    import threading
+
+    from django.db import connections
+
+    barrier = threading.Barrier(count, timeout=barrier_timeout_s)
+    outcomes: list[Any] = [None] * count
+    wait = (lambda: None) if hook else barrier.wait
+
+    def actor(i: int) -> None:
+        try:
+            outcomes[i] = work(i, wait)
+        except Exception as exc:  # an outcome, shown by the caller's assertion
+            outcomes[i] = exc
+        finally:
+            connections.close_all()
+
+    if hook:
+        setattr(hook[0], hook[1], barrier.wait)
+    threads = [threading.Thread(target=actor, args=(i,)) for i in range(count)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(join_s)
+    finally:
+        if hook:
+            setattr(hook[0], hook[1], None)
+    return outcomes
+
+
+def race_outcome(outcome: Any) -> Any:
+    """An actor's outcome of :func:`run_at_once` in words: an API refusal's stable ``code``
+    (``quota_exceeded``), another exception's ``repr``, a result as it is."""
+    if isinstance(outcome, Exception):
+        code = getattr(outcome, "code", None)
+        return code if isinstance(code, str) else repr(outcome)
+    return outcome

@@ -161,7 +161,13 @@ class DryRunCapacitySerializer(serializers.Serializer):
 
 class _QuotaPart(serializers.Serializer):
     limit = serializers.IntegerField()
-    reserved = serializers.IntegerField()
+    reserved = serializers.IntegerField(
+        help_text="held by the quota for the tenant's live specs (provisioning or not); "
+        "counted: left_after = limit - reserved - requested"
+    )
+    in_use = serializers.IntegerField(
+        help_text="what the tenant's READY nodes hold now (shown beside reserved, not counted)"
+    )
     requested = serializers.IntegerField()
     left_after = serializers.IntegerField()
 

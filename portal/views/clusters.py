@@ -49,14 +49,13 @@ from portal.forms import (
     NodeUpgradeForm,
     ScaleForm,
     UpgradeForm,
-    validate_with,
 )
 from portal.list_filters import ClusterFilter
 from portal.listing import paginate
 from portal.maintenance_form import MaintenancePolicyForm, policy_text
 from portal.queries import region_gpu_models
 
-from .common import call_service, is_htmx
+from .common import confirm_delete, is_htmx, validate_then_call
 
 #: seconds between htmx polls of a page's live part
 POLL_S = 2
@@ -120,11 +119,12 @@ def cluster_create(request: HttpRequest) -> HttpResponse:
     versions = [kv.version for kv in supported_kubernetes_versions()]
     form = ClusterForm(request.POST or None, versions=versions, regions=_regions())
     if request.method == "POST" and form.is_valid():
-        data = call_service(form, validate_with, ClusterCreateSerializer, form.payload())
-        op = (
-            call_service(form, cluster_services.create_cluster, principal=request.principal, **data)
-            if data is not None
-            else None
+        data, op = validate_then_call(
+            form,
+            ClusterCreateSerializer,
+            form.payload(),
+            cluster_services.create_cluster,
+            principal=request.principal,
         )
         if op is not None:
             messages.success(request, f"Cluster {data['name']} is being created.")
@@ -193,18 +193,13 @@ def cluster_detail(request: HttpRequest, cluster_id) -> HttpResponse:
         if (deny := require_write(request)) is not None:
             return deny
         if form.is_valid():
-            body = {"maintenance_policy": form.cleaned_data["policy"]}
-            data = call_service(form, validate_with, ClusterUpdateSerializer, body)
-            op = (
-                call_service(
-                    form,
-                    cluster_services.update_cluster,
-                    principal=request.principal,
-                    cluster=cluster,
-                    maintenance_policy=data["maintenance_policy"],
-                )
-                if data is not None
-                else None
+            _, op = validate_then_call(
+                form,
+                ClusterUpdateSerializer,
+                {"maintenance_policy": form.cleaned_data["policy"]},
+                cluster_services.update_cluster,
+                principal=request.principal,
+                cluster=cluster,
             )
             if op is not None:
                 messages.success(request, f"Cluster {cluster.name}: maintenance policy saved.")
@@ -245,17 +240,13 @@ def cluster_upgrade(request: HttpRequest, cluster_id) -> HttpResponse:
     form = UpgradeForm(request.POST or None, versions=_upgrades(cluster))
     if request.method == "POST" and form.is_valid():
         body = {"kubernetes_version": form.cleaned_data["kubernetes_version"]}
-        data = call_service(form, validate_with, ClusterUpdateSerializer, body)
-        op = (
-            call_service(
-                form,
-                cluster_services.update_cluster,
-                principal=request.principal,
-                cluster=cluster,
-                kubernetes_version=data.get("kubernetes_version"),
-            )
-            if data is not None
-            else None
+        _, op = validate_then_call(
+            form,
+            ClusterUpdateSerializer,
+            body,
+            cluster_services.update_cluster,
+            principal=request.principal,
+            cluster=cluster,
         )
         if op is not None:
             target = body["kubernetes_version"]
@@ -280,29 +271,15 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
     cluster = get_scoped_or_404(Cluster.objects.all(), request.principal, pk=cluster_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = ScaleForm()  # a carrier for a refusal (already deleted)
-    confirm_form = ConfirmNameForm(
-        request.POST if request.method == "POST" else None, name=cluster.name
-    )
-    status = 200
-    if request.method == "POST":
-        form.is_valid()
-        if not confirm_form.is_valid():
-            status = 400
-        else:
-            op = call_service(
-                form, cluster_services.delete_cluster, principal=request.principal, cluster=cluster
-            )
-            if op is not None:
-                messages.success(request, f"Cluster {cluster.name} is being deleted.")
-                return redirect("portal:cluster-detail", cluster.id)
-            status = 400
-    return render(
+    return confirm_delete(
         request,
-        "portal/confirm.html",
-        {
-            "form": form,
-            "confirm_form": confirm_form,
+        name=cluster.name,
+        delete=lambda: cluster_services.delete_cluster(
+            principal=request.principal, cluster=cluster
+        ),
+        done=f"Cluster {cluster.name} is being deleted.",
+        back=reverse("portal:cluster-detail", args=[cluster.id]),
+        page={
             "kind": "cluster",
             "disruption": disruption_of_cluster(cluster),
             "title": f"Delete cluster {cluster.name}?",
@@ -314,7 +291,6 @@ def cluster_delete(request: HttpRequest, cluster_id) -> HttpResponse:
             "cancel": reverse("portal:cluster-detail", args=[cluster.id]),
             "cli": cli.cluster_delete(cluster),
         },
-        status=status,
     )
 
 
@@ -388,21 +364,24 @@ def nodepool_create(request: HttpRequest, cluster_id) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         check = request.POST.get("action") == "check"
         body = form.payload()
-        valid = call_service(form, validate_with, NodePoolCreateSerializer, body) if body else None
-        if valid is not None:
-            result = call_service(
+        valid, result = (
+            validate_then_call(
                 form,
+                NodePoolCreateSerializer,
+                body,
                 pool_services.create_nodepool,
                 principal=request.principal,
                 cluster=cluster,
                 dry_run=check,
-                **valid,
             )
-            if isinstance(result, pool_services.DryRun):
-                context["dry_run"] = result
-            elif result is not None:
-                messages.success(request, f"Node pool {valid['name']} is being created.")
-                return redirect("portal:nodepool-detail", cluster.id, result.target_id)
+            if body
+            else (None, None)
+        )
+        if isinstance(result, pool_services.DryRun):
+            context["dry_run"] = result
+        elif valid is not None and result is not None:
+            messages.success(request, f"Node pool {valid['name']} is being created.")
+            return redirect("portal:nodepool-detail", cluster.id, result.target_id)
     return render(request, "portal/nodepool_form.html", context)
 
 
@@ -485,11 +464,13 @@ def nodepool_upgrade(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
         return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     form = NodeUpgradeForm(request.POST, versions=_node_versions(pool))
     if form.is_valid():
-        data = call_service(form, validate_with, UpgradeSerializer, form.payload())
-        op = (
-            call_service(form, upgrade_nodepool, principal=request.principal, pool=pool, **data)
-            if data is not None
-            else None
+        _, op = validate_then_call(
+            form,
+            UpgradeSerializer,
+            form.payload(),
+            upgrade_nodepool,
+            principal=request.principal,
+            pool=pool,
         )
         if op is not None:
             messages.success(request, f"Node pool {pool.name}: upgrade started.")
@@ -551,21 +532,15 @@ def nodepool_scale(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
         return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     form = ScaleForm(request.POST)
     if form.is_valid():
-        data = call_service(
-            form, validate_with, SetSizeSerializer, {"node_count": form.cleaned_data["node_count"]}
+        data, op = validate_then_call(
+            form,
+            SetSizeSerializer,
+            {"node_count": form.cleaned_data["node_count"]},
+            set_node_pool_size,
+            principal=request.principal,
+            pool=pool,
         )
-        op = (
-            call_service(
-                form,
-                set_node_pool_size,
-                principal=request.principal,
-                pool=pool,
-                node_count=data["node_count"],
-            )
-            if data is not None
-            else None
-        )
-        if op is not None:
+        if data is not None and op is not None:
             messages.success(request, f"Node pool {pool.name}: resizing to {data['node_count']}.")
             return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
     context = _pool_context(request, pool)
@@ -592,22 +567,18 @@ def nodepool_isolation(request: HttpRequest, cluster_id, pool_id) -> HttpRespons
         status = 400
     elif form.is_valid():
         isolation = form.isolation()
-        data = (
-            call_service(form, validate_with, NodePoolUpdateSerializer, {"isolation": isolation})
-            if isolation is not None
-            else None
-        )
-        result = (
-            call_service(
+        _, result = (
+            validate_then_call(
                 form,
+                NodePoolUpdateSerializer,
+                {"isolation": isolation},
                 pool_services.update_isolation,
                 principal=request.principal,
                 pool=pool,
-                isolation=data["isolation"],
                 dry_run=check,
             )
-            if data is not None
-            else None
+            if isolation is not None
+            else (None, None)
         )
         if isinstance(result, pool_services.DryRun):
             dry_run = result
@@ -627,30 +598,14 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
     pool = _get_pool(request, cluster_id, pool_id)
     if (deny := require_write(request)) is not None:
         return deny
-    form = ScaleForm()
-    confirm_form = ConfirmNameForm(
-        request.POST if request.method == "POST" else None, name=pool.name
-    )
     disruption = disruption_of_pool(pool)
-    status = 200
-    if request.method == "POST":
-        form.is_valid()
-        if not confirm_form.is_valid():
-            status = 400
-        else:
-            op = call_service(
-                form, pool_services.delete_nodepool, principal=request.principal, pool=pool
-            )
-            if op is not None:
-                messages.success(request, f"Node pool {pool.name} is being deleted.")
-                return redirect("portal:nodepool-detail", pool.cluster_id, pool.id)
-            status = 400
-    return render(
+    return confirm_delete(
         request,
-        "portal/confirm.html",
-        {
-            "form": form,
-            "confirm_form": confirm_form,
+        name=pool.name,
+        delete=lambda: pool_services.delete_nodepool(principal=request.principal, pool=pool),
+        done=f"Node pool {pool.name} is being deleted.",
+        back=reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
+        page={
             "kind": "nodepool",
             "disruption": disruption,
             "title": f"Delete node pool {pool.name}?",
@@ -662,7 +617,6 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
             "cancel": reverse("portal:nodepool-detail", args=[pool.cluster_id, pool.id]),
             "cli": cli.nodepool_delete(pool),
         },
-        status=status,
     )
 
 

@@ -26,42 +26,13 @@ import time
 import uuid
 
 from fleet.defrag import plan_defrag
-from fleet.placement import GpuRequest, GpuSlot, HostView, Planner, naive_first_fit
+from fleet.placement import GpuRequest, HostView, Planner, naive_first_fit
+from tests.bench.fleets import MODELS, build_fleet
 
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-MODELS = (
-    ("h100-sxm5-80gb", 6000, "switch"),
-    ("h100-nvl-94gb", 2000, "pairs"),
-    ("a100-sxm4-80gb", 2000, "switch"),
-)
 TENANTS = [uuid.UUID(int=20_000 + i) for i in range(300)]
 CREATES = 24_000  # nodes asked for over the churn
 DELETE_SHARE = 0.35  # after each pool, this share of its size in random live nodes is deleted
 PLAN_TARGET_S = 10.0  # CPU seconds for one plan of the 10,000-host fleet (2 shared cores)
-
-
-def build_fleet() -> list[HostView]:
-    hosts: list[HostView] = []
-    n = 0
-    for model, count, shape in MODELS:
-        for _ in range(count):
-            n += 1
-            name = f"{model[:4]}-{n:05d}"
-            gpus = [
-                GpuSlot(i, f"GPU-{name}-{i}", i // 2 if shape == "pairs" else 0, True)
-                for i in range(8)
-            ]
-            hosts.append(
-                HostView(
-                    id=uuid.uuid5(uuid.NAMESPACE_DNS, name),
-                    hostname=name,
-                    zone=ZONES[n % 3],
-                    region="us-east-1",
-                    gpu_model=model,
-                    gpus=gpus,
-                )
-            )
-    return hosts
 
 
 def build_events(rng: random.Random) -> list[tuple[str, object]]:

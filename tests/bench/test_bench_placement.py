@@ -37,47 +37,27 @@ from fleet.placement import (
     Planner,
     naive_first_fit,
 )
+from tests.bench.fleets import MODELS
+from tests.bench.fleets import build_fleet as shared_fleet
 
 HOSTS = 10_000
 REQUESTS = 1_000
-ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-MODELS = (
-    ("h100-sxm5-80gb", 6000, "switch"),
-    ("h100-nvl-94gb", 2000, "pairs"),
-    ("a100-sxm4-80gb", 2000, "switch"),
-)
 TENANTS = [uuid.UUID(int=10_000 + i) for i in range(300)]
 TARGET_S = 2.0
 FREE_SHARE = 0.03  # hosts wholly free at the start
 
 
 def build_fleet(rng: random.Random) -> list[HostView]:
-    hosts: list[HostView] = []
-    n = 0
-    for model, count, shape in MODELS:
-        for _ in range(count):
-            n += 1
-            name = f"{model[:4]}-{n:05d}"
-            islands = {i: (i // 2 if shape == "pairs" else 0) for i in range(8)}
-            gpus = [GpuSlot(i, f"GPU-{name}-{i}", islands[i], True) for i in range(8)]
-            roll = rng.random()
-            if roll >= FREE_SHARE:  # held by one tenant: 1..8 random GPUs as 1-GPU nodes
-                tenant = rng.choice(TENANTS)
-                taken = rng.sample(range(8), rng.randint(1, 8))
-                for i in taken:
-                    gpus[i].holder = uuid.uuid4()
-                    gpus[i].tenant = tenant
-            hosts.append(
-                HostView(
-                    id=uuid.uuid5(uuid.NAMESPACE_DNS, name),
-                    hostname=name,
-                    zone=ZONES[n % 3],
-                    region="us-east-1",
-                    gpu_model=model,
-                    gpus=gpus,
-                )
-            )
-    return hosts
+    """The shared fleet (tests/bench/fleets.py), 97 % of its hosts partly or wholly held."""
+
+    def occupy(gpus: list[GpuSlot]) -> None:
+        if rng.random() >= FREE_SHARE:  # held by one tenant: 1..8 random GPUs as 1-GPU nodes
+            tenant = rng.choice(TENANTS)
+            for i in rng.sample(range(8), rng.randint(1, 8)):
+                gpus[i].holder = uuid.uuid4()
+                gpus[i].tenant = tenant
+
+    return shared_fleet(occupy)
 
 
 def build_requests(rng: random.Random) -> list[GpuRequest]:

@@ -12,10 +12,11 @@ import threading
 import uuid
 
 import pytest
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 
 from fleet import shared_placement
 from fleet.shared_placement import SliceRequest
+from tests.helpers import run_at_once
 
 MODEL = "h100-sxm5-80gb"
 
@@ -175,30 +176,20 @@ def test_concurrent_claims_on_one_gpu_never_take_overlapping_slices(make_host, t
     from fleet.models import GpuInstance
 
     make_shared(make_host, "hv-race", gpus=1)
-    barrier = threading.Barrier(8)
-    outcomes: dict[int, object] = {}
 
-    def claim(n: int) -> None:
-        try:
-            barrier.wait(10)
-            with transaction.atomic():
-                tenant = tenant_a if n % 2 else tenant_b
-                try:
-                    (outcomes[n],) = shared_placement.claim_slices([req(tenant, n, "1g.10gb")])
-                except shared_placement.SharedCapacityShort as exc:
-                    outcomes[n] = exc
-                threading.Event().wait(0.05)
-        finally:
-            connections.close_all()
+    def claim(n: int, wait) -> object:
+        wait()
+        with transaction.atomic():
+            tenant = tenant_a if n % 2 else tenant_b
+            (placed,) = shared_placement.claim_slices([req(tenant, n, "1g.10gb")])
+            threading.Event().wait(0.05)
+        return placed
 
-    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    placed = [o for o in outcomes.values() if not isinstance(o, Exception)]
-    refused = [o for o in outcomes.values() if isinstance(o, Exception)]
+    outcomes = run_at_once(8, claim, barrier_timeout_s=10, join_s=60)
+    placed = [o for o in outcomes if not isinstance(o, Exception)]
+    refused = [o for o in outcomes if isinstance(o, Exception)]
     assert (len(placed), len(refused)) == (7, 1)
+    assert isinstance(refused[0], shared_placement.SharedCapacityShort), refused
     assert sorted(p.instances[0].start for p in placed) == [0, 1, 2, 3, 4, 5, 6]
     assert sorted(GpuInstance.objects.values_list("start", flat=True)) == [0, 1, 2, 3, 4, 5, 6]
 

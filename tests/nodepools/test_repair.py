@@ -161,3 +161,89 @@ def test_the_simulate_command_drives_a_real_repair(pool, django_capture_on_commi
     marked = nodes(pool)[0]
     assert (marked.repair_state, marked.repair_action) == ("requested", "reboot")
     assert marked.repair_reason == f"GPU {gpu.uuid}: Xid 79 (RESTART_BM)"
+
+
+def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_returns(
+    owner, make_host, django_capture_on_commit_callbacks
+):
+    """One 8-GPU host, one 8-GPU node; Xid 61 (CONTACT_SUPPORT: replace the node) on one of
+    its GPUs leaves 7 healthy GPUs, too few for the replacement. The pool must not go ERROR:
+    it runs short (DEGRADED, CapacityShort and RepairPending naming what is missing), the
+    repair stays RUNNING and is retried every 30 s; a second host brings capacity back, the
+    replacement is placed there and the repair is DONE. The Xid reaches the control plane as
+    the host's agent reports it (SIMULATED host, its in-process agent report)."""
+    from clusters.models import Operation
+    from clusters.providers import simhosts
+    from fleet.models import Gpu, Host
+    from nodepools.models import NodePool
+    from nodepools.reconcile import nodepools_needing_reconcile, reconcile_nodepool
+
+    _, pool = running_h100_pool(owner, make_host, hosts=1, nodes=1)
+    (node,) = nodes(pool)
+    host = Host.objects.get(pk=node.host_id)
+    bad = node.gpu_uuids[0]
+    simhosts.change(host, lambda s: simhosts.add_xid(s, bad, 61))
+    with django_capture_on_commit_callbacks(execute=True):  # gpu_health_changed, on commit
+        assert simhosts.report_in_process(host, events_after=0)
+    assert Gpu.objects.get(uuid=bad).health == "UNHEALTHY"
+    marked = nodes(pool)[0]
+    assert (marked.repair_state, marked.repair_action, marked.repair_reason) == (
+        "requested",
+        "replace",
+        f"GPU {bad}: Xid 61 (CONTACT_SUPPORT)",
+    )
+
+    assert reconcile_nodepool(pool) == 0.0  # released; its replacement comes next
+    assert reconcile_nodepool(pool) == 30.0  # no 8 healthy GPUs anywhere: runs short
+    short = NodePool.objects.get(pk=pool)
+    conds = {c["type"]: c for c in short.conditions}
+    assert short.phase == "DEGRADED"
+    assert (conds["CapacityShort"]["status"], conds["CapacityShort"]["reason"]) == (
+        "True",
+        "InsufficientCapacity",
+    )
+    assert conds["CapacityShort"]["message"].startswith(
+        "runs 0 of 1 node(s): no capacity for 1 replacement(s) of nodes replaced by auto-repair ("
+    )
+    assert conds["CapacityShort"]["message"].endswith("); retried every 30 s")
+    assert (conds["RepairPending"]["status"], conds["RepairPending"]["reason"]) == (
+        "True",
+        "InsufficientCapacity",
+    )
+    assert conds["RepairPending"]["message"].startswith(
+        f"replacing {node.name} (GPU {bad}: Xid 61 (CONTACT_SUPPORT)): no capacity for the "
+        "replacement ("
+    )
+    repair = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
+    assert repair.status == "RUNNING"
+    assert repair.progress["stage"] == conds["RepairPending"]["message"]
+    assert reconcile_nodepool(pool) == 30.0  # a retry, still short: nothing changes
+    assert NodePool.objects.get(pk=pool).conditions == short.conditions
+    assert pool in {str(i) for i in nodepools_needing_reconcile()}  # beat retries it too
+
+    spare = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")  # capacity comes back
+    drive_pool(pool)
+    done = NodePool.objects.get(pk=pool)
+    conds = {c["type"]: c for c in done.conditions}
+    assert done.phase == "RUNNING"
+    assert (conds["CapacityShort"]["status"], conds["CapacityShort"]["message"]) == (
+        "False",
+        "runs 1 of 1 node(s)",
+    )
+    assert (conds["RepairPending"]["status"], conds["RepairPending"]["message"]) == (
+        "False",
+        f"replaced {node.name}: the new node(s) are READY",
+    )
+    assert (conds["Ready"]["status"], conds["Ready"]["message"]) == ("True", "1 of 1 nodes ready")
+    (replacement,) = [n for n in nodes(pool) if n.phase != "DELETED"]
+    assert (replacement.phase, replacement.host_id, len(replacement.gpu_uuids)) == (
+        "READY",
+        spare.pk,
+        8,
+    )
+    old = next(n for n in nodes(pool) if n.pk == node.pk)
+    assert (old.phase, old.repair_state) == ("DELETED", "")
+    repair.refresh_from_db()
+    assert repair.status == "DONE"
+    # converged: the released node's DELETED row no longer makes beat re-enqueue the pool
+    assert pool not in {str(i) for i in nodepools_needing_reconcile()}

@@ -56,12 +56,62 @@ def test_check_shows_capacity_quota_and_cost_of_an_on_demand_pool(
 
     html = check(alice_client, cluster.id, gpus_per_node="2")
     assert 'id="dry-run-capacity"' in html
-    assert "needs 2; 4 free on-demand (4 reserved)" in html  # 8 - 0 - 4 = 4
+    assert "needs 2; 4 free on-demand (4 held by capacity reservations)" in html  # 8 - 0 - 4
     assert "<dt>Placeable</dt><dd>now" in html
     assert "510 of 512 left after it" in html  # 512 - 0 - 2
     assert "199 of 200 left after it" in html
     assert "5.00 USD" in html  # 2 GPUs x 2.50
     assert not NodePool.objects.exists()
+
+
+def test_check_labels_quota_reserved_by_the_pools_apart_from_what_is_in_use(
+    alice_client,
+    cluster,  # noqa: F811
+    reservation,
+):
+    """Found in review: the quota line called the quota's reservations "in use". By hand:
+    pool ``run`` (1 node x 2 GPUs) is RUNNING: 2 GPUs and 1 node reserved and in use; pool
+    ``prov`` (1 node x 1 GPU) was just created: 1 GPU and 1 node reserved, none in use. A check
+    of 1 node x 2 GPUs: GPUs 512 - 3 reserved - 2 requested = 507 left, 2 in use; nodes
+    200 - 2 - 1 = 197 left, 1 in use."""
+    from clusters.models import Cluster
+    from nodepools.models import NodePool
+    from tests.helpers import drive_cluster, drive_pool
+
+    url = f"/clusters/{cluster.id}/nodepools/new"
+    created = alice_client.post(
+        url, pool_form(name="run", isolation_mode="exclusive", gpus_per_node="2")
+    )
+    assert created.status_code == 302
+    drive_pool(NodePool.objects.get(name="run").pk)
+    # ``prov`` in a second cluster (one operation per cluster: its creation still runs there)
+    alice_client.post(
+        "/clusters/new", {"name": "other", "kubernetes_version": "1.36", "region": "us-east-1"}
+    )
+    other = Cluster.objects.get(name="other")
+    drive_cluster(other.id)
+    created = alice_client.post(
+        f"/clusters/{other.id}/nodepools/new",
+        pool_form(name="prov", isolation_mode="exclusive"),
+    )
+    assert created.status_code == 302
+    assert dict(NodePool.objects.values_list("name", "phase")) == {
+        "run": "RUNNING",
+        "prov": "PROVISIONING",
+    }
+    html = check(alice_client, cluster.id, name="next", gpus_per_node="2")
+    quota = html[
+        html.index('id="dry-run-quota"') : html.index("</dl>", html.index("dry-run-quota"))
+    ]
+    assert (
+        "<dt>h100-sxm5-80gb GPUs</dt><dd>507 of 512 left after it: 3 reserved by your node "
+        "pools, 2 requested; 2 in use on READY nodes</dd>"
+    ) in quota
+    assert (
+        "<dt>Nodes</dt><dd>197 of 200 left after it: 2 reserved by your node pools, "
+        "1 requested; 1 in use (READY)</dd>"
+    ) in quota
+    assert " in use," not in quota  # the reserved count is never called "in use"
 
 
 def test_check_on_a_reservation_names_it_and_its_own_charge(
@@ -84,5 +134,5 @@ def test_check_says_when_reserved_gpus_block_an_on_demand_pool(
     reservation,
 ):
     html = check(alice_client, cluster.id, gpus_per_node="8")
-    assert "needs 8; 4 free on-demand (4 reserved)" in html
+    assert "needs 8; 4 free on-demand (4 held by capacity reservations)" in html
     assert "4 GPU(s) are reserved; unreserved pools may take 4" in html

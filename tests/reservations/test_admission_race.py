@@ -12,12 +12,12 @@ the same race overbooks, which shows the test tests the lock.
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
+
+from tests.helpers import race_outcome, run_at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,48 +51,27 @@ def requests_of(now):
 
 
 def race(tenants, *, barrier_inside: bool):
-    from nvke.errors import Conflict
+    """Admit the 20 requests at once; returns ``[(request, "ok" or the refusal's code)]``."""
     from reservations import admission
 
     now = timezone.now()
     asks = requests_of(now)
-    barrier = threading.Barrier(len(asks), timeout=60)
-    results: list[tuple[dict, str]] = []
-    lock = threading.Lock()
-    if barrier_inside:
-        admission._after_read = barrier.wait
 
-    def admit(i, ask):
-        try:
-            if not barrier_inside:
-                barrier.wait()
-            admission.create_reservation(
-                actor="test",
-                tenant=tenants[i % 2],
-                gpu_model=MODEL,
-                region="us-east-1",
-                now=now,
-                **ask,
-            )
-            result = "ok"
-        except Conflict as exc:
-            result = exc.code
-        except Exception as exc:  # pragma: no cover - shows up in the assertion
-            result = repr(exc)
-        finally:
-            connection.close()
-        with lock:
-            results.append((ask, result))
+    def admit(i, wait):
+        wait()
+        admission.create_reservation(
+            actor="test",
+            tenant=tenants[i % 2],
+            gpu_model=MODEL,
+            region="us-east-1",
+            now=now,
+            **asks[i],
+        )
+        return "ok"
 
-    threads = [threading.Thread(target=admit, args=(i, a)) for i, a in enumerate(asks)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(90)
-    finally:
-        admission._after_read = None
-    return results
+    hook = (admission, "_after_read") if barrier_inside else None
+    outcomes = run_at_once(len(asks), admit, hook=hook)
+    return [(ask, race_outcome(o)) for ask, o in zip(asks, outcomes, strict=True)]
 
 
 def peak_by_hand(windows):

@@ -57,10 +57,11 @@ def test_on_demand_dry_run_reports_capacity_quota_and_cost(outsider, world):
             "gpu_model": MODEL,
             "limit": 512,
             "reserved": 0,
+            "in_use": 0,
             "requested": 4,
             "left_after": 508,
         },
-        "nodes": {"limit": 200, "reserved": 0, "requested": 1, "left_after": 199},
+        "nodes": {"limit": 200, "reserved": 0, "in_use": 0, "requested": 1, "left_after": 199},
     }
     # cost: 4 GPUs x 2.50 USD = 10.00 USD per hour
     cost = body["cost"]

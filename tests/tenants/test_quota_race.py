@@ -8,10 +8,10 @@ shows the test really tests the lock.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
+
+from tests.helpers import race_outcome, run_at_once
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,42 +54,20 @@ def pools(catalog, tenant_a, make_host):
 
 
 def race(principal, rows, *, barrier_inside: bool):
-    """Scale every pool from 1 to 2 nodes at once; returns (successes, quota refusals)."""
+    """Scale every pool from 1 to 2 nodes at once; returns each request's outcome (``ok`` or
+    the refusal's code)."""
     from nodepools.scaling import set_node_pool_size
-    from nvke.errors import Conflict
     from tenants import quotas
 
-    barrier = threading.Barrier(len(rows), timeout=30)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-    if barrier_inside:
-        quotas._after_read = barrier.wait
+    def scale(i, wait):
+        with transaction.atomic():
+            wait()  # every transaction is open before anyone proceeds
+            set_node_pool_size(principal=principal, pool=rows[i], node_count=2)
+        return "ok"
 
-    def scale(pool):
-        try:
-            with transaction.atomic():
-                if not barrier_inside:
-                    barrier.wait()  # every transaction is open before anyone proceeds
-                set_node_pool_size(principal=principal, pool=pool, node_count=2)
-            result = "ok"
-        except Conflict as exc:
-            result = exc.code
-        except Exception as exc:
-            result = repr(exc)
-        finally:
-            connection.close()
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=scale, args=(pool,)) for pool in rows]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-    finally:
-        quotas._after_read = None
-    return outcomes
+    hook = (quotas, "_after_read") if barrier_inside else None
+    outcomes = run_at_once(len(rows), scale, hook=hook, barrier_timeout_s=30, join_s=60)
+    return [race_outcome(o) for o in outcomes]
 
 
 def test_exactly_the_free_quota_is_granted_under_a_20_way_race(pools):
