@@ -546,6 +546,31 @@ def test_non_ascii_digits_in_portal_parameters_are_ignored(alice_client, before)
     assert alice_client.get("/audit", {"before": before}).status_code == 200
 
 
+def test_a_nul_byte_in_a_console_or_portal_form_is_400_not_500(ops_client, alice_client, make_host):
+    """Found by the re-probe: the console's mark-healthy read ``gpu_uuid`` from the POST and
+    queried with it (PostgreSQL DataError, a 500); the node-pool form does the same with
+    ``gpu_model``. Every form body of a portal/console POST is checked first (plain 400, the
+    field named); nothing is marked."""
+    from fleet.models import HostEvent
+
+    host = make_host("h100-sxm5-80gb", gpus=8)
+    events = HostEvent.objects.filter(host=host).count()
+    resp = ops_client.post(f"/console/hosts/{host.pk}/mark-healthy", {"gpu_uuid": "GPU-\x00"})
+    assert (resp.status_code, resp.content) == (400, b"gpu_uuid: text may not contain NUL bytes")
+    assert HostEvent.objects.filter(host=host).count() == events
+    pool = alice_client.post(
+        "/clusters/00000000-0000-0000-0000-000000000000/nodepools/new", {"gpu_model": "h\x00"}
+    )
+    assert (pool.status_code, pool.content) == (400, b"gpu_model: text may not contain NUL bytes")
+    # the same request without the NUL reaches the view (no such cluster: 404)
+    assert (
+        alice_client.post(
+            "/clusters/00000000-0000-0000-0000-000000000000/nodepools/new", {"gpu_model": "h"}
+        ).status_code
+        == 404
+    )
+
+
 def test_portal_dates_far_away_are_form_errors(alice_client):
     resp = alice_client.get("/usage", {"start": "0001-01-01", "end": "9999-12-31"})
     assert resp.status_code == 200

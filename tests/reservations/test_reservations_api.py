@@ -141,6 +141,8 @@ def test_a_calendar_of_a_zone_outside_the_region_is_400_naming_the_zone(owner, h
     resp = owner.get("/api/v1/reservations/calendar", query)
     assert resp.status_code == 400, resp.content
     assert (resp.json()["field"], resp.json()["code"]) == ("zone", "zone_not_in_region")
+    unknown = owner.get("/api/v1/reservations/calendar", {**query, "gpu_model": "h100"})
+    assert (unknown.json()["field"], unknown.json()["code"]) == ("gpu_model", "unknown_gpu_model")
     inside = owner.get("/api/v1/reservations/calendar", {**query, "zone": "us-east-1a"})
     assert inside.status_code == 200, inside.content
     assert (inside.json()["zone"], inside.json()["capacity"]) == ("us-east-1a", 16)
