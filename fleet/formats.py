@@ -113,6 +113,71 @@ def check_flat_object(value: Any, field: str) -> None:
             raise FormatError(where, "invalid_type", "values are strings, numbers or null")
 
 
+#: ``inventory.gpus[].health``: the health facts the agent's sources send (agent/README.md;
+#: ``nvke_agent.sources.nvml._health``, ``nvke_agent.smi_xml._health``, the simulated state's
+#: ``health``), each ``null`` when the GPU does not report it. Flags are NVML's yes/no facts
+#: (reset status, pending page retirement, remapped-row pending/failure), counts are NVML's
+#: unsigned counters (ECC errors, retired pages, remapped rows; int8 like every stored counter),
+#: ``mig_mode_pending`` is NVML's pending MIG mode and ``gpu_recovery_action`` NVML field 230
+#: (``NVML_GPU_RECOVERY_ACTION_NONE`` 0 .. ``…_DRAIN_AND_RESET`` 4, catalog/xid.yaml). Anything
+#: else would be stored verbatim and read by the health checks (``fleet.hygiene.gpu_findings``
+#: tests ``is True``: a string ``"yes"`` would silently pass a GPU that needs a reset).
+HEALTH_FLAGS = frozenset(
+    {
+        "reset_required",
+        "drain_and_reset_recommended",
+        "retired_pages_pending",
+        "remapped_rows_pending",
+        "remapped_rows_failure",
+    }
+)
+HEALTH_COUNTS = frozenset(
+    {
+        "ecc_volatile_uncorrected",
+        "ecc_aggregate_uncorrected",
+        "retired_pages_sbe",
+        "retired_pages_dbe",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+    }
+)
+MIG_MODES = ("enabled", "disabled")
+RECOVERY_ACTIONS = (0, 4)
+_HEALTH_OTHER = frozenset({"mig_mode_pending", "gpu_recovery_action"})
+
+
+def check_health(value: Any, field: str) -> None:
+    """One GPU's ``health`` object of an agent inventory: only the keys in
+    :data:`HEALTH_FLAGS` / :data:`HEALTH_COUNTS`, ``mig_mode_pending`` and
+    ``gpu_recovery_action``, each of its type or ``null``. FormatError names the key:
+    ``unknown_health_fact`` (a key no source sends), ``invalid_type`` (a flag that is not a
+    boolean, a count that is not an integer, a MIG mode that is not ``enabled``/``disabled``),
+    ``number_out_of_range`` (a negative or int8-overflowing count, a recovery action outside
+    0..4)."""
+    if not isinstance(value, dict):
+        raise FormatError(field, "invalid_type", "health must be an object")
+    for key, item in value.items():
+        where = f"{field}.{str(key)[:64]}"
+        if key not in HEALTH_FLAGS and key not in HEALTH_COUNTS and key not in _HEALTH_OTHER:
+            raise FormatError(
+                where,
+                "unknown_health_fact",
+                "not a health fact the agent sends (agent/README.md lists them)",
+            )
+        if item is None:
+            continue
+        if key in HEALTH_FLAGS:
+            if not isinstance(item, bool):
+                raise FormatError(where, "invalid_type", "must be true, false or null")
+        elif key in HEALTH_COUNTS:
+            check_int(item, where, (0, 2**63 - 1))
+        elif key == "mig_mode_pending":
+            if item not in MIG_MODES:
+                raise FormatError(where, "invalid_type", "must be enabled, disabled or null")
+        else:  # gpu_recovery_action
+            check_int(item, where, RECOVERY_ACTIONS)
+
+
 def check_smi_report(report: Any) -> None:
     """An imported ``nvidia-smi -q -x`` report (``SmiReport``) fits the fleet tables.
 
@@ -272,9 +337,10 @@ def check_inventory(inventory: Any, known_uuids: frozenset[str] | set[str] = fro
                 check_flat_object(scrub, f"{where}.slice_scrubs[{j}]")
                 for key in ("start", "size"):
                     check_int(scrub.get(key), f"{where}.slice_scrubs[{j}].{key}", (0, 64))
-        for key in ("health", "attributes"):
-            if gpu.get(key) is not None:
-                check_flat_object(gpu[key], f"{where}.{key}")
+        if gpu.get("health") is not None:
+            check_health(gpu["health"], f"{where}.health")
+        if gpu.get("attributes") is not None:
+            check_flat_object(gpu["attributes"], f"{where}.attributes")
         serial = (gpu.get("attributes") or {}).get("serial")
         if serial is not None and not isinstance(serial, str):
             raise FormatError(f"{where}.attributes.serial", "invalid_type", "a string")

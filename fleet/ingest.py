@@ -92,19 +92,41 @@ NUMERIC_FIELDS = (
     ("clocks_event_reasons", int),
 )
 _INT64 = 2**63 - 1
+_INT4_MAX = 2**31 - 1
+#: NVKE's ceiling on one GPU's power reading: 10 kW, 20x the highest power limit in the real
+#: captures (A100-SXM4 500 W, shared/data/nvidia-smi-xml) and far above any data-center GPU's
+#: board power; NVML's reading is an average that stays near the enforced limit.
+MAX_POWER_MW = 10_000_000
+#: the energy counter (mJ since the driver loaded, nvmlDeviceGetTotalEnergyConsumption) of a GPU
+#: drawing MAX_POWER_MW for 100 years: 3.16e16 mJ, three orders below int8's end
+MAX_ENERGY_MJ = MAX_POWER_MW * 100 * 31_557_600  # mW x s = mJ
+#: NVML reports temperatures as an unsigned int in °C; every GPU shuts down near 100 °C (the
+#: captures' gpu_temp_max_threshold: 92-98 °C), so 150 °C is no reading a running GPU gives
+MAX_TEMPERATURE_C = 150.0
+#: clocks: 3x the highest in the real captures (SM 3,105 MHz on RTX 4000 SFF Ada, memory
+#: 7,001 MHz GDDR6) and above GDDR6X's 10,501 MHz
+MAX_SM_CLOCK_MHZ = 10_000
+MAX_MEMORY_CLOCK_MHZ = 20_000
 #: the range of each measurement. Integers: what NVML can report (unsigned counters, bytes, mW,
 #: mJ, MHz, a bitmask: never negative) within the column (SAMPLE_TYPES: int4 clocks, int8 the
-#: rest; binary COPY would otherwise wrap it). Floats: percentages 0-100 (NVML utilization
-#: rates), temperatures within physics and far beyond any GPU's shutdown point (a 1e308 would
-#: overflow the rollups' sums). A value outside is refused (400, ``number_out_of_range``).
-_INT4_MAX = 2**31 - 1
+#: rest; binary COPY would otherwise wrap it) and within physics (power, energy, clocks: the
+#: ceilings above). Floats: percentages 0-100 (NVML utilization rates), temperatures 0-150 °C
+#: (a 1e308 would also overflow the rollups' sums). A value outside is refused (400,
+#: ``number_out_of_range``) and with it the report, like every malformed sample. Memory is
+#: bounded by the GPU's own total (:func:`_check_memory`).
 _BOUNDS: dict[str, tuple[float, float]] = {
     "utilization_gpu_pct": (0.0, 100.0),
     "utilization_memory_pct": (0.0, 100.0),
-    "temperature_c": (-273.15, 1000.0),
-    "sm_clock_mhz": (0, _INT4_MAX),
-    "memory_clock_mhz": (0, _INT4_MAX),
+    "temperature_c": (0.0, MAX_TEMPERATURE_C),
+    "power_mw": (0, MAX_POWER_MW),
+    "energy_mj": (0, MAX_ENERGY_MJ),
+    "sm_clock_mhz": (0, MAX_SM_CLOCK_MHZ),
+    "memory_clock_mhz": (0, MAX_MEMORY_CLOCK_MHZ),
 }
+#: how far a sample's ``memory_total_bytes`` may exceed the GPU's recorded total (NVML's total
+#: at import, else the catalog's ``memory_mib``): NVML's total moves by a few MiB between driver
+#: versions (catalog: A100-40GB 40537 vs 40536 MiB), never by 1 %
+MEMORY_TOTAL_SLACK = 0.01
 
 UNKNOWN_GPU = "unknown_gpu"
 TS_IN_FUTURE = "ts_in_future"
@@ -277,6 +299,8 @@ class _HostGpus:
     #: MIG device UUID -> (parent GPU UUID, GPU instance id)
     mig_uuids: dict[str, tuple[str, int]]
     rows: list[dict[str, Any]]
+    #: GPU UUID -> the most bytes a sample of it may say it has (:func:`_check_memory`)
+    memory_limits: dict[str, int] = field(default_factory=dict)
 
 
 #: host id -> (monotonic time read, its GPUs): the GPU set of a host only changes at import,
@@ -301,9 +325,22 @@ def _host_gpus(host: Host, *, fresh: bool = False) -> _HostGpus:
 def _read_host_gpus(host: Host) -> _HostGpus:
     rows = list(
         Gpu.objects.filter(host=host).values(
-            "id", "uuid", "index", "mig_devices", "missing_since", "health", "health_reason"
+            "id",
+            "uuid",
+            "index",
+            "mig_devices",
+            "missing_since",
+            "health",
+            "health_reason",
+            "memory_total_bytes",
+            "gpu_model__memory_mib",
         )
     )
+    limits = {}
+    for row in rows:
+        total = row["memory_total_bytes"] or (row["gpu_model__memory_mib"] or 0) * 2**20
+        if total:
+            limits[row["uuid"]] = int(total * (1 + MEMORY_TOTAL_SLACK))
     mig: dict[str, tuple[str, int]] = {}
     for row in rows:
         for device in row["mig_devices"] or []:
@@ -312,7 +349,7 @@ def _read_host_gpus(host: Host) -> _HostGpus:
                 type(gi) is int
             ):
                 mig[device["uuid"]] = (row["uuid"], gi)
-    return _HostGpus(frozenset(r["uuid"] for r in rows), mig, rows)
+    return _HostGpus(frozenset(r["uuid"] for r in rows), mig, rows, limits)
 
 
 _NAMES = tuple(name for name, _kind in NUMERIC_FIELDS)
@@ -336,6 +373,27 @@ def _number(value: Any, kind: type, where: str, name: str, low: float, high: flo
     return kind(value)
 
 
+def _check_memory(used: Any, total: Any, limit: int | None, i: int) -> None:
+    """A sample's memory within its GPU: ``memory_total_bytes`` at most the GPU's recorded
+    total (``limit``: NVML's total at import or the catalog's, plus MEMORY_TOTAL_SLACK; a MIG
+    GPU instance's total is a part of it), ``memory_used_bytes`` at most the sample's total
+    (else the GPU's). InvalidReport ``memory_total_exceeds_gpu`` /
+    ``memory_used_exceeds_total`` naming ``samples[i]``'s field."""
+    if total is not None and limit is not None and total > limit:
+        raise InvalidReport(
+            f"samples[{i}].memory_total_bytes",
+            f"memory_total_bytes {total} is more than the GPU has ({limit} bytes)",
+            "memory_total_exceeds_gpu",
+        )
+    ceiling = total if total is not None else limit
+    if used is not None and ceiling is not None and used > ceiling:
+        raise InvalidReport(
+            f"samples[{i}].memory_used_bytes",
+            f"memory_used_bytes {used} is more than the memory total ({ceiling} bytes)",
+            "memory_used_exceeds_total",
+        )
+
+
 def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime) -> _Parsed:
     if not isinstance(samples, list):
         raise InvalidReport("samples", "samples must be a list")
@@ -346,7 +404,7 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
     seen: set[tuple[str, int | None, datetime]] = set()
     deduplicated = 0
     host_id = host.id
-    known, mig_uuids = gpus.uuids, gpus.mig_uuids
+    known, mig_uuids, memory_limits = gpus.uuids, gpus.mig_uuids, gpus.memory_limits
     min_ts = max_ts = None
     for i, sample in enumerate(samples):
         # The hot loop of ingestion (every sample of every report): type checks first, the
@@ -397,6 +455,8 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
                 rejections[UNKNOWN_GPU] = rejections.get(UNKNOWN_GPU, 0) + 1
                 continue
             uuid, gi = parent
+        if values[2] is not None or values[3] is not None:
+            _check_memory(values[2], values[3], memory_limits.get(uuid), i)
         if ts > newest:
             rejections[TS_IN_FUTURE] = rejections.get(TS_IN_FUTURE, 0) + 1
             continue

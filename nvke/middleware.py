@@ -104,3 +104,40 @@ class QueryStringGuardMiddleware:
         if is_api(request):
             return problem_response(400, "invalid_character", detail, field=bad)
         return HttpResponseBadRequest(detail, content_type="text/plain")
+
+
+class FormTextGuardMiddleware:
+    """A plain 400 for a portal or console form field PostgreSQL cannot take as text (a NUL
+    byte): Django's form fields refuse one, but views also read ``request.POST`` directly (a
+    GPU UUID to mark healthy, the GPU model of a node-pool form) and put it in a query, which
+    was a 500 (``DataError``). Only non-``/api/`` POSTs with a form body: the API's bodies are
+    JSON, checked by ``nvke.parsers.SafeJSONParser``. Runs after BodySizeLimitMiddleware, so
+    the body it parses is bounded."""
+
+    FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        from django.http import HttpResponseBadRequest
+
+        from .http import is_api
+        from .validation import BadValue, check_text
+
+        if (
+            request.method == "POST"
+            and not is_api(request)
+            and request.content_type in self.FORM_TYPES
+        ):
+            for name, values in request.POST.lists():
+                try:
+                    check_text(name)
+                    for value in values:
+                        check_text(value)
+                except BadValue:
+                    bad = name.replace("\x00", "")
+                    return HttpResponseBadRequest(
+                        f"{bad}: text may not contain NUL bytes", content_type="text/plain"
+                    )
+        return self.get_response(request)

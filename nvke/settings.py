@@ -72,6 +72,7 @@ MIDDLEWARE = [
     "django_structlog.middlewares.RequestMiddleware",
     "nvke.middleware.QueryStringGuardMiddleware",
     "nvke.middleware.BodySizeLimitMiddleware",
+    "nvke.middleware.FormTextGuardMiddleware",
     "nvke.middleware.ClientIpMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -620,9 +620,11 @@ class TenantCreateForm(ApiForm):
             self, "owner_password", data.get("owner_username") or "", data.get("owner_email") or ""
         )
         username = data.get("owner_username")
-        if username and get_user_model().objects.filter(username=username).exists():
+        if username and get_user_model().objects.filter(username__iexact=username).exists():
             self.add_error(
-                "owner_username", "this user exists already: add them as a member instead"
+                "owner_username",
+                "a user of this name (in any letter case) exists already: choose another name,"
+                " or add them as a member instead",
             )
         return data
 

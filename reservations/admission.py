@@ -111,22 +111,14 @@ def create_reservation(
     be reserved over that window).
     """
     now = now or timezone.now()
-    try:
-        model = get_gpu_model(gpu_model)
-    except UnknownGpuModel as exc:
-        raise InvalidInput(
-            f"unknown GPU model {gpu_model!r}", code="unknown_gpu_model", field="gpu_model"
-        ) from exc
+    model = _gpu_model(gpu_model)
     if not 1 <= gpus <= settings.NVKE_RESERVATION_MAX_GPUS:
         raise InvalidInput(
             f"gpus must be 1..{settings.NVKE_RESERVATION_MAX_GPUS}",
             code="reservation_too_large",
             field="gpus",
         )
-    if zone and not capacity.zone_in_region(zone, region):
-        raise InvalidInput(
-            f"zone {zone!r} is not in region {region!r}", code="zone_not_in_region", field="zone"
-        )
+    check_zone(zone, region)
     window = validate_window(start, end, now)
     lead = settings.NVKE_RESERVATION_NOTICE_LEAD_S if notice_lead_s is None else notice_lead_s
     with transaction.atomic():
@@ -192,6 +184,25 @@ def create_reservation(
     return reservation
 
 
+def _gpu_model(slug: str):
+    """The catalog's GPU model ``slug``; InvalidInput ``unknown_gpu_model`` (``gpu_model``)."""
+    try:
+        return get_gpu_model(slug)
+    except UnknownGpuModel as exc:
+        raise InvalidInput(
+            f"unknown GPU model {slug!r}", code="unknown_gpu_model", field="gpu_model"
+        ) from exc
+
+
+def check_zone(zone: str, region: str) -> None:
+    """A zone, when given, is one of ``region``'s (:func:`capacity.zone_in_region`, the
+    placement rule). InvalidInput ``zone_not_in_region`` (field ``zone``)."""
+    if zone and not capacity.zone_in_region(zone, region):
+        raise InvalidInput(
+            f"zone {zone!r} is not in region {region!r}", code="zone_not_in_region", field="zone"
+        )
+
+
 def _accounting_end(end: datetime | None, end_action: str) -> datetime | None:
     return None if end_action == EndAction.KEEP else end
 
@@ -206,7 +217,13 @@ def calendar(
     "overcommitted"}]}`` — one interval per stretch where the reserved count is constant.
     ``free`` = what a reservation covering that interval could still get. Other tenants'
     reservations appear as counts only. ``start`` before now is read from now.
+
+    InvalidInput ``unknown_gpu_model`` (field ``gpu_model``) and ``zone_not_in_region``
+    (field ``zone``): a model the catalog does not have, or a zone of another region, would
+    answer a calendar of nothing.
     """
+    _gpu_model(gpu_model)
+    check_zone(zone, region)
     now = now or timezone.now()
     start = max(start, now)
     counts = capacity.fleet_counts(gpu_model, region, now)

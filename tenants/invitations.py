@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from nvke.errors import Conflict, InvalidInput, NotFound
 
-from . import audit
+from . import audit, members
 from .choices import Role
 from .models import Invitation, Membership, Tenant
 from .principal import Principal
@@ -133,22 +133,16 @@ def accept(
             raise NotFound("this invitation link is not valid")
         _check_open(invitation, now)
         if user is None:
-            if User.objects.filter(username=username).exists():
-                raise Conflict(
-                    f"the username {username!r} is taken; choose another",
-                    code="username_taken",
-                    field="username",
-                )
-            candidate = User(username=username, email=invitation.email)
+            members.check_username_free(username)
             try:
-                validate_password(password, user=candidate)
+                validate_password(password, user=User(username=username, email=invitation.email))
             except ValidationError as exc:
                 raise InvalidInput(
                     " ".join(exc.messages), code="invalid_password", field="password"
                 ) from exc
-            candidate.set_password(password)
-            candidate.save()
-            user = candidate
+            user = members.create_user(username, invitation.email)
+            user.set_password(password)
+            user.save(update_fields=["password"])
         elif Membership.objects.filter(user=user, tenant=invitation.tenant).exists():
             raise Conflict(
                 f"you are already a member of {invitation.tenant.name}", code="already_member"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from nvke.errors import Conflict, NotFound
 
@@ -13,31 +13,62 @@ from .models import Membership, Tenant
 from .principal import Principal
 
 
+def username_taken(username: str) -> Conflict:
+    """The Conflict ``username_taken`` (field ``username``) for ``username``."""
+    return Conflict(
+        f"the username {username!r} is taken (usernames differ in more than letter case); "
+        "choose another",
+        code="username_taken",
+        field="username",
+    )
+
+
+def check_username_free(username: str) -> None:
+    """Usernames are unique whatever their letter case ("Alice" and "alice" would be two
+    accounts a person cannot tell apart in a member list or an audit line): Conflict
+    ``username_taken`` when a user of that name in any case exists. The unique index
+    ``auth_user_username_ci_uniq`` (migration tenants.0005) holds it under concurrency; the
+    callers turn its IntegrityError into the same Conflict (:func:`create_user`)."""
+    if get_user_model().objects.filter(username__iexact=username).exists():
+        raise username_taken(username)
+
+
+def create_user(username: str, email: str = ""):
+    """A new user ``username`` (not saved with a password: the caller sets one or marks it
+    unusable and saves), inserted now; Conflict ``username_taken`` when the name exists in
+    any letter case, also when a concurrent request inserted it first."""
+    check_username_free(username)
+    user = get_user_model()(username=username, email=email)
+    user.set_unusable_password()
+    try:
+        with transaction.atomic():  # a savepoint: the caller's transaction stays usable
+            user.save()
+    except IntegrityError as exc:  # the case-insensitive unique index: a concurrent insert
+        raise username_taken(username) from exc
+    return user
+
+
 def add_member(
     *, principal: Principal, tenant: Tenant, username: str, email: str, role: Role
 ) -> Membership:
     """Create a user in the tenant (without a usable password until they set one).
 
-    Usernames are global: an existing user is never added by another tenant (Conflict
-    ``username_taken``: that needs the user's consent, an invitation flow not built yet, and
-    would expose the user). Raises Conflict ``already_member``.
+    Usernames are global and unique whatever their letter case: an existing user is never
+    added by another tenant (Conflict ``username_taken``, also for a name that differs from an
+    existing one only in case: that needs the user's consent, an invitation flow, and would
+    expose the user). Raises Conflict ``already_member``.
     """
     User = get_user_model()
     with transaction.atomic():
-        user, created = User.objects.get_or_create(username=username, defaults={"email": email})
-        if created:
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
-        elif Membership.objects.filter(user=user, tenant=tenant).exists():
+        existing = User.objects.filter(username=username).first()
+        if (
+            existing is not None
+            and Membership.objects.filter(user=existing, tenant=tenant).exists()
+        ):
             raise Conflict(
                 f"{username!r} is already a member", code="already_member", field="username"
             )
-        else:
-            raise Conflict(
-                f"the username {username!r} is taken; choose another",
-                code="username_taken",
-                field="username",
-            )
+        user = create_user(username, email)
         membership = Membership.objects.create(user=user, tenant=tenant, role=role)
         audit.record(
             actor=principal.label,

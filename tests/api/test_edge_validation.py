@@ -256,8 +256,8 @@ def test_sample_values_beyond_their_column_are_refused_not_wrapped(agent):
             {
                 "ts": now,
                 "gpu_uuid": A10G,
-                "sm_clock_mhz": 2**31 - 1,
-                "energy_mj": 2**63 - 1,
+                "sm_clock_mhz": 10_000,
+                "energy_mj": 31_557_600_000_000_000,
                 "utilization_gpu_pct": 100,
                 "temperature_c": 0,
             }
@@ -269,7 +269,67 @@ def test_sample_values_beyond_their_column_are_refused_not_wrapped(agent):
             "SELECT sm_clock_mhz, energy_mj, utilization_gpu_pct, temperature_c "
             "FROM fleet_gpusample"
         )
-        assert cursor.fetchall() == [(2**31 - 1, 2**63 - 1, 100.0, 0.0)]
+        assert cursor.fetchall() == [(10_000, 31_557_600_000_000_000, 100.0, 0.0)]
+
+
+# the A10G capture's NVML total: 23028 MiB (shared/data/nvidia-smi-xml/a10g.xml)
+A10G_TOTAL = 23028 * 2**20  # 24,146,608,128 bytes
+
+
+@pytest.mark.parametrize(
+    ("values", "field", "code"),
+    [
+        # found by the re-probe: in the columns' range, but no GPU reads them
+        ({"power_mw": 2**63 - 1}, "power_mw", "number_out_of_range"),
+        # 10 kW + 1 mW: 20x the captures' highest power limit (A100 500 W)
+        ({"power_mw": 10_000_001}, "power_mw", "number_out_of_range"),
+        # 10 kW for 100 years of 365.25 days: 1e7 mW x 3,155,760,000 s
+        ({"energy_mj": 31_557_600_000_000_001}, "energy_mj", "number_out_of_range"),
+        ({"temperature_c": 150.5}, "temperature_c", "number_out_of_range"),
+        ({"temperature_c": -1.0}, "temperature_c", "number_out_of_range"),  # NVML: unsigned
+        ({"sm_clock_mhz": 10_001}, "sm_clock_mhz", "number_out_of_range"),
+        ({"memory_clock_mhz": 20_001}, "memory_clock_mhz", "number_out_of_range"),
+        ({"utilization_gpu_pct": 101}, "utilization_gpu_pct", "number_out_of_range"),
+        (
+            {"memory_used_bytes": A10G_TOTAL + 1, "memory_total_bytes": A10G_TOTAL},
+            "memory_used_bytes",
+            "memory_used_exceeds_total",
+        ),
+        # no total in the sample: the GPU's own total bounds what is used
+        ({"memory_used_bytes": 2**63 - 1}, "memory_used_bytes", "memory_used_exceeds_total"),
+        # 25 GiB on a 23028-MiB GPU (more than 1 % over its NVML total)
+        ({"memory_total_bytes": 25 * 2**30}, "memory_total_bytes", "memory_total_exceeds_gpu"),
+    ],
+)
+def test_implausible_sample_values_refuse_the_report(agent, values, field, code):
+    from fleet.models import AgentReport
+
+    now = datetime.now(UTC).isoformat()
+    resp = send(agent, 1, samples=[{"ts": now, "gpu_uuid": A10G, **values}])
+    assert problem(resp) == (f"samples[0].{field}", code)
+    assert not AgentReport.objects.exists()
+
+
+def test_samples_at_the_physical_bounds_are_stored(agent):
+    from django.db import connection
+
+    now = datetime.now(UTC).isoformat()
+    sample = {
+        "ts": now,
+        "gpu_uuid": A10G,
+        "power_mw": 10_000_000,
+        "temperature_c": 150.0,
+        "memory_clock_mhz": 20_000,
+        "memory_used_bytes": A10G_TOTAL,
+        "memory_total_bytes": A10G_TOTAL,
+    }
+    assert send(agent, 1, samples=[sample]).json()["samples_stored"] == 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT power_mw, temperature_c, memory_clock_mhz, memory_used_bytes,"
+            " memory_total_bytes FROM fleet_gpusample"
+        )
+        assert cursor.fetchall() == [(10_000_000, 150.0, 20_000, A10G_TOTAL, A10G_TOTAL)]
 
 
 def test_the_rollups_survive_extreme_energy_counters_stored_before_the_bounds(agent):
@@ -283,10 +343,13 @@ def test_the_rollups_survive_extreme_energy_counters_stored_before_the_bounds(ag
     from fleet.rollups import rollup_ranges
 
     t = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=5)
-    send(agent, 1, samples=[{"ts": t.isoformat(), "gpu_uuid": A10G, "energy_mj": 2**63 - 1}])
+    send(agent, 1, samples=[{"ts": t.isoformat(), "gpu_uuid": A10G, "energy_mj": 2000}])
     later = (t + timedelta(seconds=1)).isoformat()
     send(agent, 2, samples=[{"ts": later, "gpu_uuid": A10G, "energy_mj": 1000}])
-    with connection.cursor() as cursor:  # as an old release stored it
+    with connection.cursor() as cursor:  # as an old release stored them
+        cursor.execute(
+            "UPDATE fleet_gpusample SET energy_mj = %s WHERE energy_mj = 2000", [2**63 - 1]
+        )
         cursor.execute(
             "UPDATE fleet_gpusample SET energy_mj = %s WHERE energy_mj = 1000", [-(2**63)]
         )
@@ -481,6 +544,31 @@ def test_a_session_request_with_a_non_uuid_tenant_header_is_400(alice_client):
 @pytest.mark.parametrize("before", ["²", "١٢", "9" * 40])
 def test_non_ascii_digits_in_portal_parameters_are_ignored(alice_client, before):
     assert alice_client.get("/audit", {"before": before}).status_code == 200
+
+
+def test_a_nul_byte_in_a_console_or_portal_form_is_400_not_500(ops_client, alice_client, make_host):
+    """Found by the re-probe: the console's mark-healthy read ``gpu_uuid`` from the POST and
+    queried with it (PostgreSQL DataError, a 500); the node-pool form does the same with
+    ``gpu_model``. Every form body of a portal/console POST is checked first (plain 400, the
+    field named); nothing is marked."""
+    from fleet.models import HostEvent
+
+    host = make_host("h100-sxm5-80gb", gpus=8)
+    events = HostEvent.objects.filter(host=host).count()
+    resp = ops_client.post(f"/console/hosts/{host.pk}/mark-healthy", {"gpu_uuid": "GPU-\x00"})
+    assert (resp.status_code, resp.content) == (400, b"gpu_uuid: text may not contain NUL bytes")
+    assert HostEvent.objects.filter(host=host).count() == events
+    pool = alice_client.post(
+        "/clusters/00000000-0000-0000-0000-000000000000/nodepools/new", {"gpu_model": "h\x00"}
+    )
+    assert (pool.status_code, pool.content) == (400, b"gpu_model: text may not contain NUL bytes")
+    # the same request without the NUL reaches the view (no such cluster: 404)
+    assert (
+        alice_client.post(
+            "/clusters/00000000-0000-0000-0000-000000000000/nodepools/new", {"gpu_model": "h"}
+        ).status_code
+        == 404
+    )
 
 
 def test_portal_dates_far_away_are_form_errors(alice_client):

@@ -139,8 +139,12 @@ def test_a_database_outage_inside_a_drf_view_is_a_503_problem():
 
 
 def test_the_throttle_counts_in_one_key_per_window_and_refuses_past_the_rate(
-    settings, owner, cluster
+    settings, owner, tenant_a, cluster, monkeypatch
 ):
+    import math
+    import time
+    from types import SimpleNamespace
+
     from django.conf import settings as live
 
     from nvke import throttling
@@ -149,6 +153,14 @@ def test_the_throttle_counts_in_one_key_per_window_and_refuses_past_the_rate(
         **live.REST_FRAMEWORK,
         "DEFAULT_THROTTLE_RATES": {"principal": "3/min", "tenant": "100/min"},
     }
+    # the throttle's clock pinned 30 s into a minute: all six requests fall in one window
+    # whatever the wall clock does, so its key is known exactly (window start = minute)
+    minute = int(time.time()) // 60
+    monkeypatch.setattr(
+        throttling,
+        "time",
+        SimpleNamespace(time=lambda: minute * 60 + 30.0, monotonic=time.monotonic),
+    )
     throttling.reset_client()
     client = redis.Redis.from_url(live.REDIS_URL)
     for key in client.scan_iter("nvke:throttle:*"):
@@ -166,11 +178,16 @@ def test_the_throttle_counts_in_one_key_per_window_and_refuses_past_the_rate(
     assert codes == [200, 200, 200, 429, 429]
     refused = owner.get("/api/v1/clusters")
     assert refused.json()["code"] == "throttled"
-    assert 1 <= int(refused["Retry-After"]) <= 60
     principal_keys = list(client.scan_iter("nvke:throttle:principal:*"))
     tenant_keys = list(client.scan_iter("nvke:throttle:tenant:*"))
-    # six requests: one counter per scope (two if the run crossed a minute boundary)
-    assert 1 <= len(principal_keys) <= 2 and 1 <= len(tenant_keys) <= 2
-    assert sum(int(client.get(k)) for k in principal_keys) == 6
-    assert sum(int(client.get(k)) for k in tenant_keys) == 6
-    assert all(0 < client.pttl(k) <= 60_000 for k in principal_keys)
+    # six requests in one window: one counter per scope, named for that window's minute
+    assert len(principal_keys) == 1 and len(tenant_keys) == 1
+    assert principal_keys[0].decode().endswith(f":{minute}")
+    assert tenant_keys[0].decode() == f"nvke:throttle:tenant:{tenant_a.pk}:{minute}"
+    assert int(client.get(principal_keys[0])) == 6
+    assert int(client.get(tenant_keys[0])) == 6
+    # the counter lives one window (60 s) from its first hit, a few hundred ms ago; Retry-After
+    # is what was left of it in whole seconds, rounded up, when the sixth request was refused
+    ttl = client.pttl(principal_keys[0])
+    assert 50_000 < ttl <= 60_000
+    assert int(refused["Retry-After"]) in (math.ceil(ttl / 1000), math.ceil(ttl / 1000) + 1)

@@ -4,7 +4,10 @@ is SIMULATED: the machines, the kubelets and GPU Operator, the GPU hosts)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
+from django.utils import timezone
 
 from tests.clusterapi.real import (
     CAPI,
@@ -161,6 +164,7 @@ def test_a_machine_health_check_remediation_replaces_the_node_in_nvke(
     first_gpus = list(first.gpu_uuids)
     machine = bound(apis.machines(name, pool=pool_id))[str(first.id)]
     # an operator (or a failing node) marks the Machine for the MachineHealthCheck
+    remediated_at = timezone.now()
     apis.custom.patch_namespaced_custom_object(
         *CAPI,
         NS,
@@ -180,8 +184,10 @@ def test_a_machine_health_check_remediation_replaces_the_node_in_nvke(
         timeout=300,
     )
     first.refresh_from_db()
-    assert first.released_at is not None
     successor = next(n for n in live_nodes(pool_id) if n.id not in {o.id for o in others})
+    # released after the remediation began, in the step that set MachinesReplaced (the same
+    # `now`), before the successor was created to take over the replacement machine
+    assert remediated_at < first.released_at <= successor.created_at
     machines = bound(apis.machines(name, pool=pool_id))
     assert sorted(machines) == sorted(str(n.id) for n in live_nodes(pool_id))
     assert machines[str(successor.id)]["metadata"]["name"] != machine["metadata"]["name"]
@@ -201,6 +207,7 @@ def test_a_machine_health_check_remediation_replaces_the_node_in_nvke(
         c for c in NodePool.objects.get(pk=pool_id).conditions if c["type"] == "MachinesReplaced"
     )
     assert condition["message"].startswith(f"{first.name}: MachineHealthCheck remediated Machine")
+    assert datetime.fromisoformat(condition["last_transition_time"]) == first.released_at
     md = apis.get(
         "machinedeployments", machine["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"]
     )

@@ -473,6 +473,48 @@ def MIG(gi, start, size):
             "inventory.gpus[0].attributes.serial",
             "invalid_type",
         ),
+        # found by the re-probe: any health value was stored and read by the checks (a string
+        # "yes" is not `True`: a GPU needing a reset would have passed)
+        (
+            {"gpus": [{"uuid": A10G, "health": {"reset_required": "yes"}}]},
+            "inventory.gpus[0].health.reset_required",
+            "invalid_type",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"remapped_rows_pending": 1}}]},
+            "inventory.gpus[0].health.remapped_rows_pending",
+            "invalid_type",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"ecc_volatile_uncorrected": -3}}]},
+            "inventory.gpus[0].health.ecc_volatile_uncorrected",
+            "number_out_of_range",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"retired_pages_dbe": 2.5}}]},
+            "inventory.gpus[0].health.retired_pages_dbe",
+            "invalid_type",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"mig_mode_pending": "ENABLED"}}]},
+            "inventory.gpus[0].health.mig_mode_pending",
+            "invalid_type",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"gpu_recovery_action": 5}}]},
+            "inventory.gpus[0].health.gpu_recovery_action",
+            "number_out_of_range",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": {"status": "HEALTHY"}}]},
+            "inventory.gpus[0].health.status",
+            "unknown_health_fact",
+        ),
+        (
+            {"gpus": [{"uuid": A10G, "health": "HEALTHY"}]},
+            "inventory.gpus[0].health",
+            "invalid_type",
+        ),
     ],
 )
 def test_a_malformed_inventory_is_refused_whole_and_the_next_good_report_is_accepted(
@@ -541,3 +583,29 @@ def test_a_sample_resent_under_a_new_seq_is_stored_once(agent):
     ) == [(1, 1, 0), (2, 1, 1)]
     # the duplicate answer of seq 2 repeats those counts
     assert report(client, host_id, 2, []).json()["samples_deduplicated"] == 1
+
+
+def test_every_health_fact_the_agent_sends_is_stored_as_sent(agent):
+    """What the agent's NVML source sends for a GPU (nvke_agent.sources.nvml._health, all 13
+    keys) is accepted and stored verbatim in Gpu.health_counters."""
+    from fleet.models import Gpu
+
+    client, host_id = agent
+    health = {
+        "reset_required": None,
+        "drain_and_reset_recommended": False,
+        "ecc_volatile_uncorrected": 0,
+        "ecc_aggregate_uncorrected": 2,
+        "retired_pages_sbe": 0,
+        "retired_pages_dbe": 1,
+        "retired_pages_pending": False,
+        "remapped_rows_correctable": 0,
+        "remapped_rows_uncorrectable": 0,
+        "remapped_rows_pending": False,
+        "remapped_rows_failure": False,
+        "mig_mode_pending": None,
+        "gpu_recovery_action": 0,
+    }
+    resp = report(client, host_id, 1, [], inventory={"gpus": [{"uuid": A10G, "health": health}]})
+    assert resp.status_code == 200, resp.content
+    assert Gpu.objects.get(uuid=A10G).health_counters == health

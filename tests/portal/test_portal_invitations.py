@@ -148,3 +148,27 @@ def test_a_forgotten_password_is_reset_by_a_mailed_one_time_link(alice):
     # an unknown address is answered the same way, and nothing is sent
     assert client.post("/password-reset", {"email": "nobody@example.com"}).status_code == 302
     assert len(mail.outbox) == 1
+
+
+@pytest.mark.parametrize("username", ["Alice", "ALICE"])
+def test_an_invitee_cannot_take_a_username_differing_only_in_case(alice_client, tenant_a, username):
+    """Found by the re-probe: accepting as "Alice" while "alice" exists made a second
+    account. The form shows ``username_taken`` on the username, nothing is created and the
+    link stays usable."""
+    from django.contrib.auth import get_user_model
+
+    from tenants.models import Invitation, Membership
+
+    path = _invite(alice_client)
+    visitor = Client()
+    refused = visitor.post(
+        path, {"username": username, "new_password1": STRONG, "new_password2": STRONG}
+    )
+    assert refused.status_code == 400
+    assert "username_taken" in refused.content.decode()
+    assert get_user_model().objects.filter(username__iexact="alice").count() == 1
+    assert Membership.objects.filter(tenant=tenant_a).count() == 1  # alice, the owner
+    assert Invitation.objects.get(tenant=tenant_a).accepted_at is None
+    ok = visitor.post(path, {"username": "bob", "new_password1": STRONG, "new_password2": STRONG})
+    assert ok.status_code == 302
+    assert Membership.objects.get(tenant=tenant_a, user__username="bob").role == "member"

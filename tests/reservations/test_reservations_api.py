@@ -134,6 +134,20 @@ def test_calendar_intervals_worked_by_hand(owner, outsider, h100_fleet):
     assert missing.status_code == 400
 
 
+@pytest.mark.parametrize("zone", ["eu-west-1a", "us-west-2b", "us-east-2a"])
+def test_a_calendar_of_a_zone_outside_the_region_is_400_naming_the_zone(owner, h100_fleet, zone):
+    """Found by the re-probe: a zone of another region answered a calendar of 0 GPUs."""
+    query = {"gpu_model": MODEL, "region": "us-east-1", "zone": zone}
+    resp = owner.get("/api/v1/reservations/calendar", query)
+    assert resp.status_code == 400, resp.content
+    assert (resp.json()["field"], resp.json()["code"]) == ("zone", "zone_not_in_region")
+    unknown = owner.get("/api/v1/reservations/calendar", {**query, "gpu_model": "h100"})
+    assert (unknown.json()["field"], unknown.json()["code"]) == ("gpu_model", "unknown_gpu_model")
+    inside = owner.get("/api/v1/reservations/calendar", {**query, "zone": "us-east-1a"})
+    assert inside.status_code == 200, inside.content
+    assert (inside.json()["zone"], inside.json()["capacity"]) == ("us-east-1a", 16)
+
+
 def test_a_keep_reservation_counts_after_its_end_until_it_has_ended(owner, h100_fleet):
     """keep: its nodes may run on on-demand, so its 8 GPUs count after its end too; a
     reservation of 10 starting after the keep reservation's end therefore does not fit

@@ -75,3 +75,42 @@ def test_unknown_api_routes_answer_problem_json(owner, settings):
     resp = owner.get("/api/v1/no-such-thing")
     assert resp.status_code == 404
     assert resp.json()["code"] == "not_found"
+
+
+@pytest.mark.parametrize("second", ["Alice", "ALICE", "alicE"])
+def test_a_username_differing_only_in_case_is_taken(owner, outsider, tenant_a, tenant_b, second):
+    """Found by the re-probe: "Alice" and "alice" were two accounts. Refused in the same
+    tenant and in another one, 409 naming ``username``; one user stays."""
+    from django.contrib.auth import get_user_model
+
+    first = owner.post(
+        f"/api/v1/tenants/{tenant_a.pk}/members",
+        {"username": "alice", "email": "alice@a.example", "role": "member"},
+    )
+    assert first.status_code == 201, first.content
+    for client, tenant in ((owner, tenant_a), (outsider, tenant_b)):
+        resp = client.post(
+            f"/api/v1/tenants/{tenant.pk}/members",
+            {"username": second, "email": "x@b.example", "role": "viewer"},
+        )
+        assert resp.status_code == 409, resp.content
+        assert (resp.json()["field"], resp.json()["code"]) == ("username", "username_taken")
+    names = get_user_model().objects.filter(username__iexact="alice").values_list("username")
+    assert list(names) == [("alice",)]
+
+
+def test_the_database_refuses_a_case_variant_username_a_race_would_insert(tenant_a):
+    """The unique index on lower(username) (migration tenants.0005) holds when the check is
+    passed by two requests at once: the second insert is a Conflict, not a 500."""
+    from django.contrib.auth import get_user_model
+    from django.db import IntegrityError, transaction
+
+    from nvke.errors import Conflict
+    from tenants import members
+
+    get_user_model().objects.create_user(username="Bob")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        get_user_model().objects.create_user(username="bob")
+    with pytest.raises(Conflict) as caught:
+        members.create_user("BOB")
+    assert (caught.value.code, caught.value.field) == ("username_taken", "username")
