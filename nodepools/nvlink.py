@@ -115,13 +115,16 @@ def check_room(
     placed), naming the largest free domain (``extra``:
     ``largest_free_domain`` ``{cluster_uuid, clique_id, label, hosts, free_gpus,
     nodes_that_fit}``, ``pool_domain``, ``nodes_requested``). Advisory: the reconciler's
-    claim decides under host locks. A pool on an ACTIVE ``reservation`` may use the domain it
+    claim decides under host locks. A pool on a live ``reservation`` may use the domain it
     reserves as a whole (and only that one); other reserved domains are fenced off."""
     if pool_id is not None:
         nodes -= nvlink_domains.held_nodes(pool_id)
     if nodes <= 0:
         return
-    active = reservation if reservation and reservation.is_active(timezone.now()) else None
+    # a live reservation's own domain is not fenced for its pools (a SCHEDULED one: the create
+    # answers reservation_not_active, the dry run "placeable from its start", not this 409)
+    live = ("ACTIVE", "SCHEDULED")
+    active = reservation if reservation and reservation.state_at(timezone.now()) in live else None
     try:
         nvlink_domains.check_room(
             gpu_model=gpu_model,

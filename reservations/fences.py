@@ -80,7 +80,11 @@ def check_fences(
             "id", "nvlink_cluster_uuid", "nvlink_clique_id"
         )
     }
+    fenced: dict[tuple, set[Domain]] = {}
     for request, placed in zip(requests, placements, strict=True):
+        key = (request.gpu_model, request.region, request.reservation_id)
+        if key not in fenced:
+            fenced[key] = fenced_domains(*key, now)
         domain = hosts.get(placed.host_id)
         pinned = own.get(request.reservation_id)
         if pinned is not None and domain != pinned:
@@ -90,9 +94,7 @@ def check_fences(
                 f"{pinned[0]}.{pinned[1]}; host {placed.hostname} is outside it",
                 [request.reservation_id],
             )
-        if domain is not None and domain in fenced_domains(
-            request.gpu_model, request.region, request.reservation_id, now
-        ):
+        if domain is not None and domain in fenced[key]:
             raise ReservedCapacity(
                 request,
                 f"NVLink domain {domain[0]}.{domain[1]} of host {placed.hostname} is reserved "

@@ -188,3 +188,24 @@ def test_domain_reservation_refusals_name_the_field(owner, fleet, catalog):
         format="json",
     )
     assert (no_gpus.status_code, no_gpus.json()["field"]) == (400, "gpus")
+
+
+def test_a_pool_on_a_scheduled_domain_reservation_is_told_from_when(owner, fleet):
+    start = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
+    r = reserve_domain(owner, D1, start=start).json()
+    a = make_cluster(owner, "a")
+    body = {
+        "name": "nvl",
+        "gpu_model": "gb200",
+        "gpus_per_node": 4,
+        "node_count": 10,  # D2 (9 trays) is too small: only its own D1 may take it
+        "placement": {"same_nvlink_domain": True},
+        "reservation": r["id"],
+    }
+    dry = owner.post(f"/api/v1/clusters/{a}/nodepools?dry_run=true", body, format="json")
+    assert dry.status_code == 200, dry.content
+    cap = dry.json()["capacity"]
+    assert (cap["placeable_now"], cap["free_gpus"]) == (False, 48)
+    assert cap["placeable_from"].replace("Z", "+00:00") == start.isoformat()
+    created = create_pool(owner, a, node_count=10, reservation=r["id"])
+    assert (created.status_code, created.json()["code"]) == (409, "reservation_not_active")
