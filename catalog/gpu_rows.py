@@ -466,3 +466,24 @@ def apply_extra_aliases(rows: Iterable[GpuModelRow], doc: Mapping[str, Any]) -> 
             profile.sources.append(fact("aliases", value=alias, source=entry.get("source")))
             added += 1
     return added
+
+
+def apply_extra_product_names(rows: Iterable[GpuModelRow], doc: Mapping[str, Any]) -> int:
+    """Add ``product_names.yaml`` entries (``{model, name, source}``) to the rows' NVML product
+    names, each recorded as a sourced fact; returns how many were added. CatalogDataError for
+    an unknown model or an entry without a name or source."""
+    by_key = {row.name: row for row in rows}
+    added = 0
+    for entry in doc.get("names") or []:
+        where = f"product_names {entry!r}"
+        row = by_key.get(entry.get("model"))
+        if row is None:
+            raise CatalogDataError(where, "unknown model")
+        names = product_names(entry.get("name"))
+        if len(names) != 1 or not entry.get("source"):
+            raise CatalogDataError(where, "an entry needs one product name and its source")
+        if names[0] not in row.product_names:
+            row.product_names.append(names[0])
+            row.sources.append(fact("product_names", value=names[0], source=entry["source"]))
+            added += 1
+    return added

@@ -30,6 +30,7 @@ from .datafiles import (
     KUBERNETES_VERSIONS_FILE,
     MIG_ALIASES_FILE,
     NVKE_GPU_MODELS_FILE,
+    PRODUCT_NAMES_FILE,
     VGPU_PROFILES_FILE,
     XID_FILE,
     CatalogDataError,
@@ -38,6 +39,7 @@ from .datafiles import (
 from .gpu_rows import (
     GpuModelRow,
     apply_extra_aliases,
+    apply_extra_product_names,
     normalise_models,
     parse_placements,
     product_names,
@@ -84,7 +86,8 @@ def gpu_model_rows(
     data_dir: Path = DATA_DIR, extra: Sequence[Path | str] = ()
 ) -> list[GpuModelRow]:
     """The normalised GPU models of ``gpu_models.yaml`` + ``mig_aliases.yaml`` +
-    ``gpu_models_nvke.yaml`` (NVKE-authored models) + extras.
+    ``product_names.yaml`` (NVML names found later) + ``gpu_models_nvke.yaml`` (NVKE-authored
+    models) + extras.
 
     An extra model with the key of a built-in one replaces it. Product names must be unique
     across models (a host's GPU must match one model).
@@ -92,6 +95,7 @@ def gpu_model_rows(
     main = read_yaml(data_dir / GPU_MODELS_FILE)
     rows = {row.name: row for row in normalise_models(main)}
     apply_extra_aliases(rows.values(), read_yaml(data_dir / MIG_ALIASES_FILE))
+    apply_extra_product_names(rows.values(), _optional_yaml(data_dir / PRODUCT_NAMES_FILE))
     nvke_models = data_dir / NVKE_GPU_MODELS_FILE
     if nvke_models.exists():
         extra = [nvke_models, *extra]

@@ -240,16 +240,30 @@ SELECT nvlink_cluster_uuid, nvlink_clique_id, COUNT(*), SUM(free_gpus), SUM(free
    AND (region = %(where)s OR zone = %(where)s OR zone LIKE %(prefix)s)
    AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
         OR (%(shares)s AND exclusive_tenants <@ ARRAY[%(tenant)s]::uuid[]))
+   AND NOT EXISTS (SELECT 1 FROM unnest(%(fenced_c)s::uuid[], %(fenced_q)s::bigint[]) f(c, q)
+                    WHERE f.c = nvlink_cluster_uuid AND f.q = nvlink_clique_id)
+   AND (%(only_c)s::uuid IS NULL
+        OR (nvlink_cluster_uuid = %(only_c)s::uuid AND nvlink_clique_id = %(only_q)s))
  GROUP BY nvlink_cluster_uuid, nvlink_clique_id
 """
 
 
 def domain_rooms(
-    *, gpu_model: str, region: str, tenant_id: uuid.UUID, gpus_per_node: int, shares: bool = False
+    *,
+    gpu_model: str,
+    region: str,
+    tenant_id: uuid.UUID,
+    gpus_per_node: int,
+    shares: bool = False,
+    reservation_id: uuid.UUID | None = None,
+    only: tuple[uuid.UUID, int] | None = None,
 ) -> list[DomainRoom]:
     """Every domain of ``gpu_model`` hosts in ``region`` (or a zone of it), with its free room
     for ``gpus_per_node``-GPU nodes of ``tenant_id`` (same tenancy rule as placement), most
-    room first. One query over the hosts' trigger-kept GPU summary."""
+    room first. One query over the hosts' trigger-kept GPU summary. Domains fenced for a claim
+    of ``reservation_id`` (:func:`fleet.placement.fenced_domains`) are left out; ``only``
+    keeps one domain (a pool on a reservation of that whole domain)."""
+    fenced = sorted(placement.fenced_domains(gpu_model, _region(region), reservation_id))
     with connection.cursor() as cursor:
         cursor.execute(
             _ROOMS_SQL,
@@ -261,6 +275,10 @@ def domain_rooms(
                 "prefix": region.replace("%", "").replace("_", "\\_") + "%",
                 "tenant": tenant_id,
                 "shares": shares,
+                "fenced_c": [c for c, _ in fenced],
+                "fenced_q": [q for _, q in fenced],
+                "only_c": only[0] if only else None,
+                "only_q": only[1] if only else None,
             },
         )
         rows = cursor.fetchall()
@@ -269,6 +287,13 @@ def domain_rooms(
         for cluster, clique, hosts, free, nodes in rows
     ]
     return sorted(rooms, key=lambda r: (-r.nodes, r.domain))
+
+
+def _region(where: str) -> str:
+    """The region of a region or zone name (a reservation is per region)."""
+    from .models import region_of_zone
+
+    return region_of_zone(where) or where
 
 
 def pool_domains(group_id: uuid.UUID) -> set[Domain | None]:
@@ -347,12 +372,19 @@ def check_room(
     gpus_per_node: int,
     nodes: int,
     group_id: uuid.UUID | None = None,
+    reservation_id: uuid.UUID | None = None,
+    only: tuple[uuid.UUID, int] | None = None,
 ) -> DomainRoom:
     """The domain ``nodes`` more nodes would go to now (advisory: placement decides under
-    host locks). A pool that already holds GPUs (``group_id``) is pinned to its domain.
-    Raises NvlinkDomainFull."""
+    host locks). A pool that already holds GPUs (``group_id``) is pinned to its domain;
+    ``reservation_id`` / ``only`` as in :func:`domain_rooms`. Raises NvlinkDomainFull."""
     rooms = domain_rooms(
-        gpu_model=gpu_model, region=region, tenant_id=tenant_id, gpus_per_node=gpus_per_node
+        gpu_model=gpu_model,
+        region=region,
+        tenant_id=tenant_id,
+        gpus_per_node=gpus_per_node,
+        reservation_id=reservation_id,
+        only=only,
     )
     candidates = _candidates(rooms, nodes, group_id, gpu_model, gpus_per_node)
     return candidates[0]
@@ -422,6 +454,8 @@ def claim_in_one_domain(
         tenant_id=first.tenant_id,
         gpus_per_node=first.gpus,
         shares=first.shares_host,
+        reservation_id=first.reservation_id,
+        only=first.nvlink_domain,  # a pool on a reservation of one whole domain
     )
     candidates = _candidates(rooms, needed, group_id, first.gpu_model, first.gpus)
     for room in candidates:

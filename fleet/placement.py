@@ -68,6 +68,20 @@ MAX_ROUNDS = 64
 #: transaction; raising InsufficientCapacity / PlacementContended rolls the claim back.
 #: Apps above fleet register here (``reservations`` keeps on-demand claims off reserved GPUs).
 CLAIM_HOOKS: list = []
+#: called as ``fence(gpu_model, region, reservation_id) -> set[(cluster_uuid, clique_id)]``:
+#: multi-node NVLink domains whose hosts a claim (of that reservation; None: on-demand) may not
+#: use. ``reservations`` fences the domains reserved as a whole (reservations/fences.py).
+DOMAIN_FENCES: list = []
+
+
+def fenced_domains(
+    gpu_model: str, region: str, reservation_id: uuid.UUID | None
+) -> set[tuple[uuid.UUID, int]]:
+    """The union of what the :data:`DOMAIN_FENCES` say for one kind of claim."""
+    out: set[tuple[uuid.UUID, int]] = set()
+    for fence in DOMAIN_FENCES:
+        out |= set(fence(gpu_model, region, reservation_id))
+    return out
 
 
 @dataclass(frozen=True)
@@ -631,6 +645,8 @@ WITH eligible AS (
        AND NOT (id = ANY(%(exclude)s::uuid[]))
        AND (%(cluster)s::uuid IS NULL
             OR (nvlink_cluster_uuid = %(cluster)s::uuid AND nvlink_clique_id = %(clique)s))
+       AND NOT EXISTS (SELECT 1 FROM unnest(%(fenced_c)s::uuid[], %(fenced_q)s::bigint[]) f(c, q)
+                        WHERE f.c = nvlink_cluster_uuid AND f.q = nvlink_clique_id)
 )
 SELECT id FROM eligible WHERE rank <= %(per_bucket)s
 """
@@ -647,17 +663,18 @@ def load_host_views(
     tenant may use by zone and free GPU count and keeps, for every such bucket, the first
     ``2 * requests + 16`` by hostname: enough for every request of the batch to find its
     best-fit host even when some hosts' NVLink islands do not fit, without reading every GPU
-    of the fleet for each claim.
+    of the fleet for each claim. Hosts of the NVLink domains fenced for the requests'
+    reservation (:data:`DOMAIN_FENCES`) are left out.
     """
     groups: dict[tuple, list[GpuRequest]] = defaultdict(list)
     for r in requests:
-        groups[
-            (r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host, r.nvlink_domain)
-        ].append(r)
+        key = (r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host, r.nvlink_domain)
+        groups[(*key, r.region, r.reservation_id)].append(r)
     ids: set[uuid.UUID] = set()
     excluded = list(exclude)
     with connection.cursor() as cursor:
-        for (model, where, tenant, shares, domain), members in groups.items():
+        for (model, where, tenant, shares, domain, region, reservation), members in groups.items():
+            fenced = sorted(fenced_domains(model, region, reservation))
             cursor.execute(
                 _CANDIDATES_SQL,
                 {
@@ -671,6 +688,8 @@ def load_host_views(
                     "exclude": excluded,
                     "cluster": domain[0] if domain else None,
                     "clique": domain[1] if domain else None,
+                    "fenced_c": [c for c, _ in fenced],
+                    "fenced_q": [q for _, q in fenced],
                 },
             )
             ids.update(row[0] for row in cursor.fetchall())

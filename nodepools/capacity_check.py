@@ -36,7 +36,11 @@ def planned_gpus(reservation: Reservation, exclude_pool=None) -> int:
     return int(total or 0)
 
 
-def _shape_fits(tenant_id, model: str, region: str, zone: str, gpus: int, nodes: int) -> bool:
+def _shape_fits(
+    tenant_id, model: str, region: str, zone: str, gpus: int, nodes: int, reservation=None
+) -> bool:
+    """Whether the planner places ``nodes`` x ``gpus`` on the hosts as they are (nothing is
+    claimed), with the same fences and domain pin as the pool's real claim."""
     requests = [
         placement.GpuRequest(
             holder_id=uuid.uuid4(),
@@ -45,6 +49,8 @@ def _shape_fits(tenant_id, model: str, region: str, zone: str, gpus: int, nodes:
             gpus=gpus,
             region=region,
             zone=zone or None,
+            reservation_id=reservation.id if reservation else None,
+            nvlink_domain=reservation.nvlink_domain if reservation else None,
         )
         for _ in range(nodes)
     ]
@@ -67,14 +73,15 @@ def capacity_answer(
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """``{"placeable_now", "placeable_from", "reservation_id", "needed_gpus", "free_gpus",
-    "reserved_gpus", "message"}``.
+    "reserved_gpus", "held_by_reservations", "message"}``.
 
     ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
     (``C - D - max R``), for a reservation pool what its reservation has left after its other
     pools; ``reserved_gpus``: the largest count reserved from now on in the region (on-demand
-    pools cannot take those); ``placeable_from``: when it fits if not now (a reservation's
-    start, or when reservations end), None when it does not fit at any future instant as the
-    fleet is now.
+    pools cannot take those); ``held_by_reservations``: of those, GPUs reservation pools hold
+    now (0 unless reservations are what keeps an on-demand pool out); ``placeable_from``:
+    when it fits if not now (a reservation's start, or when reservations end), None when it
+    does not fit at any future instant as the fleet is now.
     """
     now = now or timezone.now()
     needed = gpus_per_node * node_count
@@ -83,7 +90,7 @@ def capacity_answer(
         state = reservation.state_at(now)
         fits = left >= needed
         shape = fits and _shape_fits(
-            tenant_id, gpu_model, region, reservation.zone, gpus_per_node, node_count
+            tenant_id, gpu_model, region, reservation.zone, gpus_per_node, node_count, reservation
         )
         answer = {
             "placeable_now": state == "ACTIVE" and fits and shape,
@@ -92,6 +99,7 @@ def capacity_answer(
             "needed_gpus": needed,
             "free_gpus": max(left, 0),
             "reserved_gpus": reservation.gpus,
+            "held_by_reservations": 0,
         }
         if not fits:
             answer["message"] = (
@@ -117,17 +125,15 @@ def capacity_answer(
         "needed_gpus": needed,
         "free_gpus": room.free,
         "reserved_gpus": room.reserved_peak,
+        "held_by_reservations": 0,
     }
     if answer["placeable_now"]:
         answer["placeable_from"] = now
         answer["message"] = f"placeable now: {room.free} GPU(s) free on-demand"
-    elif room.free < needed and room.free_physical >= needed:
-        when = capacity.on_demand_from(gpu_model, region, needed, now)
-        answer["placeable_from"] = when
-        answer["message"] = (
-            f"{room.reserved_peak} GPU(s) are reserved; unreserved pools may take {room.free}"
-            + (f"; placeable from {when.isoformat()}" if when else "")
-        )
+    elif (block := capacity.reserved_block(gpu_model, region, needed, now)) is not None:
+        answer["placeable_from"] = block.until
+        answer["held_by_reservations"] = block.held_by_reservations
+        answer["message"] = block.message(gpu_model, region)
     else:
         answer["message"] = f"not placeable: {room.free} GPU(s) free on-demand" + (
             "" if room.free < needed else ", but no host set fits the nodes"

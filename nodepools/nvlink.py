@@ -21,6 +21,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.utils import timezone
+
 from catalog.models import GpuModel, GpuSystem
 from fleet import nvlink_domains
 from fleet.models import Host
@@ -106,17 +108,23 @@ def check_room(
     gpus_per_node: int,
     nodes: int,
     pool_id: uuid.UUID | None = None,
+    reservation=None,
 ) -> None:
     """409 ``nvlink_domain_full`` when no domain (for an existing pool: its own) has room for
     a pool of ``nodes`` nodes now (those the pool ``pool_id`` already holds GPUs for count as
     placed), naming the largest free domain (``extra``:
     ``largest_free_domain`` ``{cluster_uuid, clique_id, label, hosts, free_gpus,
     nodes_that_fit}``, ``pool_domain``, ``nodes_requested``). Advisory: the reconciler's
-    claim decides under host locks."""
+    claim decides under host locks. A pool on a live ``reservation`` may use the domain it
+    reserves as a whole (and only that one); other reserved domains are fenced off."""
     if pool_id is not None:
         nodes -= nvlink_domains.held_nodes(pool_id)
     if nodes <= 0:
         return
+    # a live reservation's own domain is not fenced for its pools (a SCHEDULED one: the create
+    # answers reservation_not_active, the dry run "placeable from its start", not this 409)
+    live = ("ACTIVE", "SCHEDULED")
+    active = reservation if reservation and reservation.state_at(timezone.now()) in live else None
     try:
         nvlink_domains.check_room(
             gpu_model=gpu_model,
@@ -125,6 +133,8 @@ def check_room(
             gpus_per_node=gpus_per_node,
             nodes=nodes,
             group_id=pool_id,
+            reservation_id=active.id if active else None,
+            only=active.nvlink_domain if active else None,
         )
     except nvlink_domains.NvlinkDomainFull as exc:
         raise Conflict(

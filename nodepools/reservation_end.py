@@ -1,9 +1,10 @@
 """What a reservation's end does to the node pools drawing from it (receivers of
 :mod:`reservations.signals`, connected in :mod:`nodepools.receivers`).
 
-* announced (``reservation_ending``): every live pool drawing from it gets the condition
-  ``ReservationEnding`` (True) saying when and what will happen — the tenant reads it on the
-  pool (API, portal) beside the ``reservation.ending`` webhook event;
+* announced (``reservation_ending``; at once when it is cancelled): every live pool drawing
+  from it gets the condition ``ReservationEnding`` (True) saying when and what will happen —
+  the tenant reads it on the pool (API, portal) beside the ``reservation.ending`` webhook
+  event;
 * ended, ``keep``: the condition becomes ``ReservationEnded`` "running on-demand since …";
   the pool's nodes stay, and are billed on-demand from the end (:mod:`billing.reservations`);
 * ended, ``drain``: the pool is scaled to zero (``SET_NODE_POOL_SIZE`` operation by
@@ -39,7 +40,9 @@ def announce_end(reservation) -> None:
         if reservation.end_action == "keep"
         else "the pool is drained (scaled to zero)"
     )
-    message = f"reservation {reservation.id} ends at {reservation.end.isoformat()}: {what}"
+    end = reservation.effective_end()
+    how = "was cancelled at" if reservation.cancelled_at is not None else "ends at"
+    message = f"reservation {reservation.id} {how} {end.isoformat()}: {what}"
     for pool in _live_pools(reservation).select_for_update(of=("self",)):
         pool.conditions = set_condition(
             pool.conditions, "ReservationEnding", True, "ReservationEndAnnounced", message, now

@@ -43,6 +43,7 @@ def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int)
                 gpus_per_node=pool.gpus_per_node,
                 nodes=node_count,
                 pool_id=pool.id,
+                reservation=pool.reservation,
             )
         gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
         if delta > 0:

@@ -148,16 +148,16 @@ def _check_reservation_room(reservation, needed: int) -> None:
 
 
 def _check_reserved_pressure(tenant_id, model: str, region: str, needed: int) -> None:
-    """Conflict ``capacity_reserved`` when the fleet has ``needed`` free GPUs but reservations
-    hold them (the binding check is placement's, :mod:`reservations.guard`; this one answers
-    at once instead of after the reconciler's retries)."""
+    """Conflict ``capacity_reserved`` when ``needed`` GPUs would fit on-demand without the
+    reservations but do not with them — reserved GPUs free or held by reservation pools
+    (:func:`reservations.capacity.reserved_block`; the binding check is placement's,
+    :mod:`reservations.guard`; this one answers at once instead of after the reconciler's
+    retries)."""
     from reservations import capacity
 
     now = timezone.now()
-    if not capacity.live_reservations(model, region, now).exists():
-        return
-    room = capacity.on_demand_room(model, region, now)
-    if room.free >= needed or room.free_physical < needed:
+    block = capacity.reserved_block(model, region, needed, now)
+    if block is None:
         return
     own = [
         str(r)
@@ -165,20 +165,18 @@ def _check_reserved_pressure(tenant_id, model: str, region: str, needed: int) ->
         .filter(tenant_id=tenant_id)
         .values_list("id", flat=True)
     ]
-    when = capacity.on_demand_from(model, region, needed, now)
     raise Conflict(
-        f"{needed} x {model} GPU(s) are free in {region} but reserved: {room.reserved_peak} "
-        f"of {room.capacity} GPU(s) are reserved, unreserved pools may take {room.free}"
-        + (f" (until {when.isoformat()})" if when else "")
+        block.message(model, region)
         + (f"; create the pool with reservation={own[0]}" if own else ""),
         code="capacity_reserved",
         extra={
-            "capacity": room.capacity,
-            "on_demand": room.on_demand,
-            "reserved": room.reserved_peak,
-            "free_on_demand": room.free,
+            "capacity": block.capacity,
+            "on_demand": block.on_demand,
+            "reserved": block.reserved,
+            "held_by_reservations": block.held_by_reservations,
+            "free_on_demand": block.free_on_demand,
             "needed": needed,
-            "placeable_from": when.isoformat() if when else None,
+            "placeable_from": block.until.isoformat() if block.until else None,
             "own_reservations": own,
         },
     )
@@ -271,6 +269,7 @@ def create_nodepool(
                 code="duplicate_nodepool_name",
                 field="name",
             )
+        found = resolve_reservation(cluster, model.slug, reservation)
         if nvlink.wants_one_domain(placement):
             nvlink.check_room(
                 gpu_model=model.slug,
@@ -278,8 +277,8 @@ def create_nodepool(
                 tenant_id=cluster.tenant_id,
                 gpus_per_node=gpus_per_node,
                 nodes=node_count,
+                reservation=found,
             )
-        found = resolve_reservation(cluster, model.slug, reservation)
         needed = node_count * gpus_per_node
         if dry_run:
             from .capacity_check import capacity_answer, cost_answer, quota_answer

@@ -28,11 +28,16 @@ def nodepool_spec(pool: NodePool) -> NodePoolSpec:
 
 def _reservation_of(pool: NodePool) -> dict:
     """The pool's reservation while it is in force; after it ended (``keep``) the pool's
-    new nodes are placed on-demand like any other."""
+    new nodes are placed on-demand like any other. A reservation of a whole NVLink domain pins
+    the nodes to that domain's hosts."""
     reservation = pool.reservation
     if reservation is None or not reservation.is_active(timezone.now()):
         return {}
-    return {"reservation_id": reservation.id, "zone": reservation.zone}
+    return {
+        "reservation_id": reservation.id,
+        "zone": reservation.zone,
+        "nvlink_domain": reservation.nvlink_domain,
+    }
 
 
 def node_spec(node: Node) -> NodeSpec:

@@ -31,7 +31,7 @@ from nvke.errors import Conflict, InvalidInput
 from tenants import audit
 from tenants.models import Tenant
 
-from . import capacity
+from . import capacity, domains
 from .choices import EndAction
 from .models import Reservation
 
@@ -92,10 +92,11 @@ def create_reservation(
     tenant: Tenant,
     gpu_model: str,
     region: str,
-    gpus: int,
+    gpus: int | None,
     start: datetime,
     end: datetime | None,
     zone: str = "",
+    nvlink_domain: str = "",
     end_action: str = EndAction.KEEP,
     notice_lead_s: int | None = None,
     name: str = "",
@@ -109,9 +110,27 @@ def create_reservation(
     busiest instant of the window the region (or zone) would need more GPUs than it has; the
     error gives ``capacity``, ``on_demand``, ``reserved_peak`` and ``free`` (what could still
     be reserved over that window).
+
+    ``nvlink_domain`` (``<clusterUuid>.<cliqueId>``) reserves every GPU of that multi-node
+    NVLink domain's hosts instead of a count (``gpus`` left out, or equal to the domain's
+    count): the codes of :func:`reservations.domains.resolve` and
+    :func:`reservations.domains.check_free` (``nvlink_domain_reserved``,
+    ``nvlink_domain_in_use``), then the same count check as any reservation.
     """
     now = now or timezone.now()
     model = _gpu_model(gpu_model)
+    scope = None
+    if nvlink_domain:
+        scope = domains.resolve(
+            gpu_model=model.slug, region=region, zone=zone, label=nvlink_domain, gpus=gpus
+        )
+        gpus = scope.gpus
+    if gpus is None:
+        raise InvalidInput(
+            "gpus is required (or nvlink_domain, to reserve a whole domain)",
+            code="gpus_required",
+            field="gpus",
+        )
     if not 1 <= gpus <= settings.NVKE_RESERVATION_MAX_GPUS:
         raise InvalidInput(
             f"gpus must be 1..{settings.NVKE_RESERVATION_MAX_GPUS}",
@@ -128,6 +147,8 @@ def create_reservation(
         live = list(capacity.live_reservations(model.slug, region, now))
         demand = capacity.demands(live, now)
         new = capacity.Demand(None, gpus, window.start, _accounting_end(end, end_action), zone)
+        if scope is not None:
+            domains.check_free(scope, live, demand, window.start, new.end)
         checks = [("", [*demand, new])]
         if zone:
             checks.append((zone, [*[d for d in demand if d.zone == zone], new]))
@@ -162,6 +183,8 @@ def create_reservation(
             end=end,
             end_action=end_action,
             notice_lead_s=lead,
+            nvlink_cluster_uuid=scope.cluster_uuid if scope else None,
+            nvlink_clique_id=scope.clique_id if scope else None,
             created_by=actor,
             created_at=now,
         )
@@ -179,6 +202,7 @@ def create_reservation(
                 "start": window.start.isoformat(),
                 "end": end.isoformat() if end else None,
                 "end_action": end_action,
+                "nvlink_domain": scope.label if scope else None,
             },
         )
     return reservation

@@ -205,3 +205,62 @@ def reservation_used(reservation: Reservation) -> int:
     from fleet.models import Gpu
 
     return Gpu.objects.filter(holder_id__in=claim_holders([reservation.id])).count()
+
+
+@dataclass(frozen=True)
+class ReservedBlock:
+    """Why ``needed`` on-demand GPUs do not fit now although the fleet has them: reservations.
+
+    ``reserved``: the most GPUs reserved from now on; ``held_by_reservations``: GPUs their
+    pools hold now; ``free_on_demand``: what unreserved pools may take; ``until``: from when
+    ``needed`` fit for good (None: never as the fleet is now — open-ended or ``keep``
+    reservations that have not ended).
+    """
+
+    needed: int
+    capacity: int
+    on_demand: int
+    reserved: int
+    held_by_reservations: int
+    free_on_demand: int
+    until: datetime | None
+
+    def message(self, model: str, where: str) -> str:
+        """Words for a tenant: counts and until when (other tenants are never named)."""
+        held = (
+            f", {self.held_by_reservations} of them held by reservation pools now"
+            if self.held_by_reservations
+            else ""
+        )
+        until = (
+            f"; placeable from {self.until.isoformat()}, when reservations end"
+            if self.until
+            else "; the reservations have no end that frees them (open-ended or keep)"
+        )
+        return (
+            f"{self.needed} x {model} GPU(s) on-demand do not fit in {where}: "
+            f"{self.reserved} of {self.capacity} GPU(s) are reserved{held}, unreserved pools "
+            f"may take {self.free_on_demand}{until}"
+        )
+
+
+def reserved_block(
+    model: str, region: str, needed: int, now: datetime, zone: str = ""
+) -> ReservedBlock | None:
+    """A :class:`ReservedBlock` when ``needed`` on-demand GPUs of ``model`` would fit in
+    ``region`` (``zone``) without the reservations but do not with them; None when they fit,
+    or when the fleet is too small for them anyway (``C - D < needed``)."""
+    if not live_reservations(model, region, now).exists():
+        return None
+    room = on_demand_room(model, region, now, zone)
+    if room.free >= needed or room.capacity - room.on_demand < needed:
+        return None
+    return ReservedBlock(
+        needed=needed,
+        capacity=room.capacity,
+        on_demand=room.on_demand,
+        reserved=room.reserved_peak,
+        held_by_reservations=room.capacity - room.on_demand - room.free_physical,
+        free_on_demand=room.free,
+        until=on_demand_from(model, region, needed, now, zone),
+    )

@@ -12,6 +12,9 @@ back (the caller's transaction): nothing stays held.
 * An on-demand request: under the (model, region) lock of :mod:`reservations.admission`,
   ``D + max_{t >= now} R(t) <= C`` must still hold in the region and in every zone with
   zone-scoped reservations; otherwise :class:`ReservedCapacity` names the reservations.
+* Every claim: no GPU on a host of an NVLink domain reserved as a whole by another
+  reservation, and a claim of such a reservation inside its domain
+  (:func:`reservations.fences.check_fences`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from fleet import placement
 
 from . import capacity
 from .admission import lock_pair
+from .fences import check_fences
 from .models import Reservation, ReservationClaim
 
 
@@ -55,6 +59,7 @@ def check_claims(
         _check_reserved(reservation_id, members, now)
     for (model, region), members in sorted(on_demand.items()):
         _check_on_demand(model, region, members, now)
+    check_fences(requests, placements, now)
 
 
 def _check_reserved(reservation_id, members: list[placement.GpuRequest], now) -> None:

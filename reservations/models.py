@@ -4,8 +4,10 @@ The model follows EKS Capacity Blocks for ML / GKE reservations: capacity is cou
 not pinned to hosts; admission (:mod:`reservations.admission`) guarantees that at every
 instant the fleet holds the reserved GPUs next to the on-demand ones already placed.
 
-Scope: ``region`` + optional ``zone``. A later scope (a whole multi-node NVLink domain) adds a
-field here and a capacity function in :mod:`reservations.capacity`; nothing else changes.
+Scope: ``region`` + optional ``zone``, or a whole multi-node NVLink domain
+(``nvlink_cluster_uuid`` + ``nvlink_clique_id``, :mod:`fleet.nvlink_domains`): then ``gpus`` is
+every GPU of the domain's hosts, and those hosts are *fenced* for the window — only claims of
+that reservation may use them (:mod:`reservations.fences`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class Reservation(models.Model):
     #: when every pool drawing from it had done what ``end_action`` says (drain: scaled to 0)
     settled_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    #: a whole multi-node NVLink domain (fabric cluster UUID + clique id), or both None
+    nvlink_cluster_uuid = models.UUIDField(null=True, blank=True)
+    nvlink_clique_id = models.BigIntegerField(null=True, blank=True)
     created_by = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -64,10 +69,22 @@ class Reservation(models.Model):
                 name="reservation_end_after_start",
             ),
             models.CheckConstraint(condition=Q(gpus__gt=0), name="reservation_gpus_positive"),
+            models.CheckConstraint(
+                condition=Q(nvlink_cluster_uuid__isnull=True, nvlink_clique_id__isnull=True)
+                | Q(nvlink_cluster_uuid__isnull=False, nvlink_clique_id__isnull=False),
+                name="reservation_nvlink_domain_whole",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.gpus} x {self.gpu_model_id} in {self.zone or self.region}"
+
+    @property
+    def nvlink_domain(self) -> tuple[uuid.UUID, int] | None:
+        """``(cluster_uuid, clique_id)`` of the NVLink domain it reserves, or None."""
+        if self.nvlink_cluster_uuid is None or self.nvlink_clique_id is None:
+            return None
+        return (self.nvlink_cluster_uuid, int(self.nvlink_clique_id))
 
     def effective_end(self) -> datetime | None:
         """When the reserved GPUs stop counting: ``end``, or the cancellation if earlier."""

@@ -121,6 +121,7 @@ def _reservation_data(reservation) -> dict:
         "start": reservation.start.isoformat(),
         "end": reservation.end.isoformat() if reservation.end else None,
         "end_action": reservation.end_action,
+        "cancelled_at": reservation.cancelled_at.isoformat() if reservation.cancelled_at else None,
         "nodepool_ids": pools,
     }
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import requests
 
-from .config import Context
+from .config import Context, resolve
 
 
 class ApiError(Exception):
@@ -28,6 +28,11 @@ class Client:
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {context.api_key}"
         self.session.headers["User-Agent"] = "nvkectl/0.1"
+
+    @classmethod
+    def for_context(cls, name: str | None) -> Client:
+        """A client for the named context (None: the current one); ConfigError if none."""
+        return cls(resolve(name))
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         url = path if path.startswith("http") else f"{self.base}/api/v1/{path.lstrip('/')}"

@@ -1,4 +1,4 @@
-"""nvkectl: contexts, clusters, node pools, credentials, usage and invoices.
+"""nvkectl: contexts, clusters, node pools, reservations, credentials, usage and invoices.
 
 Exit codes: 0 done; 1 the API refused (problem+json, printed as one line with its code) or an
 operation followed with ``--wait`` failed; 2 usage or configuration error.
@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from . import config, kubeconfig
+from . import reservations as reservations_cli
 from .api import ApiError, Client
 from .output import Format, emit
 from .waiting import follow
@@ -26,6 +27,7 @@ pools_app = typer.Typer(no_args_is_help=True, help="GPU node pools of a cluster.
 app.add_typer(config_app, name="config")
 app.add_typer(clusters_app, name="clusters")
 app.add_typer(pools_app, name="nodepools")
+app.add_typer(reservations_cli.app, name="reservations")
 
 err = Console(stderr=True)
 out = Console()
@@ -49,7 +51,7 @@ def main(
 
 
 def _client(ctx: typer.Context) -> Client:
-    return Client(config.resolve(ctx.obj["context"]))
+    return Client.for_context(ctx.obj["context"])
 
 
 def _accepted(client: Client, op: dict[str, Any], wait: bool, timeout: float) -> None:
@@ -175,6 +177,17 @@ def pools_create(
     mig_profile: Annotated[
         str | None, typer.Option(help="one MIG profile on every GPU, e.g. 1g.10gb")
     ] = None,
+    reservation: Annotated[
+        str | None, typer.Option(help="id of your reservation the pool draws from")
+    ] = None,
+    same_nvlink_domain: Annotated[
+        bool, typer.Option("--same-nvlink-domain", help="every node in one NVLink domain")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="create nothing: print capacity, quota left and cost"),
+    ] = False,
+    output: Output = Format.table,
     wait: Wait = False,
     timeout: Timeout = 600,
 ) -> None:
@@ -191,8 +204,19 @@ def pools_create(
         "node_count": nodes,
         "isolation": isolation,
     }
-    op = client.json("POST", f"clusters/{found['id']}/nodepools", json=body)
-    _accepted(client, op, wait, timeout)
+    if reservation:
+        body["reservation"] = reservation
+    if same_nvlink_domain:
+        body["placement"] = {"same_nvlink_domain": True}
+    path = f"clusters/{found['id']}/nodepools"
+    if dry_run:
+        answer = client.json("POST", path, params={"dry_run": "true"}, json=body)
+        if output is Format.json:
+            emit([], [], output, raw=answer)
+        else:
+            reservations_cli.print_dry_run(answer)
+        return
+    _accepted(client, client.json("POST", path, json=body), wait, timeout)
 
 
 @pools_app.command("list")

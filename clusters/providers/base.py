@@ -71,6 +71,9 @@ class NodePoolSpec:
     #: the capacity reservation the pool draws from (None: on-demand) and its zone ("": any)
     reservation_id: uuid.UUID | None = None
     zone: str = ""
+    #: the (fabric cluster UUID, clique id) of the NVLink domain its reservation holds as a
+    #: whole: every node is placed there (None: any host)
+    nvlink_domain: tuple[uuid.UUID, int] | None = None
 
 
 @dataclass(frozen=True)

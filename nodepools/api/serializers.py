@@ -156,6 +156,9 @@ class DryRunCapacitySerializer(serializers.Serializer):
         help_text="on-demand: the most GPUs reserved from now on in the region; "
         "reservation: its size"
     )
+    held_by_reservations = serializers.IntegerField(
+        help_text="on-demand pools kept out by reservations: GPUs reservation pools hold now"
+    )
     message = serializers.CharField()
 
 

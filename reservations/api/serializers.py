@@ -22,6 +22,9 @@ class ReservationSerializer(serializers.ModelSerializer):
         help_text="GPUs held now by nodes of pools drawing from it"
     )
     nodepool_ids = serializers.SerializerMethodField()
+    nvlink_domain = serializers.SerializerMethodField(
+        help_text="{cluster_uuid, clique_id, label} of the NVLink domain it reserves, or null"
+    )
 
     class Meta:
         model = Reservation
@@ -33,6 +36,7 @@ class ReservationSerializer(serializers.ModelSerializer):
             "region",
             "zone",
             "gpus",
+            "nvlink_domain",
             "start",
             "end",
             "end_action",
@@ -54,6 +58,13 @@ class ReservationSerializer(serializers.ModelSerializer):
         used = getattr(obj, "used_gpus_now", None)  # annotated by the list's queryset
         return int(used) if used is not None else reservation_used(obj)
 
+    def get_nvlink_domain(self, obj: Reservation) -> dict | None:
+        domain = obj.nvlink_domain
+        if domain is None:
+            return None
+        c, q = domain
+        return {"cluster_uuid": str(c), "clique_id": q, "label": f"{c}.{q}"}
+
     def get_nodepool_ids(self, obj: Reservation) -> list[str]:
         return sorted(str(p.id) for p in obj.nodepools.all())
 
@@ -66,7 +77,19 @@ class ReservationCreateSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(max_length=64, help_text="catalog slug")
     region = serializers.RegexField(ZONE, max_length=64)
     zone = serializers.RegexField(ZONE, max_length=64, required=False, default="")
-    gpus = serializers.IntegerField(min_value=1, max_value=settings.NVKE_RESERVATION_MAX_GPUS)
+    gpus = serializers.IntegerField(
+        min_value=1,
+        max_value=settings.NVKE_RESERVATION_MAX_GPUS,
+        required=False,
+        default=None,
+        help_text="GPUs to reserve; left out with nvlink_domain (every GPU of the domain)",
+    )
+    nvlink_domain = serializers.CharField(
+        max_length=60,
+        required=False,
+        default="",
+        help_text="<clusterUuid>.<cliqueId>: reserve every GPU of this multi-node NVLink domain",
+    )
     start = BoundedDateTimeField()
     end = BoundedDateTimeField(required=False, allow_null=True, default=None)
     end_action = serializers.ChoiceField(choices=EndAction.choices, default=EndAction.KEEP)

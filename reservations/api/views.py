@@ -10,12 +10,13 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from nvke.errors import ApiError, InvalidInput
 from nvke.viewsets import TenantScopedMixin
-from reservations import admission
+from reservations import admission, lifecycle
 from reservations.models import Reservation
 from tenants.models import Tenant
 
@@ -82,6 +83,23 @@ class ReservationViewSet(
             tenant = principal.tenant
         reservation = admission.create_reservation(actor=principal.label, tenant=tenant, **data)
         return Response(ReservationSerializer(reservation).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ReservationSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel a SCHEDULED or ACTIVE reservation now (owners and admins; operators for any
+        tenant): 200 with it CANCELLED; 409 ``reservation_cancelled`` / ``reservation_ended``.
+        Its pools do what its ``end_action`` says, at once."""
+        if not request.user.can_admin:
+            raise ApiError(
+                "only a tenant's owners and admins cancel reservations",
+                code="permission_denied",
+                status_code=403,
+            )
+        reservation = lifecycle.cancel_reservation(
+            actor=request.user.label, reservation=self.get_object()
+        )
+        return Response(ReservationSerializer(reservation).data)
 
 
 class ReservationCalendarView(APIView):

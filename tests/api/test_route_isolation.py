@@ -100,6 +100,7 @@ ROUTES = {
     # reservations: tenant-scoped; the calendar is counts only (checked below)
     "reservation-list": "tenant-list",
     "reservation-detail": "tenant-detail",
+    "reservation-cancel": "tenant-write",
     "reservation-calendar": "catalog",
 }
 
@@ -282,6 +283,7 @@ def write_requests(world, missing=False):
             None,
         ),
         "webhook-detail": ("delete", f"/api/v1/webhooks/{ids['webhook']}", None),
+        "reservation-cancel": ("post", f"/api/v1/reservations/{ids['reservation']}/cancel", None),
     }
 
 

@@ -129,3 +129,74 @@ def test_a_reservation_without_a_reservation_rate_is_a_conflict(tenant_a, world)
     with pytest.raises(Conflict) as exc:
         build_invoice(tenant_a.id, "2026-03", now=datetime(2026, 4, 2, tzinfo=UTC))
     assert exc.value.code == "missing_reservation_price"
+
+
+def test_a_cancelled_reservation_is_billed_up_to_its_cancellation(tenant_a, world):
+    """R: 8 H100 for 2026-03-10 00:00-2026-03-11 00:00 (keep), cancelled at 03-10 06:00.
+    Pool P on it holds 8 GPUs 03-10 00:00-10:00.
+
+    * R: 8 GPUs x 6 h (start to the cancellation) = 48 reserved GPU-h x 1.75 = 84.00 USD;
+    * P: 6 h inside R covered (48 GPU-h); 4 h after the cancellation = 32 GPU-h on-demand
+      x 2.50 = 80.00 USD.
+
+    Total 164.00 USD (without the cancellation it would be 192 x 1.75 = 336.00 for R alone).
+    """
+    from billing.invoices import build_invoice
+    from billing.prices import set_price
+    from reservations.models import Reservation
+
+    set_price(
+        gpu_model=MODEL,
+        hourly_rate=Decimal("2.50"),
+        reservation_hourly_rate=Decimal("1.75"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    r = Reservation.objects.create(
+        tenant=tenant_a,
+        gpu_model_id=MODEL,
+        region="us-east-1",
+        gpus=8,
+        start=t(10),
+        end=t(11),
+        end_action="keep",
+        cancelled_at=t(10, 6),
+        created_at=t(1),
+    )
+    p = world.pool(tenant_a, name="p")
+    p.reservation = r
+    p.save(update_fields=["reservation"])
+    world.hold(p, world.make_host(MODEL, gpus=8), t(10, 0), end=t(10, 10))
+    invoice = build_invoice(tenant_a.id, "2026-03", now=datetime(2026, 4, 2, tzinfo=UTC))
+    lines = {(ln.kind, ln.nodepool_id): ln for ln in invoice.lines.all()}
+    r_line = lines[("RESERVATION", None)]
+    assert (r_line.gpu_seconds, r_line.amount) == (Decimal(48 * 3600), Decimal("84.00"))
+    assert Decimal(r_line.details[0]["covered_gpu_seconds"]) == Decimal(48 * 3600)
+    p_line = lines[("USAGE", p.id)]
+    assert (p_line.gpu_seconds, p_line.amount) == (Decimal(32 * 3600), Decimal("80.00"))
+    assert invoice.total == Decimal("164.00")
+
+
+def test_a_reservation_cancelled_before_its_start_costs_nothing(tenant_a, world):
+    from billing.invoices import build_invoice
+    from billing.prices import set_price
+    from reservations.models import Reservation
+
+    set_price(
+        gpu_model=MODEL,
+        hourly_rate=Decimal("2.50"),
+        reservation_hourly_rate=Decimal("1.75"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    Reservation.objects.create(
+        tenant=tenant_a,
+        gpu_model_id=MODEL,
+        region="us-east-1",
+        gpus=8,
+        start=t(10),
+        end=t(11),
+        cancelled_at=t(9),
+        created_at=t(1),
+    )
+    invoice = build_invoice(tenant_a.id, "2026-03", now=datetime(2026, 4, 2, tzinfo=UTC))
+    assert not invoice.lines.filter(kind="RESERVATION").exists()
+    assert invoice.total == Decimal("0.00")

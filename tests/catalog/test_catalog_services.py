@@ -230,3 +230,39 @@ def test_xid_codes_carry_severity_and_operator_action():
     assert get_xid_code(147).mnemonic == "NVLINK_TREX_ERROR"
     assert get_xid_code(150).mnemonic == "NVLINK_MSE_ERROR"
     assert get_xid_code(9999) is None
+
+
+def test_the_gb200_product_name_is_sourced_and_a_gb200_report_imports(catalog):
+    """``nvml_name: unknown`` in the shared catalog made every GB200 import 400
+    ``unknown_gpu_product``; catalog/data/product_names.yaml adds "NVIDIA GB200" (the
+    ``nvidia-smi -L`` line NVIDIA/k8s-dra-driver-gpu's GPU tests check on GB200 systems).
+
+    The report is the real A10G capture with its product name and UUID changed: a SIMULATED
+    GB200 report (no public GB200 ``nvidia-smi -q -x`` capture was found), enough to show the
+    import path needs the product name only (memory comes from the report itself)."""
+    from catalog.models import GpuModel
+    from catalog.services import match_product_name
+    from fleet.services import import_host
+    from tests.conftest import capture
+
+    assert match_product_name("NVIDIA GB200").slug == "gb200"
+    assert match_product_name("nvidia  gb200").slug == "gb200"  # case and spaces as NVML varies
+    assert match_product_name("NVIDIA GB200 NVL") is None  # a mock's name, not taken
+    gb200 = GpuModel.objects.get(slug="gb200")
+    (sourced,) = [s for s in gb200.sources if s.get("field") == "product_names"]
+    assert sourced["value"] == "NVIDIA GB200"
+    assert "22407113785e78c7763b4637689a201eb39c6199" in sourced["source"]
+    xml = (
+        capture("a10g.xml")
+        .replace(
+            "<product_name>NVIDIA A10G</product_name>", "<product_name>NVIDIA GB200</product_name>"
+        )
+        .replace(
+            "GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "GPU-7277883e-ce1e-3b6e-6cc1-6d52e80cdb86"
+        )
+    )
+    host = import_host(hostname="gb200-tray-sim", zone="us-east-1a", nvidia_smi_xml=xml).host
+    assert host.gpu_model_id == "gb200"
+    assert list(host.gpus.values_list("uuid", flat=True)) == [
+        "GPU-7277883e-ce1e-3b6e-6cc1-6d52e80cdb86"
+    ]

@@ -123,3 +123,30 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str =
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def nvkectl(tmp_path):
+    """Run the real ``nvkectl`` console script in its own process (own config file and
+    kubeconfig under ``tmp_path``); ``expect`` is the exit code; ``run.history`` the args."""
+    env = {
+        **os.environ,
+        "NVKECTL_CONFIG": str(tmp_path / "nvkectl.yaml"),
+        "KUBECONFIG": str(tmp_path / "kube" / "config"),
+        "COLUMNS": "200",
+    }
+
+    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(BIN / "nvkectl"), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert result.returncode == expect, (args, result.stdout, result.stderr)
+        run.history.append(list(args))
+        return result
+
+    run.history = []
+    return run

@@ -8,17 +8,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import shlex
 import stat
-import subprocess
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 import yaml
-
-from tests.e2e.conftest import BIN
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -37,31 +33,6 @@ def readme_tour(server: str, key: str) -> list[list[str]]:
             subs = {"$NVKE": server, "$(cat .nvke/demo-tenant-api-key)": key}
             lines.append([subs.get(w, w) for w in words[1:]])
     return lines
-
-
-@pytest.fixture
-def nvkectl(tmp_path):
-    env = {
-        **os.environ,
-        "NVKECTL_CONFIG": str(tmp_path / "nvkectl.yaml"),
-        "KUBECONFIG": str(tmp_path / "kube" / "config"),
-        "COLUMNS": "200",
-    }
-
-    def run(*args: str, expect: int = 0) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [str(BIN / "nvkectl"), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert result.returncode == expect, (args, result.stdout, result.stderr)
-        run.history.append(list(args))
-        return result
-
-    run.history = []
-    return run
 
 
 def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl):

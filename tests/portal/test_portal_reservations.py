@@ -135,4 +135,4 @@ def test_check_says_when_reserved_gpus_block_an_on_demand_pool(
 ):
     html = check(alice_client, cluster.id, gpus_per_node="8")
     assert "needs 8; 4 free on-demand (4 held by capacity reservations)" in html
-    assert "4 GPU(s) are reserved; unreserved pools may take 4" in html
+    assert "4 of 8 GPU(s) are reserved, unreserved pools may take 4" in html

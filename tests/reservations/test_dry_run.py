@@ -77,7 +77,7 @@ def test_dry_run_says_from_when_reserved_gpus_come_back(outsider, world):
     assert (cap["placeable_now"], cap["free_gpus"], cap["needed_gpus"]) == (False, 8, 16)
     end = world["reservation"]["end"]
     assert cap["placeable_from"].replace("Z", "+00:00") == end.replace("Z", "+00:00")
-    assert "8 GPU(s) are reserved" in cap["message"]
+    assert "8 of 16 GPU(s) are reserved" in cap["message"]
     assert Decimal(str(body["cost"]["hourly"])) == Decimal("40.00")  # 16 x 2.50
 
 

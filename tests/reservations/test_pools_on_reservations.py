@@ -142,3 +142,63 @@ def test_quota_still_applies_to_pools_on_a_reservation(owner, tenant_a, reserved
         format="json",
     )
     assert (resp.status_code, resp.json()["code"]) == (409, "quota_exceeded")
+
+
+def test_an_on_demand_pool_kept_out_by_held_reserved_gpus_is_told_so_with_values(
+    owner, outsider, h100_fleet
+):
+    """Found in the review of issue 19: reserved GPUs *held* by a reservation's pool made an
+    on-demand pool get 202 and then ERROR "no free host" without naming the reservation.
+
+    By hand: B creates 2 x 8 while nothing is reserved (202). Then A reserves 8 (drain, 4 h)
+    and A's pool holds them. C = 16, D = 0, R = 8 (all 8 held): B's 16 would fit without the
+    reservation (C - D = 16) but unreserved pools may take 16 - 0 - 8 = 8, until the
+    reservation's end. The create, the dry run and B's ERROR condition all say so."""
+    from nodepools.models import NodePool
+
+    b_cluster = make_cluster(outsider, "b")
+    early = outsider.post(f"/api/v1/clusters/{b_cluster}/nodepools", pool_body("early", 2))
+    assert early.status_code == 202, early.content
+    r = reserve(owner, 8, end_action="drain").json()
+    a_cluster = make_cluster(owner, "a")
+    a_pool = owner.post(
+        f"/api/v1/clusters/{a_cluster}/nodepools",
+        pool_body("a8", 1, reservation=r["id"]),
+        format="json",
+    )
+    drive_pool(a_pool.json()["target_id"])
+    assert owner.get(f"/api/v1/reservations/{r['id']}").json()["used_gpus"] == 8
+    end = r["end"].replace("Z", "+00:00")
+
+    b_other = make_cluster(outsider, "b2")  # b's cluster is busy with the early pool
+    refused = outsider.post(
+        f"/api/v1/clusters/{b_other}/nodepools", pool_body("late", 2), format="json"
+    )
+    assert refused.status_code == 409, refused.content
+    body = refused.json()
+    assert body["code"] == "capacity_reserved"
+    got = (body["capacity"], body["on_demand"], body["reserved"], body["held_by_reservations"])
+    assert got == (16, 0, 8, 8)
+    assert (body["free_on_demand"], body["needed"]) == (8, 16)
+    assert body["placeable_from"].replace("Z", "+00:00") == end
+    assert "8 of 16 GPU(s) are reserved, 8 of them held by reservation pools now" in body["detail"]
+    assert r["id"] not in refused.content.decode()  # A's reservation is never shown to B
+
+    dry = outsider.post(
+        f"/api/v1/clusters/{b_other}/nodepools?dry_run=true",
+        pool_body("late", 2),
+        format="json",
+    ).json()["capacity"]
+    assert (dry["placeable_now"], dry["free_gpus"], dry["held_by_reservations"]) == (False, 8, 8)
+    assert dry["placeable_from"].replace("Z", "+00:00") == end
+    assert "held by reservation pools" in dry["message"]
+
+    # the pool accepted before the reservation: its claim fails, and its ERROR says why
+    drive_pool(early.json()["target_id"])
+    pool = NodePool.objects.get(pk=early.json()["target_id"])
+    assert pool.phase == "ERROR"
+    ready = next(c for c in pool.conditions if c["type"] == "Ready")
+    assert (
+        "8 of 16 GPU(s) are reserved, 8 of them held by reservation pools now" in ready["message"]
+    )
+    assert f"placeable from {end}" in ready["message"].replace("Z", "+00:00")

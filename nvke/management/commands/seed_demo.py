@@ -7,7 +7,10 @@ already imported. Writes ``DIR/operator-api-key``, ``DIR/demo-tenant-api-key`` a
 
 Every demo host is a SIMULATED HOST (clusters/providers/simhosts.py): the A10G and T4 hosts
 are imported from real ``nvidia-smi -q -x`` captures, the H100 host exists only in the
-simulation (8 MIG-capable GPUs for the fault and repair demo). Their agents run the
+simulation (8 MIG-capable GPUs for the fault and repair demo), and so do four GB200 trays of
+one multi-node NVLink domain: a SIMULATED *part* of a GB200 NVL72 rack (a full rack is 18
+trays of 4 GPUs; four keep ``make run`` to four more agent processes), enough for
+``same_nvlink_domain`` pools and reservations of a whole domain. Their agents run the
 ``simulated`` source over the host's state file, which the simulated provider changes when it
 applies a MIG config, installs a driver or reboots, and ``manage.py simulate`` when it injects
 a fault.
@@ -16,6 +19,7 @@ a fault.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -35,8 +39,19 @@ DEMO_HOSTS = [
     ("gpu-a10g-01", "us-east-1b", "a10g.xml"),
     ("gpu-t4-01", "us-west-2a", "tesla-t4.xml"),
 ]
-#: (hostname, zone, GPU model, GPUs): SIMULATED hosts without a capture
-SIMULATED_HOSTS = [("gpu-h100-sim-01", "us-east-1a", "h100-sxm5-80gb", 8)]
+#: the NVLink domain (fabric cluster UUID, clique id) of the demo's SIMULATED GB200 trays; the
+#: UUID is made up (uuid5 of a demo name), as NVML would report a real rack's
+GB200_DEMO_DOMAIN = (uuid.uuid5(uuid.NAMESPACE_DNS, "gb200-nvl72-rack-1.demo.nvke"), 32766)
+#: trays of that rack in the demo (of the 18 of a GB200 NVL72: catalog gpu_systems.yaml)
+GB200_DEMO_TRAYS = 4
+#: (hostname, zone, GPU model, GPUs, NVLink domain or None): SIMULATED hosts without a capture
+SIMULATED_HOSTS = [
+    ("gpu-h100-sim-01", "us-east-1a", "h100-sxm5-80gb", 8, None),
+    *[
+        (f"gb200-nvl72-sim-tray{i:02d}", "us-east-1a", "gb200", 4, GB200_DEMO_DOMAIN)
+        for i in range(1, GB200_DEMO_TRAYS + 1)
+    ],
+]
 DEMO_TENANT = "demo"
 
 
@@ -67,17 +82,18 @@ class Command(BaseCommand):
                 token = fleet_services.reissue_bootstrap_token(host)
             agents.append(self._agent(host, str(xml_path), token, state_dir))
             self.stdout.write(f"host {hostname} ({host.gpu_model_id}, zone {zone})")
-        for hostname, zone, model, gpus in SIMULATED_HOSTS:
+        for hostname, zone, model, gpus, domain in SIMULATED_HOSTS:
             state_dir = root / "agents" / hostname
             known = Host.objects.filter(hostname=hostname).exists()
             host = simhosts.create_simulated_host(
-                hostname=hostname, zone=zone, gpu_model=model, gpus=gpus
+                hostname=hostname, zone=zone, gpu_model=model, gpus=gpus, nvlink_domain=domain
             )
             token = None
             if not known or not (state_dir / "state.json").exists():
                 token = fleet_services.reissue_bootstrap_token(host)
             agents.append(self._agent(host, "", token, state_dir))
-            self.stdout.write(f"host {hostname} ({model}, zone {zone}, SIMULATED)")
+            where = f", NVLink domain {domain[0]}.{domain[1]}" if domain else ""
+            self.stdout.write(f"host {hostname} ({model}, zone {zone}{where}, SIMULATED)")
         (root / "agents.json").write_text(json.dumps(agents, indent=2))
         self.stdout.write(self.style.SUCCESS(f"demo data ready in {root}"))
 
