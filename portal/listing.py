@@ -95,9 +95,11 @@ def page_number(raw: str | None, num_pages: int) -> tuple[int, str | None]:
 def _sort_error(filterset: django_filters.FilterSet, raw: str) -> str:
     """The message for an unknown ``?sort=``: which columns the list sorts by."""
     names = list(filterset.filters["sort"].param_map)
-    return f"sort {quoted(raw)} is not a column of this list; sort by one of: " + ", ".join(
-        names
-    ) + " (a leading - sorts descending)"
+    return (
+        f"sort {quoted(raw)} is not a column of this list; sort by one of: "
+        + ", ".join(names)
+        + " (a leading - sorts descending)"
+    )
 
 
 @dataclass

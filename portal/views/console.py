@@ -301,20 +301,25 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
 @console_page
 def xid_list(request: HttpRequest) -> HttpResponse:
     """Xid events with filters (host, GPU, code, the catalog's action and severity, a time
-    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page."""
+    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page. A bad filter value, an
+    unknown parameter or a page past the end answers 400 with the reason beside the filter."""
     choices = xid_events.filter_choices()
     form = XidFilterForm(request.GET or None, **choices)
-    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
-    page, rows = xid_events.events_page(
-        xid_events.filtered_events(data) if data or not form.is_bound else XidEvent.objects.none(),
-        data.get("page") or 1,
-    )
+    events = xid_events.filtered_events({})
+    if form.is_bound and form.is_valid():
+        events = xid_events.filtered_events(form.cleaned_data)
+        form.refuse_page(xid_events.page_count(events))
+    if form.errors:  # refused: say why next to the filter (400), show no events
+        events = XidEvent.objects.none()
+    number = (form.cleaned_data.get("page") if form.is_bound and not form.errors else None) or 1
+    page, rows = xid_events.events_page(events, number)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
         request,
         "portal/console/xids.html",
         {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
+        status=400 if form.errors else 200,
     )
 
 
