@@ -2,8 +2,9 @@
 members).
 
 Choice filters are offered the values the caller's rows hold (:func:`portal.listing.choices_of`
-on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter`` (:class:`portal.listing.SortFilter`) on a
-fixed set of columns (``?sort=name``, ``?sort=-created_at``).
+on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter``
+(:class:`portal.listing.SortFilter`) on a fixed set of columns (``?sort=name``,
+``?sort=-created_at``).
 """
 
 from __future__ import annotations
