@@ -35,14 +35,14 @@ def test_the_node_pool_list_searches_sorts_and_pages_in_the_browser(
         return [names.nth(i).get_attribute("data-pool") for i in range(names.count())]
 
     expect(page.locator("h1")).to_have_text("Node pools of llm")
-    expect(page.locator(".pager")).to_contain_text("1–2 of 3")
+    expect(page.locator(".pager")).to_contain_text("1\u20132 of 3")
     assert shown() == ["batch", "infer"]  # newest first, 2 a page
     # sort by name (a column header), then the other way
     page.get_by_role("link", name="Name", exact=True).click()
     expect(page.locator("a.sort[data-sort]")).to_have_text("Name ↑")
     assert shown() == ["batch", "infer"]
     page.get_by_role("link", name="Next →").click()
-    expect(page.locator(".pager")).to_contain_text("3–3 of 3")
+    expect(page.locator(".pager")).to_contain_text("3\u20133 of 3")
     assert shown() == ["train"]
     page.get_by_role("link", name="Name ↑").click()
     expect(page.locator("a.sort[data-sort]")).to_have_text("Name ↓")
@@ -50,7 +50,7 @@ def test_the_node_pool_list_searches_sorts_and_pages_in_the_browser(
     # search (the GPU model's catalog name), keeping the sort
     page.get_by_label("Search").fill("h100")
     page.get_by_role("button", name="Apply").click()
-    expect(page.locator(".pager")).to_contain_text("1–2 of 2")
+    expect(page.locator(".pager")).to_contain_text("1\u20132 of 2")
     assert shown() == ["train", "batch"]
     assert "sort=-name" in page.url and "q=h100" in page.url
     # the phase filter offers what the pools hold
