@@ -187,6 +187,17 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator('tr[data-pool="train"]')).to_contain_text("1 / 1")
     expect(page.locator('tr[data-pool="mig"]')).to_contain_text("1g.10gb (single)")
     shots(page, "cluster")
+    # the cluster's own node-pool and operation lists: search, filter choices, sort, pages
+    page.locator("#all-pools").click()
+    page.get_by_label("Search").fill("h100")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator('tr[data-pool="train"]')).to_be_visible()
+    page.get_by_role("link", name="Name", exact=True).click()
+    expect(page.locator("a.sort[data-sort]")).to_have_text("Name \u2191")
+    shots(page, "nodepools-search")
+    page.goto(f"/clusters/{llm.id}/operations?sort=-finished_at")
+    expect(page.locator("tr[data-operation]").first).to_be_visible()
+    shots(page, "operations")
 
     page.goto(f"/clusters/{llm.id}/nodepools/{mig}")
     expect(page.locator("#pool-phase")).to_have_text("RUNNING")
