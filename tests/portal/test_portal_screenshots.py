@@ -327,3 +327,14 @@ def test_screenshots_of_the_main_pages(
     ops.get_by_role("button", name="Set limits").click()
     expect(ops.locator("#below-use")).to_contain_text("nodes: limit 1 is below the")
     shots(ops, "console-quota-below-use")
+
+
+def test_the_readme_shows_every_screenshot_and_only_existing_ones():
+    """Each ``docs/screenshots/*.png`` README names exists, and each file there is named."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"docs/screenshots/([\w-]+\.png)", readme))
+    files = {p.name for p in (ROOT / "docs" / "screenshots").glob("*.png")}
+    assert named == files, {"missing files": named - files, "not in README": files - named}
+    assert {"nodepools-search.png", "operations.png", "console-xids.png"} <= files
