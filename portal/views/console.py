@@ -293,9 +293,20 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
         before={"state": before},
         after={"state": host.state},
     )
-    progress = f" {host.state_reason}." if host.drain_target else ""  # nodes moved / pending
-    messages.success(request, f"{host.hostname}: {action} done, now {host.state}.{progress}")
+    messages.success(request, host_action_message(host, action))
     return redirect("console:host", host.pk)
+
+
+def host_action_message(host: Host, action: str) -> str:
+    """The flash message of a host action. A drain still moving nodes says only that it
+    started: the count of nodes moved is the live part's (polled every 2 s), and a count in the
+    flash went stale above it ("0 of 2 moved" next to a host already in MAINTENANCE)."""
+    if host.drain_target:
+        return (
+            f"{host.hostname}: {action} started, draining into {host.drain_target}; "
+            "the nodes' moves are shown live below."
+        )
+    return f"{host.hostname}: {action} done, now {host.state}."
 
 
 @console_page

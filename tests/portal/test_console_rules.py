@@ -256,6 +256,38 @@ def test_drain_maintenance_and_retire_need_the_hosts_name_typed(
     assert (host.state, host.drain_target, host.drain_nodes) == ("CORDONED", "MAINTENANCE", 1)
 
 
+def test_a_drain_flash_says_it_started_and_leaves_the_progress_to_the_live_part(
+    ops_client,
+    h100_host,
+    world,  # noqa: F811
+):
+    """The flash after a maintenance drain said "… now CORDONED. draining: 0 of 1 node(s)
+    moved" and stayed so above the live part while the node moved and the host reached
+    MAINTENANCE. It now says only what started; the count is the live part's. Once the drain
+    is over the flash is not shown again (a later page has no message)."""
+    from fleet.models import Host
+
+    url = f"/console/hosts/{h100_host.id}"
+    page = ops_client.post(
+        url + "/maintenance", {"confirm_name": "sim-h100-01"}, follow=True
+    ).content.decode()
+    flash = page.split('<ul class="messages" id="messages" role="status">')[1].split("</ul>")[0]
+    assert flash.count("<li") == 1
+    assert (
+        "sim-h100-01: maintenance started, draining into MAINTENANCE; "
+        "the nodes&#x27; moves are shown live below."
+    ) in flash
+    assert "of 1" not in flash and "CORDONED" not in flash
+    assert Host.objects.get(pk=h100_host.pk).drain_target == "MAINTENANCE"
+    live = ops_client.get(url + "?fragment=live", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="messages"' not in live  # the polled part never carries a flash
+    for later in (url, "/console/", "/console/defrag"):
+        assert 'id="messages"' not in ops_client.get(later).content.decode(), later
+    # an action that is over at once still says the state it left
+    cordoned = ops_client.post(f"/console/hosts/{h100_host.id}/uncordon", follow=True)
+    assert "sim-h100-01: uncordon done, now " in cordoned.content.decode()
+
+
 def test_the_host_page_shows_each_moving_node_live_with_replacement_and_blocker(
     ops_client,
     h100_host,
