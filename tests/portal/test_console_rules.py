@@ -469,7 +469,11 @@ def test_the_xid_page_is_paginated_and_bounded(ops_client, xids):
         ({"action": "REBOOT"}, "action", "Select a valid choice. REBOOT is not one of the"),
         ({"host": "00000000-0000-0000-0000-000000000000"}, "host", "Select a valid choice."),
         ({"since": "yesterday"}, "since", "Enter a valid date/time."),
-        ({"page": "\u0662"}, "page", "Page: "),  # Arabic-Indic 2: not ASCII digits
+        (
+            {"page": "\u0662"},
+            "page",
+            "Page: use ASCII digits (0-9)",
+        ),  # Arabic-Indic 2: not ASCII digits
         ({"hots": "alpha"}, None, "not a filter of this page: “hots”; the filters are host,"),
     ],
 )
