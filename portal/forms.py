@@ -23,6 +23,7 @@ from fleet.choices import HostState
 from nodepools.choices import IsolationMode
 from nvke.errors import ApiError, flatten_validation_errors
 from nvke.validation import DATETIME_MAX, DATETIME_MIN, BadValue, to_utc
+from portal.listing import quoted
 from tenants.choices import Role
 
 XidCodeSeverity = XidCode.Severity
@@ -583,11 +584,38 @@ class XidFilterForm(ApiForm):
         self.fields["severity"].choices = [("", "any"), *XidCodeSeverity.choices]
 
     def clean(self) -> dict[str, Any]:
+        """``until`` after ``since``; a query parameter that is no filter of this page (a
+        typo such as ``?hots=``) is a form-wide error, never silently ignored."""
         data = super().clean()
         since, until = data.get("since"), data.get("until")
         if since and until and until <= since:
             self.add_error("until", forms.ValidationError("must be after From", code="invalid"))
+        unknown = sorted(set(self.data) - set(self.fields))
+        if unknown:
+            names = ", ".join(quoted(name) for name in unknown[:5])
+            self.add_error(
+                None,
+                forms.ValidationError(
+                    f"not a filter of this page: {names}; the filters are "
+                    + ", ".join(self.fields),
+                    code="unknown_filter",
+                ),
+            )
         return data
+
+    def refuse_page(self, num_pages: int) -> None:
+        """A ``page`` past the last of the filtered events is an error of the page field."""
+        number = self.cleaned_data.get("page") if hasattr(self, "cleaned_data") else None
+        if number and number > max(num_pages, 1):
+            last = max(num_pages, 1)
+            self.add_error(
+                "page",
+                forms.ValidationError(
+                    f"page {number} does not exist: these filters give {last} "
+                    f"page{'s' if last != 1 else ''}",
+                    code="invalid",
+                ),
+            )
 
 
 class HostFilterForm(forms.Form):

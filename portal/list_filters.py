@@ -1,8 +1,10 @@
-"""The FilterSets of the portal's lists (clusters, members).
+"""The FilterSets of the portal's lists (clusters, a cluster's node pools and operations,
+members).
 
 Choice filters are offered the values the caller's rows hold (:func:`portal.listing.choices_of`
-on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter`` on a
-fixed set of columns (``?sort=name``, ``?sort=-created_at``).
+on the already scoped queryset); sorting goes through django-filter's ``OrderingFilter``
+(:class:`portal.listing.SortFilter`) on a fixed set of columns (``?sort=name``,
+``?sort=-created_at``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import django_filters
 from django.db.models import QuerySet
 
-from portal.listing import SearchFilter, choices_of
+from portal.listing import SearchFilter, SortFilter, choices_of
 
 
 class _ScopedChoices(django_filters.FilterSet):
@@ -35,7 +37,7 @@ class ClusterFilter(_ScopedChoices):
     kubernetes_version = django_filters.ChoiceFilter(
         choices=[], empty_label="any", label="Kubernetes"
     )
-    sort = django_filters.OrderingFilter(
+    sort = SortFilter(
         fields=(
             ("name", "name"),
             ("phase", "phase"),
@@ -49,7 +51,46 @@ class ClusterFilter(_ScopedChoices):
 class MemberFilter(_ScopedChoices):
     q = SearchFilter(search_fields=("user__username", "user__email"))
     role = django_filters.ChoiceFilter(choices=[], empty_label="any")
-    sort = django_filters.OrderingFilter(
+    sort = SortFilter(
         fields=(("user__username", "username"), ("role", "role"), ("created_at", "created_at")),
     )
     choice_fields = ("role",)
+
+
+class NodePoolFilter(_ScopedChoices):
+    """A cluster's node pools: search name, GPU model, Kubernetes version; filter phase and
+    GPU model (the values the cluster's pools hold); sort name, phase, size, creation."""
+
+    q = SearchFilter(search_fields=("name", "gpu_model__name", "kubernetes_version"))
+    phase = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    gpu_model = django_filters.ChoiceFilter(
+        field_name="gpu_model__name", choices=[], empty_label="any", label="GPU model"
+    )
+    sort = SortFilter(
+        fields=(
+            ("name", "name"),
+            ("phase", "phase"),
+            ("gpu_model__name", "gpu_model"),
+            ("node_count", "nodes"),
+            ("created_at", "created_at"),
+        ),
+    )
+    choice_fields = ("phase", "gpu_model")
+
+
+class OperationFilter(_ScopedChoices):
+    """A cluster's operations: search type, status, requester; filter type and status (the
+    values its operations hold); sort type, status, creation, finish."""
+
+    q = SearchFilter(search_fields=("type", "status", "requested_by"))
+    type = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    status = django_filters.ChoiceFilter(choices=[], empty_label="any")
+    sort = SortFilter(
+        fields=(
+            ("type", "type"),
+            ("status", "status"),
+            ("created_at", "created_at"),
+            ("finished_at", "finished_at"),
+        ),
+    )
+    choice_fields = ("type", "status")

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from .views import account, activity, auth, clusters, invitations, usage
+from .views import account, activity, auth, cluster_lists, clusters, invitations, usage
 
 app_name = "portal"
 
@@ -34,6 +34,8 @@ urlpatterns = [
     path(CLUSTER + "/activity", activity.cluster_activity, name="cluster-activity"),
     path(CLUSTER + "/upgrade", clusters.cluster_upgrade, name="cluster-upgrade"),
     path(CLUSTER + "/delete", clusters.cluster_delete, name="cluster-delete"),
+    path(CLUSTER + "/nodepools", cluster_lists.nodepool_list, name="nodepool-list"),
+    path(CLUSTER + "/operations", cluster_lists.operation_list, name="operation-list"),
     path(CLUSTER + "/nodepools/new", clusters.nodepool_create, name="nodepool-create"),
     path(POOL, clusters.nodepool_detail, name="nodepool-detail"),
     path(POOL + "/activity", activity.nodepool_activity, name="nodepool-activity"),

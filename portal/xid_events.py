@@ -65,6 +65,11 @@ def filtered_events(data: dict[str, Any]) -> QuerySet[XidEvent]:
     return events
 
 
+def page_count(events: QuerySet[XidEvent]) -> int:
+    """How many pages of :data:`PAGE_SIZE` ``events`` fill (at least 1)."""
+    return Paginator(events, PAGE_SIZE).num_pages
+
+
 def events_page(events: QuerySet[XidEvent], number: int) -> tuple[Page, list[dict[str, Any]]]:
     """Page ``number`` (past the last: the last) and its rows ``{"event", "code"}`` with the
     catalog row of each code (None when the catalog does not know it)."""

@@ -222,6 +222,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
             "pending": pending,
             "now": timezone.now(),
         },
+        status=listing.status,
     )
 
 

@@ -67,7 +67,7 @@ def _regions() -> list[str]:
     return sorted({region or region_of_zone(zone) for region, zone in rows})
 
 
-def _pool_rows(pools) -> list[dict]:
+def pool_rows(pools) -> list[dict]:
     """Node pools with their live nodes (DELETED nodes hidden) and GPU counts."""
     out = []
     for pool in pools:
@@ -107,8 +107,8 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
         "transitional": TRANSITIONAL_PHASES,
     }
     if is_htmx(request) and request.GET.get("fragment") == "rows":
-        return render(request, "portal/partials/cluster_rows.html", context)
-    return render(request, "portal/cluster_list.html", context)
+        return render(request, "portal/partials/cluster_rows.html", context, status=listing.status)
+    return render(request, "portal/cluster_list.html", context, status=listing.status)
 
 
 @tenant_page
@@ -156,7 +156,7 @@ def _cluster_context(request: HttpRequest, cluster: Cluster) -> dict:
     gone = cluster.phase in GONE_PHASES
     return {
         "cluster": cluster,
-        "pools": _pool_rows(pools),
+        "pools": pool_rows(pools),
         "operations": [(op, names.get(op.target_id, "")) for op in operations],
         "failed_operation": _last_failed(operations, cluster.id),
         "gone": gone,

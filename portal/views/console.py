@@ -293,28 +293,44 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
         before={"state": before},
         after={"state": host.state},
     )
-    progress = f" {host.state_reason}." if host.drain_target else ""  # nodes moved / pending
-    messages.success(request, f"{host.hostname}: {action} done, now {host.state}.{progress}")
+    messages.success(request, host_action_message(host, action))
     return redirect("console:host", host.pk)
+
+
+def host_action_message(host: Host, action: str) -> str:
+    """The flash message of a host action. A drain still moving nodes says only that it
+    started: the count of nodes moved is the live part's (polled every 2 s), and a count in the
+    flash went stale above it ("0 of 2 moved" next to a host already in MAINTENANCE)."""
+    if host.drain_target:
+        return (
+            f"{host.hostname}: {action} started, draining into {host.drain_target}; "
+            "the nodes' moves are shown live below."
+        )
+    return f"{host.hostname}: {action} done, now {host.state}."
 
 
 @console_page
 def xid_list(request: HttpRequest) -> HttpResponse:
     """Xid events with filters (host, GPU, code, the catalog's action and severity, a time
-    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page."""
+    range), newest first, :data:`portal.xid_events.PAGE_SIZE` a page. A bad filter value, an
+    unknown parameter or a page past the end answers 400 with the reason beside the filter."""
     choices = xid_events.filter_choices()
     form = XidFilterForm(request.GET or None, **choices)
-    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
-    page, rows = xid_events.events_page(
-        xid_events.filtered_events(data) if data or not form.is_bound else XidEvent.objects.none(),
-        data.get("page") or 1,
-    )
+    events = xid_events.filtered_events({})
+    if form.is_bound and form.is_valid():
+        events = xid_events.filtered_events(form.cleaned_data)
+        form.refuse_page(xid_events.page_count(events))
+    if form.errors:  # refused: say why next to the filter (400), show no events
+        events = XidEvent.objects.none()
+    number = (form.cleaned_data.get("page") if form.is_bound and not form.errors else None) or 1
+    page, rows = xid_events.events_page(events, number)
     query = request.GET.copy()
     query.pop("page", None)
     return render(
         request,
         "portal/console/xids.html",
         {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
+        status=400 if form.errors else 200,
     )
 
 

@@ -70,7 +70,11 @@ def defrag_start(request: HttpRequest) -> HttpResponse:
         before={},
         after={"steps": run.progress.get("total", 0), "hosts": run.plan.get("hosts_freed", [])},
     )
-    messages.success(request, f"Defragmentation run started: {run.progress['stage']}.")
+    # not the stage: the run page shows it live, a stage in the flash went stale above it
+    steps = run.progress.get("total", 0)
+    messages.success(
+        request, f"Defragmentation run started ({steps} step(s)); its progress is shown live."
+    )
     return redirect("console:defrag-run", run.pk)
 
 

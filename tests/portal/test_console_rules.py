@@ -256,6 +256,38 @@ def test_drain_maintenance_and_retire_need_the_hosts_name_typed(
     assert (host.state, host.drain_target, host.drain_nodes) == ("CORDONED", "MAINTENANCE", 1)
 
 
+def test_a_drain_flash_says_it_started_and_leaves_the_progress_to_the_live_part(
+    ops_client,
+    h100_host,
+    world,  # noqa: F811
+):
+    """The flash after a maintenance drain said "… now CORDONED. draining: 0 of 1 node(s)
+    moved" and stayed so above the live part while the node moved and the host reached
+    MAINTENANCE. It now says only what started; the count is the live part's. Once the drain
+    is over the flash is not shown again (a later page has no message)."""
+    from fleet.models import Host
+
+    url = f"/console/hosts/{h100_host.id}"
+    page = ops_client.post(
+        url + "/maintenance", {"confirm_name": "sim-h100-01"}, follow=True
+    ).content.decode()
+    flash = page.split('<ul class="messages" id="messages" role="status">')[1].split("</ul>")[0]
+    assert flash.count("<li") == 1
+    assert (
+        "sim-h100-01: maintenance started, draining into MAINTENANCE; "
+        "the nodes&#x27; moves are shown live below."
+    ) in flash
+    assert "of 1" not in flash and "CORDONED" not in flash
+    assert Host.objects.get(pk=h100_host.pk).drain_target == "MAINTENANCE"
+    live = ops_client.get(url + "?fragment=live", HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="messages"' not in live  # the polled part never carries a flash
+    for later in (url, "/console/", "/console/defrag"):
+        assert 'id="messages"' not in ops_client.get(later).content.decode(), later
+    # an action that is over at once still says the state it left
+    cordoned = ops_client.post(f"/console/hosts/{h100_host.id}/uncordon", follow=True)
+    assert "sim-h100-01: uncordon done, now " in cordoned.content.decode()
+
+
 def test_the_host_page_shows_each_moving_node_live_with_replacement_and_blocker(
     ops_client,
     h100_host,
@@ -400,8 +432,8 @@ def test_the_xid_filter_choices_come_from_real_values(ops_client, xids):
 
 
 def test_the_xid_page_is_paginated_and_bounded(ops_client, xids):
-    """126 events (6 + 120): 50 a page, page 3 holds 26; a page past the end shows the last;
-    page 1001 and a reversed range are form errors, never a 500."""
+    """126 events (6 + 120): 50 a page, page 3 holds 26; a page past the end, page 1001 and a
+    reversed range are refused (400, the reason beside the filter, no events), never a 500."""
     from fleet.models import XidEvent
 
     alpha = xids["alpha"]
@@ -414,13 +446,53 @@ def test_the_xid_page_is_paginated_and_bounded(ops_client, xids):
     assert len(shown(first)) == 50 and "126 event(s)" in first and "page 1 of 3" in first
     third = ops_client.get("/console/xids", {"page": "3"}).content.decode()
     assert len(shown(third)) == 26
-    assert len(shown(ops_client.get("/console/xids", {"page": "7"}).content.decode())) == 26
+    past = ops_client.get("/console/xids", {"page": "7"})
+    assert past.status_code == 400 and shown(past.content.decode()) == []
+    assert "Page: page 7 does not exist: these filters give 3 pages" in past.content.decode()
     filtered = ops_client.get("/console/xids", {"xid": "31", "page": "2"}).content.decode()
     assert len(shown(filtered)) == 50 and 'href="?xid=31&amp;page=3"' in filtered
-    for bad in ({"page": "1001"}, {"page": "x"}, {"since": "2026-11-02T00:00",
-                                                  "until": "2026-11-01T00:00"}):  # fmt: skip
+    for bad, message in (
+        ({"page": "1001"}, "Page: Ensure this value is less than or equal to 1000."),
+        ({"page": "x"}, "Page: Enter a whole number."),
+        ({"since": "2026-11-02T00:00", "until": "2026-11-01T00:00"}, "must be after From"),
+    ):
         response = ops_client.get("/console/xids", bad)
-        assert response.status_code == 200 and shown(response.content.decode()) == []
+        html = response.content.decode()
+        assert response.status_code == 400 and shown(html) == [] and message in html, bad
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "message"),
+    [
+        ({"xid": "7777"}, "xid", "Select a valid choice. 7777 is not one of the available"),
+        ({"severity": "fatal"}, "severity", "Select a valid choice. fatal is not one of the"),
+        ({"action": "REBOOT"}, "action", "Select a valid choice. REBOOT is not one of the"),
+        ({"host": "00000000-0000-0000-0000-000000000000"}, "host", "Select a valid choice."),
+        ({"since": "yesterday"}, "since", "Enter a valid date/time."),
+        (
+            {"page": "\u0662"},
+            "page",
+            "Page: use ASCII digits (0-9)",
+        ),  # Arabic-Indic 2: not ASCII digits
+        ({"hots": "alpha"}, None, "not a filter of this page: “hots”; the filters are host,"),
+    ],
+)
+def test_the_xid_page_refuses_bad_filter_values_beside_the_filter(
+    ops_client, xids, query, field, message
+):
+    """Before, a value the form refused fell back silently (every event, or none with no
+    reason); now each is a 400 whose reason sits next to its field (or atop the form)."""
+    response = ops_client.get("/console/xids", query)
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert shown(html) == [] and "0 event(s)" in html
+    assert message in html
+    form = html.split('id="xid-filters"')[1].split("</form>")[0]
+    if field and field != "page":
+        beside = form.split(f'id="field-{field}"')[1].split('<div class="field')[0]
+        assert 'class="error" role="alert"' in beside and message in beside
+    elif field is None:
+        assert '<div class="error form-error" role="alert">' in form and message in form
 
 
 def test_the_overview_xid_table_scrolls_inside_its_card(ops_client, xids):

@@ -321,3 +321,28 @@ def test_an_operator_ends_one_gpus_unhealthy_interval_from_the_console_audited(
     refused = ops_client.post(url + "/mark-healthy", {"gpu_uuid": "GPU-other"}, follow=True)
     assert "(unknown_gpu)" in refused.content.decode()
     assert GpuHealthInterval.objects.get(pk=b.pk).ended_at is None
+
+
+def test_portal_demo_writes_its_passwords_into_nvke_data_dir(catalog, tmp_path, monkeypatch):
+    """``make run`` keeps its data in ``$NVKE_DATA_DIR``; portal_demo wrote the passwords to
+    ./.nvke whatever that said. Without ``--data-dir`` it now follows the variable."""
+    from django.core.management import call_command
+
+    data_dir = tmp_path / "data"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("NVKE_DATA_DIR", str(data_dir))
+    call_command("portal_demo", "--password", "violet-anchor-harbour-42", stdout=io.StringIO())
+    assert sorted(p.name for p in data_dir.iterdir()) == [
+        "portal-demo-password",
+        "portal-operator-password",
+    ]
+    assert (data_dir / "portal-demo-password").read_text().strip() == "violet-anchor-harbour-42"
+    assert oct((data_dir / "portal-demo-password").stat().st_mode & 0o777) == "0o600"
+    assert not (cwd / ".nvke").exists()
+    # --data-dir still wins over the variable
+    other = tmp_path / "other"
+    call_command("portal_demo", "--data-dir", str(other), stdout=io.StringIO())
+    assert not (other / "portal-demo-password").exists()  # logins exist: files not rewritten
+    assert other.is_dir()

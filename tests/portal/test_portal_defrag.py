@@ -50,6 +50,12 @@ def test_the_console_shows_the_plan_starts_a_run_and_shows_its_progress(
     assert '<span id="defrag-stage">2 of 2 step(s) done; freed a-1, b-1</span>' in page
     assert "Freed so far: a-1, b-1." in page
     assert "hx-trigger" not in page  # an ended run is not polled
+    # the flash of the start is read only now, after the run ended: it says what started, not
+    # a stage ("planning") that the page's own progress line has long outdated
+    flash = page.split('<ul class="messages" id="messages" role="status">')[1].split("</ul>")[0]
+    assert ">Defragmentation run started (2 step(s)); its progress is shown live.</li>" in flash
+    assert "planning" not in flash and "0 of 2" not in flash
+    assert 'id="messages"' not in ops_client.get(f"/console/defrag/runs/{run.id}").content.decode()
     listing = ops_client.get("/console/defrag").content.decode()
     assert "freed a-1, b-1" in listing.split('id="defrag-runs"')[1]
 

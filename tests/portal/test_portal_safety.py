@@ -310,8 +310,12 @@ def test_the_cluster_list_searches_filters_sorts_and_pages(
     # the phase filter offers the phases the tenant's clusters are in, nothing else
     select = re.search(r'<select name="phase".*?</select>', running, re.S).group(0)
     assert re.findall(r'<option value="(\w*)"', select) == ["", "PROVISIONING", "RUNNING"]
-    # an unknown choice is a form error on the page, not a 500
-    assert alice_client.get("/clusters?phase=NOPE").status_code == 200
+    # an unknown choice is a form error on the page (400), not a 500
+    nope = alice_client.get("/clusters?phase=NOPE")
+    assert nope.status_code == 400
+    assert "Select a valid choice. NOPE is not one of the available choices." in (
+        nope.content.decode()
+    )
     monkeypatch.setattr("portal.listing.PAGE_SIZE", 2)
     first = alice_client.get("/clusters?sort=name").content.decode()
     second = alice_client.get("/clusters?sort=name&page=2").content.decode()

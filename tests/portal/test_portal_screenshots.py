@@ -187,6 +187,17 @@ def test_screenshots_of_the_main_pages(
     expect(page.locator('tr[data-pool="train"]')).to_contain_text("1 / 1")
     expect(page.locator('tr[data-pool="mig"]')).to_contain_text("1g.10gb (single)")
     shots(page, "cluster")
+    # the cluster's own node-pool and operation lists: search, filter choices, sort, pages
+    page.locator("#all-pools").click()
+    page.get_by_label("Search").fill("h100")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator('tr[data-pool="train"]')).to_be_visible()
+    page.get_by_role("link", name="Name", exact=True).click()
+    expect(page.locator("a.sort[data-sort]")).to_have_text("Name \u2191")
+    shots(page, "nodepools-search")
+    page.goto(f"/clusters/{llm.id}/operations?sort=-finished_at")
+    expect(page.locator("tr[data-operation]").first).to_be_visible()
+    shots(page, "operations")
 
     page.goto(f"/clusters/{llm.id}/nodepools/{mig}")
     expect(page.locator("#pool-phase")).to_have_text("RUNNING")
@@ -316,3 +327,14 @@ def test_screenshots_of_the_main_pages(
     ops.get_by_role("button", name="Set limits").click()
     expect(ops.locator("#below-use")).to_contain_text("nodes: limit 1 is below the")
     shots(ops, "console-quota-below-use")
+
+
+def test_the_readme_shows_every_screenshot_and_only_existing_ones():
+    """Each ``docs/screenshots/*.png`` README names exists, and each file there is named."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    named = set(re.findall(r"docs/screenshots/([\w-]+\.png)", readme))
+    files = {p.name for p in (ROOT / "docs" / "screenshots").glob("*.png")}
+    assert named == files, {"missing files": named - files, "not in README": files - named}
+    assert {"nodepools-search.png", "operations.png", "console-xids.png"} <= files

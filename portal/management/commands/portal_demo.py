@@ -3,7 +3,8 @@
 * an operator login (``operator``, a Django superuser: console and ``/admin/``) and an owner
   login (``demo``) of the ``demo`` tenant ``seed_demo`` made; their passwords are written to
   ``DATA_DIR/portal-operator-password`` and ``DATA_DIR/portal-demo-password`` (mode 0600)
-  unless ``--password`` is given;
+  unless ``--password`` is given; ``DATA_DIR`` is ``--data-dir``, else ``$NVKE_DATA_DIR``,
+  else ``./.nvke`` (:func:`nvke.embedded.resolve_data_dir`, as ``make run`` resolves it);
 * SIMULATED H100 hosts (``--h100-hosts``, default 2, 8 x H100-SXM5-80GB each, zone
   ``us-east-1a``, named ``sim-h100-NN``, GPU UUIDs ``GPU-sim-…``): no real H100
   ``nvidia-smi -q -x`` capture is vendored, so, like the tests' ``make_host``, these are rows
@@ -32,6 +33,7 @@ from billing.models import Price
 from billing.prices import set_price
 from catalog.models import GpuModel
 from fleet.models import Gpu, Host, region_of_zone
+from nvke.embedded.datadir import resolve_data_dir
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
 
@@ -49,14 +51,16 @@ class Command(BaseCommand):
     help = "Portal logins, simulated H100 hosts and demo prices for trying the portal."
 
     def add_arguments(self, parser):
-        parser.add_argument("--data-dir", default=".nvke")
+        parser.add_argument(
+            "--data-dir", default=None, help="default: $NVKE_DATA_DIR, else ./.nvke"
+        )
         parser.add_argument("--password", help="password of both logins (default: random)")
         parser.add_argument("--h100-hosts", type=int, default=2)
         parser.add_argument("--zone", default="us-east-1a")
         parser.add_argument("--tenant", default="demo")
 
-    def handle(self, *args, data_dir: str, password, h100_hosts: int, zone: str, **options):
-        root = Path(data_dir).resolve()
+    def handle(self, *args, data_dir: str | None, password, h100_hosts: int, zone: str, **options):
+        root = resolve_data_dir(data_dir).resolve()  # the folder `make run` uses
         root.mkdir(parents=True, exist_ok=True)
         tenant, _ = Tenant.objects.get_or_create(name=options["tenant"])
         self._user(root / "portal-operator-password", "operator", password, staff=True)

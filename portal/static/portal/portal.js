@@ -5,6 +5,8 @@
 //   data-copy         on a <button> inside <details data-cli>: copy its commands to the clipboard
 //   data-confirm-name on a submit button: enabled once the form's confirm_name equals the value
 //                     (a convenience: the server checks the typed name itself)
+//   a table or wrapper that scrolls sideways (390 px) gets tabindex="0", so a keyboard user
+//   can scroll it (WCAG 2.1.1; axe's scrollable-region-focusable), again after htmx swaps
 (function () {
   "use strict";
   document.addEventListener("change", function (event) {
@@ -35,7 +37,21 @@
     var el = event.target;
     if (el && el.name === "confirm_name") syncConfirm(el);
   });
+  function focusableScrollers() {
+    document.querySelectorAll("table.list, .heatmap-wrap, .table-wrap").forEach(function (el) {
+      if (el.scrollWidth > el.clientWidth + 1) {
+        el.setAttribute("tabindex", "0");
+        el.setAttribute("data-scrolls", "");
+      } else if (el.hasAttribute("data-scrolls")) {
+        el.removeAttribute("tabindex");
+        el.removeAttribute("data-scrolls");
+      }
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll('input[name="confirm_name"]').forEach(syncConfirm);
+    focusableScrollers();
   });
+  document.addEventListener("htmx:afterSettle", focusableScrollers);
+  window.addEventListener("resize", focusableScrollers);
 })();
