@@ -11,3 +11,17 @@ class UsernameConverter:
 
     def to_url(self, value: str) -> str:
         return value
+
+
+class TokenConverter:
+    """An opaque URL token or key prefix (``secrets.token_urlsafe``, API key prefixes): word
+    characters, ``.`` and ``-`` (at most 200). A NUL byte or a surrogate in the path does not
+    match (404), where ``<str:…>`` passed it on to the database (500)."""
+
+    regex = r"[\w.-]{1,200}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value

@@ -1,10 +1,16 @@
 """Tenant portal URLs, mounted at ``/``."""
 
-from django.urls import path
+from django.urls import path, register_converter
+
+from nvke.converters import TokenConverter, UsernameConverter
 
 from .views import account, activity, auth, cluster_lists, clusters, invitations, usage
 
 app_name = "portal"
+
+# path segments that reach a query: a NUL byte or surrogate does not match (404), not a 500
+register_converter(UsernameConverter, "username")
+register_converter(TokenConverter, "token")
 
 CLUSTER = "clusters/<uuid:cluster_id>"
 POOL = CLUSTER + "/nodepools/<uuid:pool_id>"
@@ -25,7 +31,7 @@ urlpatterns = [
         auth.PasswordResetCompleteView.as_view(),
         name="password-reset-complete",
     ),
-    path("invite/<str:token>", invitations.invitation_accept, name="invite"),
+    path("invite/<token:token>", invitations.invitation_accept, name="invite"),
     path("tenant/choose", account.tenant_choose, name="tenant-choose"),
     path("activity", activity.tenant_activity, name="activity"),
     path("clusters", clusters.cluster_list, name="cluster-list"),
@@ -46,15 +52,15 @@ urlpatterns = [
     path(POOL + "/delete", clusters.nodepool_delete, name="nodepool-delete"),
     path(POOL + "/nodes/<uuid:node_id>", clusters.node_detail, name="node-detail"),
     path("api-keys", account.api_keys, name="api-keys"),
-    path("api-keys/<str:prefix>/revoke", account.api_key_revoke, name="api-key-revoke"),
+    path("api-keys/<token:prefix>/revoke", account.api_key_revoke, name="api-key-revoke"),
     path("members", account.member_list, name="members"),
     path(
         "members/invitations/<uuid:invitation_id>/revoke",
         invitations.invitation_revoke,
         name="invitation-revoke",
     ),
-    path("members/<str:username>/role", account.member_role, name="member-role"),
-    path("members/<str:username>/remove", account.member_remove, name="member-remove"),
+    path("members/<username:username>/role", account.member_role, name="member-role"),
+    path("members/<username:username>/remove", account.member_remove, name="member-remove"),
     path("quotas", account.quota_page, name="quotas"),
     path("audit", account.audit_log, name="audit"),
     path("usage", usage.usage_page, name="usage"),

@@ -408,3 +408,24 @@ def test_console_pages_use_the_one_time_format(ops_client, h100_host):
     html = ops_client.get(f"/console/hosts/{h100_host.id}").content.decode()
     shown = '<time datetime="2026-12-02T04:45:11Z">2026-12-02 04:45:11 UTC</time>'
     assert f"last report {shown}" in html
+
+
+def test_a_nul_byte_in_a_portal_path_is_404_not_500(alice_client, portal_user, tenant_a):
+    """Found by the re-probe: ``/members/alice%00/remove`` and ``/api-keys/<prefix>%00/revoke``
+    reached the database with the NUL (DataError, 500). The portal's name and token path
+    segments use converters that do not match it (404); nobody is removed."""
+    from tenants.models import Membership
+
+    portal_user("bob", tenant_a, "member")
+    for path in (
+        "/members/bob%00/remove",
+        "/members/bob%00/role",
+        "/api-keys/abc%00/revoke",
+        "/invite/tok%00en",
+    ):
+        resp = alice_client.post(path, {"role": "viewer"})
+        assert resp.status_code == 404, (path, resp.status_code)
+    assert Membership.objects.get(user__username="bob", tenant=tenant_a).role == "member"
+    # the same paths without the NUL reach the views (the member is removed)
+    assert alice_client.post("/members/bob/remove").status_code == 302
+    assert not Membership.objects.filter(user__username="bob", tenant=tenant_a).exists()
