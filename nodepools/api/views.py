@@ -35,8 +35,23 @@ DRY_RUN = OpenApiParameter(
 )
 
 
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
 def _dry_run(request) -> bool:
-    return request.query_params.get("dry_run", "").lower() in ("1", "true", "yes")
+    """``?dry_run=``: absent is False; ``1``/``true``/``yes`` True, ``0``/``false``/``no``
+    False (any case). Anything else — empty, another word, the parameter twice — is a 400
+    ``invalid_boolean`` naming ``dry_run``: a mistyped dry run must not create a pool."""
+    values = request.query_params.getlist("dry_run")
+    if not values:
+        return False
+    if len(values) == 1 and values[0].lower() in _TRUE + _FALSE:
+        return values[0].lower() in _TRUE
+    raise InvalidInput(
+        "dry_run must be given once, as true or false (also 1/0, yes/no)",
+        code="invalid_boolean",
+        field="dry_run",
+    )
 
 
 def _result(request, result) -> Response:

@@ -129,3 +129,33 @@ def test_dry_run_cost_of_a_shared_mig_pool_is_billed_by_the_slices_fraction(outs
     assert cost["gpus"] == 6
     assert Decimal(str(cost["gpu_hours_per_hour"])) == Decimal("0.857142")
     assert Decimal(str(cost["hourly"])) == Decimal("2.14")
+
+
+@pytest.mark.parametrize(
+    "query", ["dry_run=maybe", "dry_run=", "dry_run=true&dry_run=false", "dry_run=2"]
+)
+def test_a_mistyped_dry_run_is_400_and_creates_nothing(outsider, world, query):
+    """Found by a new-user trial: ``?dry_run=maybe`` answered 202 and created the pool."""
+    from clusters.models import Operation
+    from nodepools.models import NodePool
+
+    ops = Operation.objects.count()
+    resp = outsider.post(
+        f"/api/v1/clusters/{world['b']}/nodepools?{query}", pool_body("p", 1, gpus=4), format="json"
+    )
+    assert resp.status_code == 400, resp.content
+    assert (resp.json()["code"], resp.json()["field"]) == ("invalid_boolean", "dry_run")
+    assert (NodePool.objects.count(), Operation.objects.count()) == (0, ops)
+
+
+@pytest.mark.parametrize(("value", "pools"), [("FALSE", 1), ("no", 1), ("Yes", 0), ("1", 0)])
+def test_the_boolean_words_of_dry_run_still_work(outsider, world, value, pools):
+    from nodepools.models import NodePool
+
+    resp = outsider.post(
+        f"/api/v1/clusters/{world['b']}/nodepools?dry_run={value}",
+        pool_body("p", 1, gpus=4),
+        format="json",
+    )
+    assert resp.status_code == (200 if pools == 0 else 202), resp.content
+    assert NodePool.objects.count() == pools
