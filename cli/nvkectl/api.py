@@ -10,7 +10,9 @@ from .config import Context, resolve
 
 
 class ApiError(Exception):
-    """An error answer of the API: ``status``, ``code`` (stable) and ``detail`` (for people)."""
+    """An error answer of the API: ``status``, ``code`` (stable) and ``detail`` (for people).
+    ``status`` 0: no HTTP answer carries the error (the server unreachable, an operation that
+    failed or did not finish while ``--wait`` followed it)."""
 
     def __init__(self, status: int, code: str, detail: str, field: str | None = None) -> None:
         super().__init__(detail)
@@ -18,7 +20,8 @@ class ApiError(Exception):
 
     def one_line(self) -> str:
         where = f" [field {self.field}]" if self.field and self.field not in self.detail else ""
-        return f"error: {self.detail}{where} ({self.code}, HTTP {self.status})"
+        http = f", HTTP {self.status}" if self.status else ""
+        return f"error: {self.detail}{where} ({self.code}{http})"
 
 
 class Client:
