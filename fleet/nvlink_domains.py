@@ -470,8 +470,8 @@ def claim_in_one_domain(
         try:
             with transaction.atomic():  # a savepoint: a failed try leaves nothing behind
                 return placement.claim_gpus(pinned)
-        except placement.InsufficientCapacity:
-            continue
+        except (placement.InsufficientCapacity, placement.PlacementScrubbing):
+            continue  # the next domain (a scrub anywhere in the region says nothing of this one)
     raise NvlinkDomainFull(
         nodes=needed,
         gpus_per_node=first.gpus,

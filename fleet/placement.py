@@ -150,6 +150,43 @@ class PlacementContended(Exception):
         )
 
 
+class PlacementScrubbing(PlacementContended):
+    """The batch does not fit now, but free GPUs of the model are being scrubbed after their
+    last release (``scrub_state`` PENDING until the agent's report confirms the scrub): they
+    come back within an agent interval or two, so this is not a lack of capacity. Retryable
+    like contention (the caller backs off until ``NVKE_PROVIDER_RETRY_DEADLINE_S``)."""
+
+    def __init__(self, request: GpuRequest, scrubbing: int) -> None:
+        self.request = request
+        self.locked_hosts = 0
+        self.scrubbing = scrubbing
+        Exception.__init__(
+            self,
+            f"{request.gpus} x {request.gpu_model} GPU(s): {scrubbing} free GPU(s) of the model "
+            "are being scrubbed after their last release (waiting for the agent's report); "
+            "retrying",
+        )
+
+
+def scrubbing_gpus(request: GpuRequest) -> int:
+    """Free, healthy, listed GPUs of ``request``'s model in its region (zone) on schedulable
+    hosts whose scrub is not confirmed yet (``scrub_state`` PENDING)."""
+    hosts = Host.objects.filter(
+        Host.in_region_q(request.region),
+        gpu_model_id=request.gpu_model,
+        state__in=SCHEDULABLE_HOST_STATES,
+    )
+    if request.zone:
+        hosts = hosts.filter(zone=request.zone)
+    return Gpu.objects.filter(
+        host__in=hosts,
+        holder_id__isnull=True,
+        health="HEALTHY",
+        scrub_state=ScrubState.PENDING,
+        missing_since__isnull=True,
+    ).count()
+
+
 # --- the in-memory model ------------------------------------------------------------------------
 
 
@@ -562,6 +599,9 @@ def _claim_batch(
                 continue
             if skipped:
                 raise PlacementContended(exc.request, locked_hosts=len(skipped)) from None
+            scrubbing = scrubbing_gpus(exc.request)
+            if scrubbing:  # released GPUs not confirmed clean yet: they come back shortly
+                raise PlacementScrubbing(exc.request, scrubbing) from None
             raise InsufficientCapacity(exc.request, placed=done + exc.placed, total=total) from None
         hosts = {p.host_id for p in plan}
         wanted = hosts - locked

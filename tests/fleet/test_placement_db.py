@@ -109,6 +109,13 @@ def test_unscrubbed_and_unhealthy_gpus_are_not_handed_out(make_host, tenant_a):
     with transaction.atomic():
         [placed] = placement.claim_gpus([request(tenant_a, 1)])
     assert placed.gpu_indexes == (2,)
+    # GPU 0 is free but its scrub is not confirmed: not capacity now, nor a lack of it
+    with pytest.raises(placement.PlacementScrubbing) as scrubbing, transaction.atomic():
+        placement.claim_gpus([request(tenant_a, 1, n=1)])
+    assert scrubbing.value.scrubbing == 1
+    assert "1 free GPU(s) of the model are being scrubbed" in str(scrubbing.value)
+    # an unhealthy GPU alone is a lack of capacity
+    Gpu.objects.filter(host=host, index=0).update(health="UNHEALTHY")
     with pytest.raises(InsufficientCapacity), transaction.atomic():
         placement.claim_gpus([request(tenant_a, 1, n=1)])
 
@@ -139,8 +146,16 @@ def test_a_host_with_an_agent_keeps_released_gpus_until_the_agent_scrubs_them(
         placement.claim_gpus([request(tenant_a, 1)])
     placement.release_gpus(uuid.UUID(int=1))
     assert Gpu.objects.get().scrub_state == "PENDING"
-    with pytest.raises(InsufficientCapacity), transaction.atomic():
+    # found by a new-user trial: a pool scaled 0 -> 1 right after 1 -> 0 went ERROR with
+    # insufficient_capacity while its GPU waited for the agent's scrub report; it is a
+    # retryable wait (fleet_claims turns it into placement_contended), not a lack of capacity
+    with pytest.raises(placement.PlacementScrubbing) as scrubbing, transaction.atomic():
         placement.claim_gpus([request(tenant_b, 1, n=2)])
+    assert scrubbing.value.scrubbing == 1
+    Gpu.objects.update(scrub_state="CLEAN")  # what the agent's scrub report sets
+    with transaction.atomic():
+        [placed] = placement.claim_gpus([request(tenant_b, 1, n=2)])
+    assert placed.gpu_indexes == (0,)
 
 
 @pytest.mark.django_db(transaction=True)
