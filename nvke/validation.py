@@ -137,6 +137,17 @@ def parse_float(value: Any, *, low: float, high: float) -> float:
     return number
 
 
+class StrictUUIDField(serializers.UUIDField):
+    """DRF ``UUIDField`` that takes only a JSON string: DRF turns an integer into a UUID
+    (``5`` -> ``00000000-0000-0000-0000-000000000005``), so ``"reservation": 5`` was looked up
+    as that id. Any other type is the field's ``invalid`` error ("Must be a valid UUID.")."""
+
+    def to_internal_value(self, data: Any):
+        if not isinstance(data, str):
+            self.fail("invalid", value=data)
+        return super().to_internal_value(data)
+
+
 class BoundedDateTimeField(serializers.DateTimeField):
     """DRF ``DateTimeField`` that requires an offset and a time in the accepted range
     (``datetime_out_of_range`` instead of an overflow far in the past or future)."""

@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from nodepools.models import Node, NodePool
 from nvke.lean_lists import LeanListSerializer, row_builder
+from nvke.validation import StrictUUIDField
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 
@@ -124,7 +125,7 @@ class NodePoolCreateSerializer(serializers.Serializer):
         allow_blank=True,
         help_text="CUDA version the workloads need (12.8); the driver must support it",
     )
-    reservation = serializers.UUIDField(
+    reservation = StrictUUIDField(
         required=False,
         allow_null=True,
         default=None,

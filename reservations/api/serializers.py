@@ -6,7 +6,7 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework import serializers
 
-from nvke.validation import BoundedDateTimeField
+from nvke.validation import BoundedDateTimeField, StrictUUIDField
 from reservations.capacity import reservation_used
 from reservations.choices import EndAction
 from reservations.models import Reservation
@@ -70,7 +70,7 @@ class ReservationSerializer(serializers.ModelSerializer):
 
 
 class ReservationCreateSerializer(serializers.Serializer):
-    tenant = serializers.UUIDField(
+    tenant = StrictUUIDField(
         required=False, help_text="operators only: the tenant the reservation is made for"
     )
     name = serializers.RegexField(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", required=False)

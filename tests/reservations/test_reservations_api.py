@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.reservations.conftest import MODEL, reserve
+from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
 
 pytestmark = pytest.mark.django_db
 
@@ -175,3 +175,33 @@ def test_a_page_of_reservations_runs_as_many_queries_as_a_page_of_one(owner, h10
     # a page of 1 of 4 also counts the list; a page of 4 ends it, so its count is the rows
     # read (nvke/pagination.py): one query fewer, never one per row
     assert counts[0] == counts[1] + 1
+
+
+def test_an_integer_where_a_uuid_belongs_is_400_not_looked_up(owner, operator, h100_fleet):
+    """Found by a new-user trial: DRF's UUIDField turns ``5`` into
+    00000000-0000-0000-0000-000000000005, so ``"reservation": 5`` answered "no reservation
+    00000000-…-000000000005" and an operator's ``"tenant": 5`` "operators name the tenant"."""
+    cluster_id = make_cluster(owner, "u")
+    pool = owner.post(
+        f"/api/v1/clusters/{cluster_id}/nodepools?dry_run=true",
+        pool_body("p", 1, reservation=5),
+        format="json",
+    )
+    assert pool.status_code == 400, pool.content
+    assert pool.json()["field"] == "reservation"
+    assert "Must be a valid UUID" in pool.json()["detail"]
+    start = (timezone.now() + timedelta(hours=1)).isoformat()
+    made = operator.post(
+        "/api/v1/reservations",
+        {
+            "tenant": 5,
+            "gpu_model": "h100-sxm5-80gb",
+            "region": "us-east-1",
+            "gpus": 1,
+            "start": start,
+        },
+        format="json",
+    )
+    assert made.status_code == 400, made.content
+    assert made.json()["field"] == "tenant"
+    assert "Must be a valid UUID" in made.json()["detail"]
