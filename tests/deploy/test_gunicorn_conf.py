@@ -19,9 +19,10 @@ def test_the_startup_freeze_moves_the_loaded_application_out_of_the_collectors_r
 
     try:
         frozen = freeze_startup_objects()
-        # what it froze is in the permanent generation (other threads of a long test session
-        # may add a few objects to it meanwhile: at least, not exactly)
-        assert gc.get_freeze_count() >= frozen > 50_000  # Django, DRF, every app: no garbage
+        assert frozen > 50_000  # Django, DRF, every app and view module: no garbage
+        # what it froze stays in the permanent generation; a frozen object freed by its
+        # reference count leaves it (the CI run saw 8 fewer by the time it read the count)
+        assert frozen * 0.99 < gc.get_freeze_count() <= frozen
         # what the collector still walks is what was made after the freeze
         assert len(gc.get_objects()) < frozen / 5
     finally:
