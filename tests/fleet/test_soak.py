@@ -136,7 +136,8 @@ class SoakAgent:
         )  # fmt: skip
 
     def signal(self, sig: int) -> None:
-        assert self.proc is not None
+        if self.proc is None:
+            raise RuntimeError("signal() before start()")
         self.proc.send_signal(sig)
         self.proc.wait(30)
 

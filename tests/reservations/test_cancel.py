@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from tests.helpers import drive_pool
 from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
@@ -59,10 +60,12 @@ def test_cancelling_a_keep_reservation_frees_its_count_and_its_pool_runs_on_dema
     # 16 capacity, 0 on-demand, 8 reserved: unreserved pools may take 8
     assert (before.on_demand, before.reserved_peak, before.free) == (0, 8, 8)
 
+    asked = timezone.now()
     resp = owner.post(f"/api/v1/reservations/{r['id']}/cancel")
     assert resp.status_code == 200, resp.content
     body = resp.json()
-    assert body["state"] == "CANCELLED" and body["cancelled_at"] is not None
+    assert body["state"] == "CANCELLED"
+    assert asked <= parse_datetime(body["cancelled_at"]) <= timezone.now()
     assert body["ended_at"] == body["cancelled_at"] == body["announced_at"]
     # nothing reserved any more; the pool's 8 GPUs run on-demand: 16 - 8 - 0 = 8 free
     after = capacity.on_demand_room(MODEL, "us-east-1", timezone.now())
