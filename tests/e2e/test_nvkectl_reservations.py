@@ -106,21 +106,12 @@ def test_reservations_from_the_command_line(live_server, worker, make_host, nvke
     assert (cal["capacity"], cal["on_demand"]) == (16, 0)
     assert [(i["reserved"], i["free"]) for i in cal["intervals"]] == [(8, 8), (0, 16)]
 
-    on_res = nvkectl(
-        "nodepools",
-        "create",
-        "train",
-        "p",
-        "--gpu-model",
-        MODEL,
-        "--gpus-per-node",
-        "8",
-        "--nodes",
-        "1",
-        "--reservation",
-        rid,
-        "--dry-run",
-    ).stdout
+    # pool "p" of cluster train: 1 node x 8 GPUs on the reservation
+    pool_on_reservation = (
+        *("nodepools", "create", "train", "p", "--gpu-model", MODEL),
+        *("--gpus-per-node", "8", "--nodes", "1", "--reservation", rid),
+    )
+    on_res = nvkectl(*pool_on_reservation, "--dry-run").stdout
     assert "capacity: placeable now: placeable now on reservation" in on_res
     assert "left after 504" in on_res  # 512 - 8
     assert "cost: 0.00 USD per hour (reservation" in on_res
@@ -163,21 +154,7 @@ def test_reservations_from_the_command_line(live_server, worker, make_host, nvke
     assert "capacity: NOT placeable now" in text and "8 of 16 GPU(s) are reserved" in text
 
     # the pool on the reservation for real, then the cancel drains it
-    nvkectl(
-        "nodepools",
-        "create",
-        "train",
-        "p",
-        "--gpu-model",
-        MODEL,
-        "--gpus-per-node",
-        "8",
-        "--nodes",
-        "1",
-        "--reservation",
-        rid,
-        "--wait",
-    )
+    nvkectl(*pool_on_reservation, "--wait")
     assert json.loads(nvkectl("reservations", "get", rid, "-o", "json").stdout)["used_gpus"] == 8
     said = nvkectl("reservations", "cancel", rid).stdout
     assert said.startswith(f"reservation {rid} CANCELLED at ")
