@@ -27,6 +27,12 @@ _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
 _default = JSONEncoder().default
 
 
+def dumps(data: Any) -> bytes:
+    """``data`` as the renderer writes it (compact UTF-8 JSON; ``orjson.Fragment`` values
+    written as they are). Raises ``orjson.JSONEncodeError`` for what orjson refuses."""
+    return orjson.dumps(data, default=_default, option=_OPTIONS)
+
+
 class FastJSONRenderer(JSONRenderer):
     """``application/json`` as :class:`rest_framework.renderers.JSONRenderer` renders it
     (module docstring), encoded by orjson. ``render`` returns bytes, ``b""`` for ``None``."""
@@ -39,11 +45,20 @@ class FastJSONRenderer(JSONRenderer):
             or self.ensure_ascii
             or self.get_indent(accepted_media_type, renderer_context or {}) is not None
         ):
-            return super().render(data, accepted_media_type, renderer_context)
+            return super().render(_plain(data), accepted_media_type, renderer_context)
         try:
-            body = orjson.dumps(data, default=_default, option=_OPTIONS)
+            body = dumps(data)
         except (orjson.JSONEncodeError, TypeError):
             return super().render(data, accepted_media_type, renderer_context)
         if b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body:  # U+2028 / U+2029, as DRF
             body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
         return body
+
+
+def _plain(data: Any) -> Any:
+    """``data`` with any ``orjson.Fragment`` (a list row PostgreSQL wrote, nvke/sql_lists.py)
+    parsed, for DRF's own encoder (pretty-printing); anything orjson refuses as it is."""
+    try:
+        return orjson.loads(dumps(data))
+    except (orjson.JSONEncodeError, TypeError):
+        return data

@@ -16,6 +16,7 @@ from nvke import crypto
 from nvke.accepted import accepted
 from nvke.errors import ApiError, Conflict
 from nvke.lean_lists import value_columns
+from nvke.sql_lists import list_response
 from nvke.viewsets import TenantScopedMixin
 from tenants import audit
 
@@ -30,7 +31,12 @@ UPGRADE_COLUMNS = ClusterSerializer.UPGRADE_COLUMNS
 
 
 def _values_page(view, serializer_class, method_columns=None) -> Response:
-    """The list response of ``view`` with its page read as ``.values()`` rows."""
+    """The list response of ``view``: rows written by PostgreSQL (nvke/sql_lists.py), or where
+    that path cannot serve, the page read as ``.values()`` rows (nvke/lean_lists.py)."""
+    columns = tuple(dict.fromkeys(c for cs in (method_columns or {}).values() for c in cs))
+    written = list_response(view, serializer_class, method_columns=columns)
+    if written is not None:
+        return written
     queryset = view.filter_queryset(view.get_queryset())
     rows = queryset.values(*value_columns(serializer_class, method_columns))
     page = view.paginate_queryset(rows)
@@ -52,8 +58,8 @@ class ClusterViewSet(
     filterset_fields = ["phase", "region"]
 
     def list(self, request, *args, **kwargs):
-        """A page of clusters as ``.values()`` rows of the serializer's columns (no model
-        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        """A page of clusters, written by PostgreSQL but ``available_upgrades`` (computed from
+        the catalog once a page)."""
         return _values_page(self, ClusterSerializer, {"available_upgrades": UPGRADE_COLUMNS})
 
     @extend_schema(request=ClusterCreateSerializer, responses={202: OperationSerializer})
@@ -130,8 +136,7 @@ class OperationViewSet(TenantScopedMixin, viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["target_id", "target_type", "cluster", "status", "type"]
 
     def list(self, request, *args, **kwargs):
-        """A page of operations as ``.values()`` rows of the serializer's columns (no model
-        instances; nvke/lean_lists.py renders them as DRF renders instances)."""
+        """A page of operations, written by PostgreSQL (nvke/sql_lists.py)."""
         return _values_page(self, OperationSerializer)
 
     @extend_schema(request=None, responses={200: OperationSerializer})

@@ -17,6 +17,7 @@ from nvke.accepted import accepted
 from nvke.errors import InvalidInput
 from nvke.lean_lists import value_columns
 from nvke.scoping import get_scoped_or_404
+from nvke.sql_lists import Nested, list_response
 from nvke.viewsets import TenantScopedMixin
 
 from .serializers import (
@@ -90,6 +91,17 @@ def attach_node_rows(pools: list[dict]) -> None:
             by_pool[row["nodepool_id"]].append(row)
 
 
+#: the ``nodes`` of a node pool row as PostgreSQL writes them (nvke/sql_lists.py): the pool's
+#: nodes as :class:`NodeSerializer` shows them, in the nodes' model order (created, then
+#: name), the DELETED ones only once the pool itself is DELETED (as ``PoolNodesSerializer``)
+POOL_NODES = Nested(
+    NodeSerializer,
+    fk="nodepool",
+    ordering=("created_at", "name"),
+    where="({row}.phase <> 'DELETED' OR {parent}.phase = 'DELETED')",
+)
+
+
 #: the NodePool columns a list page reads (``nodes`` is attached by :func:`attach_node_rows`)
 POOL_LIST_COLUMNS = tuple(c for c in value_columns(NodePoolSerializer) if c != "nodes")
 
@@ -125,14 +137,23 @@ class NodePoolViewSet(
         )
 
     def list(self, request, *args, **kwargs):
-        """A page of node pools as ``.values()`` rows of the serializer's columns with their
-        nodes attached (no model instances; nvke/lean_lists.py renders them as DRF renders
-        instances)."""
+        """A page of node pools with their nodes, written by PostgreSQL (nvke/sql_lists.py;
+        the nodes as :data:`POOL_NODES`); where that path cannot serve, ``.values()`` rows
+        of the serializer's columns with their nodes attached (nvke/lean_lists.py)."""
+
+        def check_cluster(pools: list) -> None:
+            if not pools:  # pools of the tenant's own cluster prove it is there; none prove
+                self._cluster()  # nothing: another tenant's cluster answers 404, not []
+
+        written = list_response(
+            self, NodePoolSerializer, nested={"nodes": POOL_NODES}, on_page=check_cluster
+        )
+        if written is not None:
+            return written
         rows = self.filter_queryset(self.get_queryset()).values(*POOL_LIST_COLUMNS)
         page = self.paginate_queryset(rows)
         pools = list(rows) if page is None else page
-        if not pools:  # pools of the tenant's own cluster prove it is there; none prove nothing
-            self._cluster()  # another tenant's cluster answers 404, not an empty list
+        check_cluster(pools)
         attach_node_rows(pools)
         data = self.get_serializer(pools, many=True).data
         return Response(data) if page is None else self.get_paginated_response(data)
