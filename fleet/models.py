@@ -39,8 +39,9 @@ class Host(models.Model):
     """A physical GPU server (bare-metal node or hypervisor) where ``nvke-agent`` runs.
 
     ``region`` (``us-east-1``) is given at import or derived from ``zone`` (``us-east-1a``,
-    ``us-central1-a``); a zone is also in region R when it starts with R. ``topology`` is the
-    GPU interconnect as read from ``nvidia-smi topo -m`` or NVML (shape in
+    ``us-central1-a``); a zone is also in region R when it starts with R not followed by a
+    digit (:func:`zone_in_region`: ``europe-west10-a`` is not in ``europe-west1``).
+    ``topology`` is the GPU interconnect as read from ``nvidia-smi topo -m`` or NVML (shape in
     :mod:`fleet.topology`); ``Gpu.nvlink_island`` is derived from it. ``state_reason`` says why
     the host is in its state; ``drain_target`` is the state a draining host enters once no GPU
     is held. Agent secrets (bootstrap token, host credential) are stored as SHA-256 hex digests:
@@ -150,12 +151,32 @@ class Host(models.Model):
 
     @staticmethod
     def in_region_q(region: str, prefix: str = "") -> Q:
-        """Q matching hosts in ``region`` (their region, or a zone equal to / starting with it)."""
+        """Q matching hosts in ``region``: their region, or a zone equal to it or starting with
+        it not followed by a digit (as :func:`zone_in_region`)."""
         return (
             Q(**{f"{prefix}region": region})
             | Q(**{f"{prefix}zone": region})
-            | Q(**{f"{prefix}zone__startswith": region})
+            | (
+                Q(**{f"{prefix}zone__startswith": region})
+                & ~Q(**{f"{prefix}zone__regex": "^" + re.escape(region) + "[0-9]"})
+            )
         )
+
+
+def zone_in_region(zone: str, region: str) -> bool:
+    """Whether ``zone`` is in ``region`` — the one rule placement, reservations and the
+    portal use: the zone is the region, or :func:`region_of_zone` gives it, or the zone starts
+    with the region and does not go on with a digit (``dc1-rack2`` and ``europe-west1-b`` are
+    in ``dc1`` / ``europe-west1``; ``europe-west10-a`` and ``us-east-10a`` are not in
+    ``europe-west1`` / ``us-east-1``: GCP has both europe-west1 and europe-west10)."""
+    if not region:
+        return False
+    if zone == region or region_of_zone(zone) == region:
+        return True
+    return zone.startswith(region) and zone[len(region) : len(region) + 1] not in _DIGITS
+
+
+_DIGITS = tuple("0123456789")
 
 
 def region_of_zone(zone: str) -> str:

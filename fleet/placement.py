@@ -55,7 +55,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from .choices import SCHEDULABLE_HOST_STATES, HostState, ScrubState
-from .models import Gpu, Host, region_of_zone
+from .models import Gpu, Host, region_of_zone, zone_in_region
 
 #: tenancy key of hosts nobody holds a GPU of
 FREE = "free"
@@ -378,9 +378,7 @@ class Planner:
         if request.zone:
             return [request.zone] if request.zone in zones else []
         region = request.region
-        return sorted(
-            z for z in zones if z == region or z.startswith(region) or region_of_zone(z) == region
-        )
+        return sorted(z for z in zones if zone_in_region(z, region))
 
     def find(
         self, request: GpuRequest, *, allow_split: bool = True, use_free_hosts: bool = True
@@ -525,11 +523,7 @@ def naive_first_fit(hosts: Sequence[HostView], request: GpuRequest) -> Placement
             or not host.schedulable
             or host.free < request.gpus
             or (request.zone and host.zone != request.zone)
-            or not (
-                host.zone == request.region
-                or host.zone.startswith(request.region)
-                or host.region == request.region
-            )
+            or not (host.region == request.region or zone_in_region(host.zone, request.region))
             or not host.admits(request.tenant_id, request.shares_host)
         ):
             continue

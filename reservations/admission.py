@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from catalog.services import UnknownGpuModel, get_gpu_model
+from fleet.models import zone_in_region
 from nvke.errors import Conflict, InvalidInput
 from tenants import audit
 from tenants.models import Tenant
@@ -219,9 +220,9 @@ def _gpu_model(slug: str):
 
 
 def check_zone(zone: str, region: str) -> None:
-    """A zone, when given, is one of ``region``'s (:func:`capacity.zone_in_region`, the
+    """A zone, when given, is one of ``region``'s (:func:`fleet.models.zone_in_region`, the
     placement rule). InvalidInput ``zone_not_in_region`` (field ``zone``)."""
-    if zone and not capacity.zone_in_region(zone, region):
+    if zone and not zone_in_region(zone, region):
         raise InvalidInput(
             f"zone {zone!r} is not in region {region!r}", code="zone_not_in_region", field="zone"
         )

@@ -28,7 +28,7 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Q
 
-from fleet.models import region_of_zone
+from fleet.models import zone_in_region
 
 from .choices import EndAction
 from .models import Reservation
@@ -43,11 +43,6 @@ class Demand:
     start: datetime
     end: datetime | None
     zone: str = ""
-
-
-def zone_in_region(zone: str, region: str) -> bool:
-    """The placement rule for "this zone is in this region" (:func:`fleet.placement`)."""
-    return zone == region or zone.startswith(region) or region_of_zone(zone) == region
 
 
 _COUNTS_SQL = """
