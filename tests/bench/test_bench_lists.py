@@ -15,10 +15,11 @@ latencies of both columns are mostly time spent waiting for a CPU.
 
 Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The throttle
 (``nvke/throttling.py``, one Redis round trip a request) and the API key cache
-(``tenants/key_cache.py``) are part of the API column. Measured 2026-12-02 at load average
-2.7-4.9 (README, "Lists"): ratios 0.75 clusters, 0.61 node pools, 0.76 operations (target
-met); API p99 207 / 413 / 122 ms against the bare view's 138 / 148 / 84 ms (target not met on
-the shared machine: the tail of both columns is waiting for a CPU).
+(``tenants/key_cache.py``) are part of the API column; the API's rows are written by
+PostgreSQL (``nvke/sql_lists.py``), the bare view's converted in Python. Measured 2026-12-02,
+machine nearly idle (README, "Lists"): API p99 80 / 85 / 65 ms for clusters, node pools and
+operations with 3 gthread workers x 3 threads, 50 / 52 / 40 ms with production's 4 sync
+workers (target met); ratios 0.87-1.15 (target met).
 """
 
 from __future__ import annotations
