@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
+from django.core.exceptions import FieldDoesNotExist
 from django.db import connection, models
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -104,8 +105,8 @@ class Nested:
         model = self.serializer_class.Meta.model
         alias = _q("_nested_" + model._meta.db_table)
         plan = sql_plan(self.serializer_class, alias=alias)
-        if plan is None or plan.method_names:
-            return None
+        if plan is None or plan.method_names or len(plan.segments) != 1:
+            return None  # a method field, or more fields than one JSON_BUILD_OBJECT takes
         (fields,) = plan.segments
         fk = model._meta.get_field(self.fk)
         order = ", ".join(f"{alias}.{_q(model._meta.get_field(o).column)}" for o in self.ordering)
@@ -126,6 +127,7 @@ class SqlPlan:
 
     @property
     def method_names(self) -> list[str]:
+        """The method fields' names, in order."""
         return [s[0] for s in self.segments if isinstance(s, tuple)]
 
     def objects_sql(self) -> list[str]:
@@ -183,7 +185,7 @@ def _model_fields(model: type[models.Model], path: list[str]) -> list[models.Fie
     for i, part in enumerate(path):
         try:
             field = model._meta.get_field(part)
-        except Exception:
+        except FieldDoesNotExist:
             return None
         if not getattr(field, "concrete", False) or field.many_to_many:
             return None
