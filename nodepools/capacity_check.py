@@ -77,17 +77,19 @@ def capacity_answer(
 
     ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
     (``C - D - max R``), for a reservation pool what its reservation has left after its other
-    pools; ``reserved_gpus``: the largest count reserved from now on in the region (on-demand
-    pools cannot take those); ``held_by_reservations``: of those, GPUs reservation pools hold
-    now (0 unless reservations are what keeps an on-demand pool out); ``placeable_from``:
-    when it fits if not now (a reservation's start, or when reservations end), None when it
-    does not fit at any future instant as the fleet is now.
+    pools (0 once it is cancelled or ended); ``reserved_gpus``: the largest count reserved
+    from now on in the region (on-demand pools cannot take those); ``held_by_reservations``:
+    of those, GPUs reservation pools hold now (0 unless reservations are what keeps an
+    on-demand pool out); ``placeable_from``: when it fits if not now (a reservation's start,
+    or when reservations end), None when it does not fit at any future instant as the fleet
+    is now.
     """
     now = now or timezone.now()
     needed = gpus_per_node * node_count
     if reservation is not None:
-        left = reservation.gpus - planned_gpus(reservation)
         state = reservation.state_at(now)
+        live = state in ("ACTIVE", "SCHEDULED")  # a cancelled or ended one has nothing left
+        left = reservation.gpus - planned_gpus(reservation) if live else 0
         fits = left >= needed
         shape = fits and _shape_fits(
             tenant_id, gpu_model, region, reservation.zone, gpus_per_node, node_count, reservation
@@ -101,7 +103,9 @@ def capacity_answer(
             "reserved_gpus": reservation.gpus,
             "held_by_reservations": 0,
         }
-        if not fits:
+        if not live:
+            answer["message"] = f"reservation {reservation.id} is {state}"
+        elif not fits:
             answer["message"] = (
                 f"reservation {reservation.id} has {left} of {reservation.gpus} GPU(s) left; "
                 f"the pool needs {needed}"
@@ -109,8 +113,6 @@ def capacity_answer(
         elif state == "SCHEDULED":
             answer["placeable_from"] = reservation.start
             answer["message"] = f"placeable from {reservation.start.isoformat()} (reservation)"
-        elif state != "ACTIVE":
-            answer["message"] = f"reservation {reservation.id} is {state}"
         elif not shape:
             answer["message"] = "the reserved GPUs are free but no host set fits the nodes now"
         else:

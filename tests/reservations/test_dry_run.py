@@ -92,6 +92,22 @@ def test_dry_run_on_a_reservation_names_it_and_costs_nothing_more_per_hour(owner
     assert Decimal(str(cost["reservation_hourly"])) == Decimal("14.00")  # 8 x 1.75
 
 
+def test_dry_run_on_a_cancelled_reservation_has_nothing_left_as_the_create_says(owner, world):
+    r = world["reservation"]
+    resp = owner.post(f"/api/v1/reservations/{r['id']}/cancel")
+    assert resp.status_code == 200, resp.content
+    cap = dry(owner, world["a"], pool_body("p", 1, reservation=r["id"]))["capacity"]
+    # it showed free 8 of reserved 8 (found by the new-user trial)
+    assert (cap["placeable_now"], cap["free_gpus"], cap["reserved_gpus"]) == (False, 0, 8)
+    assert cap["message"] == f"reservation {r['id']} is CANCELLED"
+    created = owner.post(
+        f"/api/v1/clusters/{world['a']}/nodepools",
+        pool_body("p", 1, reservation=r["id"]),
+        format="json",
+    )
+    assert (created.status_code, created.json()["code"]) == (409, "reservation_not_active")
+
+
 def test_dry_run_on_a_future_reservation_says_from_its_start(owner, world):
     start = (timezone.now() + timedelta(hours=5)).replace(microsecond=0)
     later = reserve(owner, 4, start=start, hours=2)
