@@ -130,7 +130,8 @@ CACHES = {
 AUTHENTICATION_BACKENDS = [
     # django-axes first: it refuses a locked-out username+IP before any password is checked
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's ModelBackend, the username matched whatever its case (tenants/login.py)
+    "tenants.login.CaseInsensitiveModelBackend",
 ]
 # Login throttling and lockout (django-axes): after NVKE_LOGIN_FAILURE_LIMIT failed logins of
 # one username from one IP, that pair is locked for NVKE_LOGIN_COOLOFF_MINUTES (429 page; the
@@ -138,6 +139,7 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env.int("NVKE_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("NVKE_LOGIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_USERNAME_CALLABLE = "tenants.login.axes_username"  # lower-cased: one lockout per account
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "portal/locked_out.html"
 AXES_VERBOSE = False

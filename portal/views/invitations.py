@@ -69,7 +69,7 @@ def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
                 password=form.cleaned_data["new_password1"],
             )
             if membership is not None:
-                login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+                login(request, membership.user, backend="tenants.login.CaseInsensitiveModelBackend")
         if membership is not None:
             request.session[TENANT_SESSION_KEY] = str(membership.tenant_id)
             messages.success(

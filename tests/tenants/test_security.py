@@ -56,6 +56,34 @@ def test_five_wrong_passwords_lock_the_login_even_for_the_right_one(alice, setti
     assert Client().post("/login", {"username": "bob", "password": "x"}).status_code == 200
 
 
+def test_the_username_logs_in_whatever_its_letter_case(tenant_a):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_user(username="Carol", password=PASSWORD)
+    for typed in ("carol", "CAROL", "Carol"):
+        client = Client()
+        resp = client.post("/login", {"username": typed, "password": PASSWORD})
+        assert resp.status_code == 302, typed
+        assert client.session["_auth_user_id"] == str(get_user_model().objects.get().pk)
+    wrong = Client().post("/login", {"username": "carol", "password": "not-hers"})
+    assert wrong.status_code == 200 and "_auth_user_id" not in wrong.client.session
+
+
+def test_case_variants_of_a_username_share_one_lockout(alice, settings):
+    settings.AXES_FAILURE_LIMIT = 5
+    client = Client()
+    for typed in ("alice", "ALICE", "Alice", "aLiCe"):  # 4 failures of one account
+        resp = client.post("/login", {"username": typed, "password": "wrong-password"})
+        assert resp.status_code == 200, typed
+    assert client.post("/login", {"username": "ALIce", "password": "x"}).status_code == 429
+    from axes.models import AccessAttempt
+
+    assert list(AccessAttempt.objects.values_list("username", "failures_since_start")) == [
+        ("alice", 5)
+    ]
+    assert client.post("/login", {"username": "alice", "password": PASSWORD}).status_code == 429
+
+
 def test_a_right_password_before_the_limit_logs_in_and_resets_the_count(alice):
     client = Client()
     for _ in range(3):
