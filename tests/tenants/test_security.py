@@ -140,6 +140,20 @@ def test_portal_demo_refuses_a_weak_password(tmp_path):
         call_command("portal_demo", "--data-dir", str(tmp_path), "--password", "abc")
 
 
+def test_portal_demo_reuses_a_login_that_differs_only_in_case(tmp_path):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    get_user_model().objects.create_user(username="Demo", password=PASSWORD)
+    call_command("portal_demo", "--data-dir", str(tmp_path), "--h100-hosts", "0")
+    # it raised IntegrityError (the case-insensitive unique index) creating "demo"
+    assert sorted(get_user_model().objects.values_list("username", flat=True)) == [
+        "Demo",
+        "operator",
+    ]
+    assert not (tmp_path / "portal-demo-password").exists()  # its password is unchanged
+
+
 def test_pages_cannot_be_framed_and_carry_a_csp(alice):
     client = Client()
     for path in ("/login", "/api/v1/docs/", "/healthz"):

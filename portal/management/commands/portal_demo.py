@@ -83,7 +83,7 @@ class Command(BaseCommand):
 
     def _user(self, path: Path, username: str, password: str | None, *, staff: bool = False):
         User = get_user_model()
-        user = User.objects.filter(username=username).first()
+        user = User.objects.filter(username__iexact=username).first()
         if user is not None:
             self.stdout.write(f"login {username} exists (password unchanged)")
             return user
