@@ -127,10 +127,28 @@ def heat(value: Any) -> str:
 
 @register.filter
 def progress_pct(progress: Any) -> int:
-    """An operation's ``{"done", "total"}`` as a percentage."""
+    """An operation's ``{"done", "total"}`` as a percentage: 100 when ``total`` is 0 (nothing
+    to do: a pool scaled to 0 that had no node left), 0 without a progress yet."""
     if not isinstance(progress, dict):
         return 0
+    if progress.get("total") == 0:
+        return 100
     return percent_of(progress.get("done", 0), progress.get("total", 0) or 1)
+
+
+@register.filter
+def progress_steps(progress: Any) -> dict[str, Any]:
+    """An operation's progress for its bar and label: ``{"value", "max", "label"}`` —
+    ``label`` ``done/total`` as reported (``0/0``: nothing to do, the bar full), ``0/?``
+    before the first report (the bar empty)."""
+    if not isinstance(progress, dict):
+        progress = {}
+    done, total = progress.get("done") or 0, progress.get("total")
+    if total is None:
+        return {"value": 0, "max": 1, "label": f"{done}/?"}
+    if total == 0:
+        return {"value": 1, "max": 1, "label": f"{done}/0"}
+    return {"value": done, "max": total, "label": f"{done}/{total}"}
 
 
 @register.inclusion_tag("portal/partials/nav.html", takes_context=True)

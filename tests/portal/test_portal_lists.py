@@ -158,3 +158,34 @@ def test_bad_list_values_answer_400_with_the_reason(alice_client, three_pools, k
         response = alice_client.get(f"{base}?{key}=a%00b")
         assert response.status_code == 400
         assert f"{key}: text may not contain NUL bytes" in response.content.decode()
+
+
+def test_an_operation_with_nothing_to_do_shows_a_full_bar(alice_client, three_pools):
+    """A scale to 0 of a pool with no node left is DONE with progress 0 of 0: it showed
+    "0 % 0/1" (found by the new-user trial). Before its first report an operation shows 0/?."""
+    from clusters.models import Operation
+
+    ops = Operation.objects.filter(cluster_id=three_pools["cluster"])
+    Operation.objects.filter(pk=ops.get(target_id=three_pools["pools"]["train"]).pk).update(
+        progress={"done": 0, "total": 0, "stage": "done"}
+    )
+    Operation.objects.filter(pk=ops.get(target_id=three_pools["pools"]["infer"]).pk).update(
+        progress={"done": 1, "total": 4, "stage": "provisioning"}
+    )
+    Operation.objects.filter(pk=ops.get(target_id=three_pools["pools"]["batch"]).pk).update(
+        progress={}
+    )
+    html = alice_client.get(f"/clusters/{three_pools['cluster']}/operations").content.decode()
+    cells = re.findall(
+        r'<td>\w+</td><td>([\w-]*)</td><td>.*?<progress max="(\d+)" value="(\d+)" '
+        r'aria-label="progress">(\d+) %</progress>\s*<small>([^<]*)</small>',
+        html,
+        re.S,
+    )
+    shown = {
+        target: (int(mx), int(val), int(pct), label.strip())
+        for target, mx, val, pct, label in cells
+    }
+    assert shown["train"] == (1, 1, 100, "0/0 done")
+    assert shown["infer"] == (4, 1, 25, "1/4 provisioning")  # 1 of 4 = 25 %
+    assert shown["batch"] == (1, 0, 0, "0/?")
