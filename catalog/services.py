@@ -26,8 +26,8 @@ from .models import (
     XidCode,
 )
 
-_KUBERNETES_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?$")
-_CUDA_RE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?$")
+_KUBERNETES_RE = re.compile(r"^v?([0-9]+)\.([0-9]+)(?:\.([0-9]+))?$")
+_CUDA_RE = re.compile(r"^([0-9]+)\.([0-9]+)(?:\.([0-9]+))?$")
 
 
 class CatalogError(ValueError):
@@ -302,7 +302,7 @@ def resolve_vgpu_profile(gpu_model: GpuModel, name: str) -> VgpuProfile:
     raise UnknownVgpuProfile(gpu_model, name, [p.name for p in profiles])
 
 
-_DRIVER_RE = re.compile(r"^(?:[Rr](\d{3})|(\d{3})(?:\.(\d+)(?:\.(\d+))?)?)$")
+_DRIVER_RE = re.compile(r"^(?:[Rr]([0-9]{3})|([0-9]{3})(?:\.([0-9]+)(?:\.([0-9]+))?)?)$")
 
 
 @dataclass(frozen=True)

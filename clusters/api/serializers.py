@@ -89,7 +89,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 class ClusterUpdateSerializer(serializers.Serializer):
     kubernetes_version = serializers.RegexField(
-        r"^\d+\.\d+(\.\d+)?$",
+        r"^[0-9]+\.[0-9]+(\.[0-9]+)?$",
         max_length=16,
         required=False,
         error_messages={"invalid": "kubernetes_version must look like 1.34 or 1.34.2"},
@@ -107,7 +107,7 @@ class ClusterCreateSerializer(serializers.Serializer):
         },
     )
     kubernetes_version = serializers.RegexField(
-        r"^\d+\.\d+(\.\d+)?$",
+        r"^[0-9]+\.[0-9]+(\.[0-9]+)?$",
         max_length=16,
         error_messages={"invalid": "kubernetes_version must look like 1.34 or 1.34.2"},
     )

@@ -91,6 +91,35 @@ def cluster(owner, make_host):
     return op["target_id"]
 
 
+# --- non-ASCII digits in versions (Python's \d matches ٩ and ²; int("٩٩") is 99) ----------------
+
+
+def test_versions_in_other_than_ascii_digits_are_400(owner, cluster):
+    from clusters.models import Cluster
+    from nodepools.models import NodePool
+
+    resp = owner.post(
+        "/api/v1/clusters",
+        {"name": "c2", "kubernetes_version": "1.36.\u0669\u0669", "region": "us-east-1"},
+    )
+    assert problem(resp)[0] == "kubernetes_version"
+    resp = owner.patch(f"/api/v1/clusters/{cluster}", {"kubernetes_version": "1.3\u0666"})
+    assert problem(resp)[0] == "kubernetes_version"
+    pools = f"/api/v1/clusters/{cluster}/nodepools"
+    base = {"name": "p1", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1}
+    for field, value in (
+        ("cuda_version", "12.\u0662"),
+        ("driver_version", "\u0665\u0668\u0660.95.05"),
+    ):
+        for query in ("", "?dry_run=true"):
+            resp = owner.post(pools + query, {**base, field: value}, format="json")
+            assert problem(resp)[0] == field, (field, query)
+    # stored as typed before: a cluster running "1.36.٩٩", a GPU Operator driver "٥٨٠.95.05"
+    assert not Cluster.objects.filter(name="c2").exists()
+    assert not NodePool.objects.exists()
+    assert Cluster.objects.get(pk=cluster).kubernetes_version == "1.36"
+
+
 @pytest.mark.parametrize("value", FAR)
 def test_far_datetimes_in_a_maintenance_policy_are_400(owner, cluster, value):
     from clusters.models import Cluster
