@@ -35,7 +35,7 @@ from nvke.errors import Conflict, InvalidInput
 
 from . import formats, hygiene, nvlink_domains, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
-from .models import Gpu, Host, HostEvent, region_of_zone
+from .models import Gpu, Host, HostEvent, region_of_zone, zone_in_region
 from .secrets import digest, new_token
 from .signals import host_drain_requested, host_state_changed
 
@@ -46,6 +46,22 @@ class ImportedHost:
 
     host: Host
     bootstrap_token: str
+
+
+def _check_region(zone: str, region: str) -> None:
+    """An explicit ``region`` must not contradict the zone's cloud name: ``us-east-1c`` is
+    AWS's us-east-1 and ``europe-west1-c`` GCP's europe-west1 (:func:`region_of_zone`), so
+    either may only be given that region (or one :func:`zone_in_region` admits). A zone the
+    naming conventions say nothing of (Azure's ``1``, ``rack-a``, ``dc1-rack2``) takes any
+    region. InvalidInput ``zone_not_in_region`` (field ``region``): such a host counted in
+    both regions, by its zone in one and by its region in the other."""
+    derived = region_of_zone(zone)
+    if region and derived != zone and derived != region and not zone_in_region(zone, region):
+        raise InvalidInput(
+            f"zone {zone!r} is in region {derived!r} by its name, not {region!r}",
+            code="zone_not_in_region",
+            field="region",
+        )
 
 
 def import_host(
@@ -71,12 +87,14 @@ def import_host(
     report is recorded as the host's onboarding check (:mod:`fleet.hygiene`); the host is
     AVAILABLE at once, with any GPU that fails the check unhealthy.
 
-    Raises InvalidInput (400: ``invalid_nvidia_smi_xml``, ``unknown_gpu_product``,
+    Raises InvalidInput (400: ``zone_not_in_region`` (:func:`_check_region`),
+    ``invalid_nvidia_smi_xml``, ``unknown_gpu_product``,
     ``mixed_gpu_models``, ``no_gpus``, ``invalid_nvidia_smi_topo``, and the format checks of
     :func:`fleet.formats.check_smi_report`: ``too_many_gpus``, ``invalid_gpu_uuid``,
     ``duplicate_gpu_uuid``, ``value_too_long`` …) or Conflict (409:
     ``duplicate_hostname``, ``duplicate_gpu_uuid``). Nothing is written when any check fails.
     """
+    _check_region(zone, region)
     report = _parse(nvidia_smi_xml)
     try:
         formats.check_smi_report(report)

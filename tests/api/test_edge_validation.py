@@ -474,6 +474,34 @@ def test_a_host_with_64_gpus_imports(operator, catalog):
     assert resp.json()["gpu_count"] == 64
 
 
+@pytest.mark.parametrize(
+    ("zone", "region", "refused"),
+    [
+        ("us-east-1c", "europe-west1", True),  # AWS's us-east-1 by its name
+        ("europe-west1-c", "europe-west10", True),  # GCP's europe-west1
+        ("us-east-1c", "us-east-1", False),
+        ("dc1-rack2", "dc1", False),  # a name of the operator's own: any region
+        ("1", "eastus", False),  # Azure's zones are numbers
+    ],
+)
+def test_host_import_refuses_a_region_its_zone_contradicts(
+    operator, catalog, zone, region, refused
+):
+    from fleet.models import Host
+
+    resp = operator.post(
+        "/api/v1/fleet/hosts",
+        {"hostname": "h1", "zone": zone, "region": region, "nvidia_smi_xml": _xml_with([A10G])},
+        format="json",
+    )
+    if refused:  # it was imported and counted in both regions (found by the hostile trial)
+        assert problem(resp) == ("region", "zone_not_in_region")
+        assert not Host.objects.exists()
+    else:
+        assert resp.status_code == 201, resp.content
+        assert Host.objects.get().region == region
+
+
 # --- constraints reached before validation: prices -----------------------------------------------
 
 
