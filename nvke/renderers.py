@@ -17,6 +17,7 @@ DRF refuses with a server error, are written ``null``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -57,8 +58,10 @@ class FastJSONRenderer(JSONRenderer):
 
 def _plain(data: Any) -> Any:
     """``data`` with any ``orjson.Fragment`` (a list row PostgreSQL wrote, nvke/sql_lists.py)
-    parsed, for DRF's own encoder (pretty-printing); anything orjson refuses as it is."""
+    parsed, for DRF's own encoder (pretty-printing); anything orjson refuses as it is. Parsed
+    by the standard library, which keeps an integer beyond 64 bits an integer (orjson's
+    ``loads`` made ``10**23`` the float ``1e+23``)."""
     try:
-        return orjson.loads(dumps(data))
-    except (orjson.JSONEncodeError, TypeError):
+        return json.loads(dumps(data))
+    except (orjson.JSONEncodeError, TypeError, ValueError):
         return data

@@ -57,3 +57,21 @@ def test_it_falls_back_to_drf_where_orjson_would_differ():
     assert pretty == JSONRenderer().render({"a": [1]}, "application/json; indent=2")
     assert pretty == b'{\n  "a": [\n    1\n  ]\n}'
     assert FastJSONRenderer().render(None) == b""
+
+
+def test_a_pretty_printed_page_of_postgresql_rows_keeps_their_values():
+    """Rows written by PostgreSQL (nvke/sql_lists.py) are orjson.Fragment values; the pretty
+    path parses them for DRF's encoder, an integer beyond 64 bits staying an integer (it came
+    back the float 1e+23) and the key order kept."""
+    import orjson
+
+    rows = [orjson.Fragment('{"id" : "x", "n" : 100000000000000000000000, "f" : 1.5}')]
+    body = FastJSONRenderer().render({"count": 1, "results": rows}, "application/json; indent=2")
+    assert body == (
+        b'{\n  "count": 1,\n  "results": [\n    {\n      "id": "x",\n'
+        b'      "n": 100000000000000000000000,\n      "f": 1.5\n    }\n  ]\n}'
+    )
+    assert (
+        FastJSONRenderer().render(rows)
+        == b'[{"id" : "x", "n" : 100000000000000000000000, "f" : 1.5}]'
+    )
