@@ -12,11 +12,12 @@ UTC ranges in which nothing disruptive starts. No policy = any time.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from nvke.validation import BadValue, parse_aware_datetime, to_utc
 
@@ -49,8 +50,21 @@ def _time(value: Any, field: str) -> time:
     return time(int(match.group(1)), int(match.group(2)))
 
 
+@functools.cache
+def _zone_names() -> frozenset[str]:
+    """IANA time zone names (``zoneinfo.available_timezones``, the system's tz database or the
+    tzdata package), without the files that are no zone of their own: ``localtime`` (the
+    server's own zone), ``posixrules`` and ``Factory``."""
+    return frozenset(available_timezones()) - {"localtime", "posixrules", "Factory"}
+
+
 def _zone(value: Any) -> ZoneInfo:
-    if not isinstance(value, str) or len(value) > 64 or not _ZONE.fullmatch(value):
+    if (
+        not isinstance(value, str)
+        or len(value) > 64
+        or not _ZONE.fullmatch(value)
+        or value not in _zone_names()
+    ):
         raise InvalidPolicy("maintenance_policy.time_zone", f"unknown time zone {value!r}")
     try:
         return ZoneInfo(value)

@@ -150,6 +150,23 @@ def test_a_policy_at_its_bounds_evaluates_in_milliseconds():
             "maintenance_policy.time_zone",
             "invalid_maintenance_policy",
         ),
+        # files of the tz database that are no IANA zone: "localtime" followed the server's
+        # /etc/localtime (found by the hostile trial)
+        (
+            {"time_zone": "localtime", "windows": []},
+            "maintenance_policy.time_zone",
+            "invalid_maintenance_policy",
+        ),
+        (
+            {"time_zone": "posixrules", "windows": []},
+            "maintenance_policy.time_zone",
+            "invalid_maintenance_policy",
+        ),
+        (
+            {"time_zone": "posix/Europe/Berlin", "windows": []},
+            "maintenance_policy.time_zone",
+            "invalid_maintenance_policy",
+        ),
         (
             {"windows": [{"start": "01:00", "end": "02:00"}], "exclusions": [["x"]]},
             "maintenance_policy.exclusions[0]",
