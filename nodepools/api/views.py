@@ -123,6 +123,7 @@ class NodePoolViewSet(
         )
     )
     serializer_class = NodePoolSerializer
+    filterset_fields = ["phase", "gpu_model"]
 
     def get_queryset(self):
         qs = super().get_queryset().filter(cluster_id=self.kwargs["cluster_pk"])

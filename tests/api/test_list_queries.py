@@ -122,3 +122,19 @@ def test_the_filters_still_run_when_a_request_names_one(owner, rows):
     assert ops["count"] == 1
     bad = owner.get("/api/v1/clusters", {"phase": "NOT_A_PHASE"})
     assert bad.status_code == 400, bad.content
+
+
+def test_node_pools_filter_by_phase_and_gpu_model(owner, rows):
+    """``?phase=`` on a cluster's node pools was ignored, every pool listed (found by the
+    hostile trial); a value that is no phase or model is a 400 naming it."""
+    from nodepools.models import NodePool
+
+    NodePool.objects.filter(name__in=["p003", "p011"]).update(phase="ERROR")
+    path = f"/api/v1/clusters/{rows.first_cluster_id}/nodepools"
+    failed = owner.get(path, {"phase": "ERROR"}).json()
+    assert (failed["count"], sorted(p["name"] for p in failed["results"])) == (2, ["p003", "p011"])
+    assert owner.get(path, {"gpu_model": "a10g", "limit": 1}).json()["count"] == 50
+    assert owner.get(path, {"gpu_model": "a10g", "phase": "ERROR"}).json()["count"] == 2
+    for name, value in (("phase", "bogus"), ("gpu_model", "h999")):
+        bad = owner.get(path, {name: value})
+        assert bad.status_code == 400 and bad.json()["field"] == name, bad.content
