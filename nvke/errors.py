@@ -72,6 +72,20 @@ class InvalidInput(ApiError):
     status_code = status.HTTP_400_BAD_REQUEST
 
 
+def refuse_unknown_fields(data: Any, allowed: set[str], what: str) -> None:
+    """A ``PATCH`` body may name only ``allowed`` fields: InvalidInput
+    ``field_not_updatable`` naming the first other one (``what`` says what can change, and
+    how the rest does). A field the body names but the route ignores would answer 202 and
+    change nothing."""
+    if not hasattr(data, "keys"):
+        return  # not an object: the route's serializer says so (400 non_field_errors)
+    unknown = sorted(str(k) for k in data.keys() if k not in allowed)
+    if unknown:
+        raise InvalidInput(
+            f"{what}; not: {', '.join(unknown)}", code="field_not_updatable", field=unknown[0]
+        )
+
+
 class Conflict(ApiError):
     """409: the request conflicts with the current state (duplicate, capacity, busy)."""
 

@@ -14,7 +14,7 @@ from clusters.kubeconfig_names import context_name, rename_kubeconfig
 from clusters.models import Cluster, Operation
 from nvke import crypto
 from nvke.accepted import accepted
-from nvke.errors import ApiError, Conflict
+from nvke.errors import ApiError, Conflict, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.sql_lists import list_response
 from nvke.viewsets import TenantScopedMixin
@@ -108,6 +108,12 @@ class ClusterViewSet(
     def partial_update(self, request, pk=None):
         """Upgrade the control plane (``kubernetes_version``) and/or set the maintenance policy."""
         cluster = self.get_object()
+        refuse_unknown_fields(
+            request.data,
+            {"kubernetes_version", "maintenance_policy"},
+            "only kubernetes_version and maintenance_policy can be changed here (a cluster's "
+            "name and region are fixed; node pools change through their own routes)",
+        )
         form = ClusterUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         op = services.update_cluster(principal=request.user, cluster=cluster, **form.validated_data)

@@ -14,7 +14,7 @@ from clusters.models import Cluster
 from nodepools import services
 from nodepools.models import Node, NodePool
 from nvke.accepted import accepted
-from nvke.errors import InvalidInput
+from nvke.errors import InvalidInput, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.scoping import get_scoped_or_404
 from nvke.sql_lists import Nested, list_response
@@ -184,14 +184,11 @@ class NodePoolViewSet(
     def partial_update(self, request, cluster_pk=None, pk=None):
         """Change the isolation policy: drains, repartitions and validates node by node."""
         pool = self.get_object()
-        unknown = sorted(set(request.data) - {"isolation"})
-        if unknown:
-            raise InvalidInput(
-                f"only isolation can be changed here (set-size changes node_count); "
-                f"not: {', '.join(unknown)}",
-                code="field_not_updatable",
-                field=unknown[0],
-            )
+        refuse_unknown_fields(
+            request.data,
+            {"isolation"},
+            "only isolation can be changed here (set-size changes node_count)",
+        )
         form = NodePoolUpdateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         result = services.update_isolation(

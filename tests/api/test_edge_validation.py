@@ -120,6 +120,22 @@ def test_versions_in_other_than_ascii_digits_are_400(owner, cluster):
     assert Cluster.objects.get(pk=cluster).kubernetes_version == "1.36"
 
 
+def test_a_cluster_patch_naming_a_field_it_cannot_change_is_400(owner, cluster):
+    from clusters.models import Cluster, Operation
+
+    before = Operation.objects.count()
+    resp = owner.patch(f"/api/v1/clusters/{cluster}", {"name": "x", "region": "eu"}, format="json")
+    # it answered 202 with an UPDATE_CLUSTER that changed nothing (found by the hostile trial)
+    assert problem(resp) == ("name", "field_not_updatable")
+    assert "not: name, region" in resp.json()["detail"]
+    mixed = owner.patch(
+        f"/api/v1/clusters/{cluster}", {"maintenance_policy": {}, "name": "x"}, format="json"
+    )
+    assert problem(mixed) == ("name", "field_not_updatable")
+    assert Operation.objects.count() == before and Cluster.objects.get(pk=cluster).name == "c1"
+    assert owner.patch(f"/api/v1/clusters/{cluster}", [1], format="json").status_code == 400
+
+
 @pytest.mark.parametrize("value", FAR)
 def test_far_datetimes_in_a_maintenance_policy_are_400(owner, cluster, value):
     from clusters.models import Cluster
