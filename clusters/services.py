@@ -241,6 +241,7 @@ def update_cluster(
                 cluster,
                 OperationType.UPDATE_CLUSTER,
                 status="DONE",
+                created_at=now,  # one instant: it started when it was created, not before
                 started_at=now,
                 finished_at=now,
                 progress={"done": 1, "total": 1, "stage": "done"},

@@ -157,6 +157,7 @@ def set_autoscaling(*, principal: Principal, pool: NodePool, autoscaling: Any):
             target_id=locked.id,
             requested_by=principal.label,
             status="DONE",
+            created_at=now,  # one instant: it started when it was created, not before
             started_at=now,
             finished_at=now,
             progress={"done": locked.node_count, "total": locked.node_count, "stage": "done"},

@@ -52,6 +52,10 @@ def test_bounds_are_validated_and_applied(owner, pool):
         3,
         {"enabled": True, "min_node_count": 3, "max_node_count": 4},
     )
+    # within bounds already: an instant DONE operation, created when it started
+    done = owner.put(url, {"min_node_count": 1, "max_node_count": 4}).json()
+    assert (done["type"], done["status"]) == ("SET_NODE_POOL_SIZE", "DONE")
+    assert done["created_at"] == done["started_at"] == done["finished_at"]
 
 
 def test_busy_gpus_add_a_node_and_idle_gpus_remove_one_within_bounds(owner, pool):
