@@ -272,14 +272,14 @@ def _step_failed(pool: NodePool, now: datetime) -> float | None:
     if pool.cluster.phase != Phase.RUNNING:
         return None  # its nodes are looked at once the control plane is back (beat's resync)
     live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
-    pending, placed = placed_replacements(pool, live)
-    if len(pending) > len(placed):
+    unplaced, placed = placed_replacements(pool, live)
+    if unplaced:
         try:
-            _place_nodes(pool, len(pending) - len(placed), now)
+            _place_nodes(pool, len(unplaced), now, replaces=unplaced)
         except (InsufficientCapacity, ProviderError) as exc:
             why = str(exc) if isinstance(exc, InsufficientCapacity) else f"provider: {exc}"
             readiness.write_readiness(pool, live, now)
-            return replacement_waits(pool, pending, why, now)
+            return replacement_waits(pool, unplaced, why, now)
         return 0.0  # the next step brings the replacement up
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
@@ -358,10 +358,13 @@ def _scale_up(
     return 0.0
 
 
-def _place_nodes(pool: NodePool, count: int, now: datetime) -> list[Node]:
+def _place_nodes(
+    pool: NodePool, count: int, now: datetime, replaces: list[Node] | None = None
+) -> list[Node]:
     """Create ``count`` Node rows and place their machines through the provider, all or
     none: on ``InsufficientCapacity`` or a ``ProviderError`` (raised) no Node row and no GPU
-    stays held. The new nodes are PROVISIONING, waiting for their host's agent."""
+    stays held. The new nodes are PROVISIONING, waiting for their host's agent; with
+    ``replaces`` (``count`` released nodes) each new node records the one it replaces."""
     k8s = (
         pool.kubernetes_version
         or pool.cluster.control_plane_version
@@ -378,8 +381,9 @@ def _place_nodes(pool: NodePool, count: int, now: datetime) -> list[Node]:
                 created_at=now,
                 kubernetes_version=k8s,
                 driver_version=pool.driver_version,
+                replaces=replaces[i] if replaces else None,
             )
-            for _ in range(count)
+            for i in range(count)
         ]
         placements = provider.ensure_machines(
             nodepool_spec(pool), [node_spec(n) for n in new_nodes]

@@ -25,9 +25,9 @@ placed, and once it is READY ``RepairPending`` turns False and the operation is 
 
 A pool ``ERROR`` for its current spec (a scale-up that found no capacity) is repaired the same
 way (:func:`nodepools.reconcile._step_failed`) and stays ``ERROR``: a replaced node gets one
-replacement (:func:`placed_replacements`), never the nodes the failed change asked for, and
-without capacity for it ``RepairPending`` says so and the placement is retried every
-``host_moves.SHORT_RETRY_S`` seconds (the pool does not run short: it is ERROR already).
+replacement (``Node.replaces``, :func:`placed_replacements`), never the nodes the failed change
+asked for, and without capacity for it ``RepairPending`` says so and the placement is retried
+every ``host_moves.SHORT_RETRY_S`` seconds (the pool does not run short: it is ERROR already).
 """
 
 from __future__ import annotations
@@ -240,16 +240,15 @@ def replacement_waits(pool: NodePool, pending: list[Node], reason: str, now: dat
 
 
 def placed_replacements(pool: NodePool, live: list[Node]) -> tuple[list[Node], list[Node]]:
-    """``(pending, placed)`` for a pool that does not grow to its ``node_count`` (ERROR for
+    """``(unplaced, placed)`` for a pool that does not grow to its ``node_count`` (ERROR for
     its current spec, where the missing count says nothing): the released nodes waiting for
-    their replacement (:func:`pending_replacements`) and the nodes of ``live`` placed as
-    replacements — those created since the first of them was released, as such a pool
-    places no other node. ``len(pending) - len(placed)`` replacements are still to place."""
+    their replacement (:func:`pending_replacements`) that have none yet, and the nodes of
+    ``live`` placed as replacements (``Node.replaces``) of those that have."""
     pending = pending_replacements(pool)
-    if not pending:
-        return [], []
-    since = min(n.released_at or n.created_at for n in pending)
-    return pending, [n for n in live if n.created_at >= since]
+    ids = {n.pk for n in pending}
+    placed = [n for n in live if n.replaces_id in ids]
+    taken = {n.replaces_id for n in placed}
+    return [n for n in pending if n.pk not in taken], placed
 
 
 def settle_replacements(pool: NodePool, now: datetime) -> list[str]:

@@ -187,7 +187,7 @@ def test_a_replaced_node_of_an_error_pool_gets_one_replacement_never_the_failed_
     spares = {make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a").pk for _ in range(2)}
     drive_pool(pool)
     (replacement,) = live(pool)  # one node: the replacement, not the resize's second
-    assert replacement.id != node.id
+    assert (replacement.id != node.id, replacement.replaces_id) == (True, node.id)
     assert (replacement.phase, len(replacement.gpu_uuids)) == ("READY", 8)
     assert replacement.host_id in spares and bad not in replacement.gpu_uuids
     old = next(n for n in nodes(pool) if n.pk == node.pk)
