@@ -277,7 +277,9 @@ def _step_failed(pool: NodePool, now: datetime) -> float | None:
         try:
             _place_nodes(pool, len(unplaced), now, replaces=unplaced)
         except (InsufficientCapacity, ProviderError) as exc:
-            why = str(exc) if isinstance(exc, InsufficientCapacity) else f"provider: {exc}"
+            why = (
+                str(exc) if isinstance(exc, InsufficientCapacity) else f"the provider failed: {exc}"
+            )
             readiness.write_readiness(pool, live, now)
             return replacement_waits(pool, unplaced, why, now)
         return 0.0  # the next step brings the replacement up
