@@ -138,6 +138,12 @@ class Node(models.Model):
     repair_action = models.CharField(max_length=16, blank=True)
     repair_reason = models.CharField(max_length=200, blank=True)
     repair_requested_at = models.DateTimeField(null=True, blank=True)
+    #: the released node this one replaces, set where the count cannot say it: a pool ERROR
+    #: for its spec places one node per node auto-repair released
+    #: (:func:`nodepools.repair.placed_replacements`)
+    replaces = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     #: moving off a draining host (nodepools/host_moves.py): "" (not moving), ``replacing``
     #: (a replacement is placed elsewhere first), ``draining``, ``drain-blocked`` (pods that
     #: cannot be evicted), ``moved`` (released; kept on the DELETED row for the count)

@@ -16,6 +16,12 @@ computed from those phases here, never carried over from the step that made the 
 
 Nodes drained on purpose (an upgrade, an isolation change, a scale-down) count as not ready in
 ``NodesReady`` but do not make the pool DEGRADED: their own steps report them.
+
+A pool ``ERROR`` for its current spec (say, a scale-up without capacity) is read the same way
+at every step (:func:`nodepools.reconcile._step_failed`), with the nodes the failed change did
+not place named too (``1 of 2 nodes ready; 1 node(s) not placed``); it stays ``ERROR`` and
+its ``Ready`` condition keeps the failure (the failed operation's error), while
+``NodesReady`` names the nodes out of service.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ UNPLANNED = (NodePhase.NOT_READY, NodePhase.REPAIRING)
 @dataclass(frozen=True)
 class Readiness:
     """``ready`` of ``total`` (the pool's ``node_count``) nodes READY; ``problems``: one text
-    per node that is not, naming it and why; ``degraded``: some node is out of service
+    per node that is not, naming it and why (and how many are not placed, on an ERROR pool);
+    ``degraded``: some node is out of service
     unplanned (:data:`UNPLANNED`)."""
 
     ready: int
@@ -70,29 +77,34 @@ def readiness(pool: NodePool, live: list[Node]) -> Readiness:
     """The pool's readiness from ``live`` (its nodes that count towards ``node_count``)."""
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     not_ready = [n for n in live if n.phase != NodePhase.READY]
+    # only an ERROR pool has fewer nodes than its node_count here: the failed change's
+    missing = pool.node_count - len(live)
     return Readiness(
         ready=ready,
         total=pool.node_count,
-        problems=tuple(_why(n) for n in not_ready),
+        problems=tuple(_why(n) for n in not_ready)
+        + ((f"{missing} node(s) not placed",) if missing > 0 else ()),
         degraded=any(n.phase in UNPLANNED for n in live),
     )
 
 
-def write_readiness(pool: NodePool, live: list[Node], now: datetime) -> Readiness:
-    """Set the pool's ``NodesReady`` condition (and, while :attr:`Readiness.degraded`,
-    ``Ready`` False and phase DEGRADED) from ``live``; saves only what changed. Returns the
-    readiness it wrote."""
-    state = readiness(pool, live)
-    conditions = pool.conditions
+def nodes_ready(state: Readiness) -> tuple[str, bool, str, str]:
+    """The ``NodesReady`` condition (type, status, reason, message) of ``state``."""
     if state.problems:
         message = f"{state.summary}; " + "; ".join(state.problems)
-        conditions = set_condition(
-            conditions, "NodesReady", False, "NodesNotReady", message[:1000], now
-        )
-    else:
-        conditions = set_condition(conditions, "NodesReady", True, "NodesReady", state.summary, now)
+        return ("NodesReady", False, "NodesNotReady", message[:1000])
+    return ("NodesReady", True, "NodesReady", state.summary)
+
+
+def write_readiness(pool: NodePool, live: list[Node], now: datetime) -> Readiness:
+    """Set the pool's ``NodesReady`` condition (and, while :attr:`Readiness.degraded`,
+    ``Ready`` False and phase DEGRADED, except on an ERROR pool) from ``live``; saves only
+    what changed. Returns the readiness it wrote."""
+    state = readiness(pool, live)
+    conditions = set_condition(pool.conditions, *nodes_ready(state), now)
     phase = pool.phase
-    if state.degraded:
+    # an ERROR pool's Ready keeps its failure: NodesReady alone names its nodes
+    if state.degraded and phase != Phase.ERROR:
         message = f"{state.summary}; " + "; ".join(state.problems)
         conditions = set_condition(conditions, "Ready", False, "NodesNotReady", message[:1000], now)
         if phase == Phase.RUNNING:  # other phases are their own steps' to say

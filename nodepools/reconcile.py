@@ -37,7 +37,14 @@ save status, return the requeue delay (None when converged):
    (:mod:`nodepools.readiness`): a node out of service unplanned (``NOT_READY``: its host is
    NOT_READY; ``REPAIRING``) makes the pool ``DEGRADED`` with ``NodesReady``/``Ready`` False
    naming it and why;
-8. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE.
+8. all nodes ready -> ``RUNNING``, ``observed_generation = generation``, operation DONE;
+9. a pool ``ERROR`` for its current spec (``observed_generation == generation``) is not
+   stepped through 3-8: the failed change waits for a new spec or a deletion, which take the
+   steps above as usual. Its nodes are still read (step 7: ``NodesReady`` names the nodes out
+   of service and the ones the failed change did not place) and repaired
+   (:mod:`nodepools.repair`: reboot in place, or release and place exactly one replacement,
+   under a REPAIR_NODES operation), while the pool stays ``ERROR`` with ``Ready`` keeping the
+   failure (:func:`_step_failed`); converged (None) when nothing is in progress.
 """
 
 from __future__ import annotations
@@ -64,7 +71,14 @@ from . import host_moves, observed, readiness, shared
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
-from .repair import REPLACING, pending_replacements, replacement_short, step_repair
+from .repair import (
+    REPLACING,
+    pending_replacements,
+    placed_replacements,
+    replacement_short,
+    replacement_waits,
+    step_repair,
+)
 from .services import release_pool_quota
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
@@ -91,7 +105,9 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
         if pool.deletion_requested_at is not None or pool.cluster.deletion_requested_at is not None:
             delay = _step_delete(pool, now)
         elif pool.phase == Phase.ERROR and pool.observed_generation == pool.generation:
-            delay = None  # failed for this spec: wait for a spec change (or deletion)
+            # failed for this spec: the change waits for a new spec (or deletion), but the
+            # nodes the pool has are still read and repaired
+            delay = _step_failed(pool, now)
         elif pool.cluster.phase != Phase.RUNNING:
             delay = _wait_for_cluster(pool, now)
         else:
@@ -132,37 +148,9 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return _drain_then_release(pool, surplus, now)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
-    waits: list[float] = []
-    unverified: list[str] = []
-    for node in live:
-        if node.phase != NodePhase.PROVISIONING:
-            continue
-        status = provider.machine_status(spec, node_spec(node), now)
-        if not status.ready:
-            waits.append(status.retry_after_s)
-            continue
-        # READY only when the host's agent reports what the node must run (observed.py)
-        verdict, problem = observed.gate(
-            pool, node, observed.expectation(pool), what="to become READY", now=now
-        )
-        if verdict == observed.FAILED:
-            return _fail(pool, "observed_state_mismatch", problem, retryable=True, now=now)
-        if verdict == observed.WAITING:
-            unverified.append(problem)
-            waits.append(OBSERVED_POLL_S)
-            continue
-        node.phase = NodePhase.READY
-        node.ready_at = now
-        try:
-            report = provider.node_config_status(spec, node_spec(node), now)
-        except ProviderError:  # a provider that cannot report it: sharing stays unknown
-            report = None
-        node.gpu_layout = observed_layout(
-            node, list(report.gpu_layout) if report and report.state == "success" else []
-        )
-        node.save(update_fields=["phase", "ready_at", "gpu_layout"])
-        # a VM node of a shared host bills one ledger row per GPU instance, by fraction
-        node_ready.send(sender=Node, node=node, allocations=shared.allocations(node))
+    waits, unverified, failed = _bring_up(pool, live, provider, spec, now)
+    if failed is not None:
+        return _fail(pool, "observed_state_mismatch", failed, retryable=True, now=now)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     if waits:
         _set_conditions(
@@ -228,6 +216,97 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     return None
 
 
+def _bring_up(
+    pool: NodePool, nodes: list[Node], provider: Provider, spec: NodePoolSpec, now: datetime
+) -> tuple[list[float], list[str], str | None]:
+    """Make READY each PROVISIONING node of ``nodes`` whose machine is ready and whose host's
+    agent reports what it must run. Returns ``(waits, unverified, failed)``: the delays (s)
+    of the nodes still provisioning, the differences of those waiting for their agent, and
+    the problem of the first node past ``NVKE_OBSERVED_STATE_TIMEOUT_S`` (None if none; the
+    nodes after it are not looked at)."""
+    waits: list[float] = []
+    unverified: list[str] = []
+    for node in nodes:
+        if node.phase != NodePhase.PROVISIONING:
+            continue
+        status = provider.machine_status(spec, node_spec(node), now)
+        if not status.ready:
+            waits.append(status.retry_after_s)
+            continue
+        # READY only when the host's agent reports what the node must run (observed.py)
+        verdict, problem = observed.gate(
+            pool, node, observed.expectation(pool), what="to become READY", now=now
+        )
+        if verdict == observed.FAILED:
+            return waits, unverified, problem
+        if verdict == observed.WAITING:
+            unverified.append(problem)
+            waits.append(OBSERVED_POLL_S)
+            continue
+        node.phase = NodePhase.READY
+        node.ready_at = now
+        try:
+            report = provider.node_config_status(spec, node_spec(node), now)
+        except ProviderError:  # a provider that cannot report it: sharing stays unknown
+            report = None
+        node.gpu_layout = observed_layout(
+            node, list(report.gpu_layout) if report and report.state == "success" else []
+        )
+        node.save(update_fields=["phase", "ready_at", "gpu_layout"])
+        # a VM node of a shared host bills one ledger row per GPU instance, by fraction
+        node_ready.send(sender=Node, node=node, allocations=shared.allocations(node))
+    return waits, unverified, None
+
+
+def _step_failed(pool: NodePool, now: datetime) -> float | None:
+    """A step of a pool ERROR for its current spec (step 9 of the module docstring).
+
+    The failed change is not retried (a new spec or a deletion moves the pool on); the nodes
+    the pool has are still read (:mod:`nodepools.readiness`) and repaired
+    (:mod:`nodepools.repair`) as in a RUNNING pool. A replaced node gets exactly one
+    replacement (:func:`nodepools.repair.placed_replacements`), never the nodes the failed
+    change asked for; without capacity for it the placement is retried every
+    ``SHORT_RETRY_S`` (``RepairPending`` says why). The phase stays ERROR and ``Ready`` keeps
+    the failure. Returns None when nothing is in progress.
+    """
+    if pool.cluster.phase != Phase.RUNNING:
+        return None  # its nodes are looked at once the control plane is back (beat's resync)
+    live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    unplaced, placed = placed_replacements(pool, live)
+    if unplaced:
+        try:
+            _place_nodes(pool, len(unplaced), now, replaces=unplaced)
+        except (InsufficientCapacity, ProviderError) as exc:
+            why = (
+                str(exc) if isinstance(exc, InsufficientCapacity) else f"the provider failed: {exc}"
+            )
+            readiness.write_readiness(pool, live, now)
+            return replacement_waits(pool, unplaced, why, now)
+        return 0.0  # the next step brings the replacement up
+    provider = get_provider(pool.cluster.provider)
+    spec = nodepool_spec(pool)
+    waits, unverified, failed = _bring_up(pool, placed, provider, spec, now)
+    if placed:
+        _set_conditions(pool, now, _verified([failed] if failed else unverified))
+    if failed is not None or waits:
+        readiness.write_readiness(pool, live, now)
+    if failed is not None:
+        # the replacement never agreed with its host's agent: the repair fails, the node
+        # stays as a new node of a failed change does (an operator looks, or a new spec)
+        error = {"code": "observed_state_mismatch", "message": failed, "retryable": True}
+        finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), error=error, now=now)
+        return None
+    if waits:
+        return min(waits)
+    repairing = step_repair(pool, live, provider, spec, now)
+    # read after the repair step, so that a node it took out of service is named at once
+    live = [n for n in live if n.phase in LIVE_NODE_PHASES]
+    readiness.write_readiness(pool, live, now)
+    if repairing is not None:
+        return repairing
+    return readiness.next_look_s(live, now)
+
+
 def _finish_size_operations(pool: NodePool, now: datetime) -> None:
     """The pool has the nodes its spec asks for: its create / resize operation is DONE."""
     finish_operation(
@@ -249,38 +328,8 @@ def _scale_up(
     beside ``live``; without capacity the pool then runs short (``host_moves.SHORT``)
     instead of failing."""
     missing = (count if count is not None else pool.node_count) - len(live)
-    k8s = (
-        pool.kubernetes_version
-        or pool.cluster.control_plane_version
-        or pool.cluster.kubernetes_version
-    )
-    provider = get_provider(pool.cluster.provider)
     try:
-        with transaction.atomic():  # savepoint: on failure no Node row and no GPU stays held
-            new_nodes = [
-                Node.objects.create(
-                    tenant_id=pool.tenant_id,
-                    cluster_id=pool.cluster_id,
-                    nodepool=pool,
-                    name=f"{pool.cluster.name}-{pool.name}-{secrets.token_hex(3)}",
-                    created_at=now,
-                    kubernetes_version=k8s,
-                    driver_version=pool.driver_version,
-                )
-                for _ in range(missing)
-            ]
-            placements = provider.ensure_machines(
-                nodepool_spec(pool), [node_spec(n) for n in new_nodes]
-            )
-            by_id = {p.node_id: p for p in placements}
-            for node in new_nodes:
-                placed = by_id[node.id]
-                node.host_id = placed.host_id
-                node.zone = placed.zone
-                node.gpu_uuids = list(placed.gpu_uuids)
-                node.applied_config = config_hash(pool.gpu_config)  # what it boots with
-                node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
-                observed.start_wait(node, now)  # READY needs a report after it boots
+        _place_nodes(pool, missing, now)
     except InsufficientCapacity as exc:
         if surge:  # no room for surge nodes: upgrade in place instead
             pool.upgrade = {**pool.upgrade, "max_surge": 0, "surge_unavailable": str(exc)}
@@ -309,6 +358,48 @@ def _scale_up(
         pool.save(update_fields=fields)
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
+
+
+def _place_nodes(
+    pool: NodePool, count: int, now: datetime, replaces: list[Node] | None = None
+) -> list[Node]:
+    """Create ``count`` Node rows and place their machines through the provider, all or
+    none: on ``InsufficientCapacity`` or a ``ProviderError`` (raised) no Node row and no GPU
+    stays held. The new nodes are PROVISIONING, waiting for their host's agent; with
+    ``replaces`` (``count`` released nodes) each new node records the one it replaces."""
+    k8s = (
+        pool.kubernetes_version
+        or pool.cluster.control_plane_version
+        or pool.cluster.kubernetes_version
+    )
+    provider = get_provider(pool.cluster.provider)
+    with transaction.atomic():  # savepoint: on failure no Node row and no GPU stays held
+        new_nodes = [
+            Node.objects.create(
+                tenant_id=pool.tenant_id,
+                cluster_id=pool.cluster_id,
+                nodepool=pool,
+                name=f"{pool.cluster.name}-{pool.name}-{secrets.token_hex(3)}",
+                created_at=now,
+                kubernetes_version=k8s,
+                driver_version=pool.driver_version,
+                replaces=replaces[i] if replaces else None,
+            )
+            for i in range(count)
+        ]
+        placements = provider.ensure_machines(
+            nodepool_spec(pool), [node_spec(n) for n in new_nodes]
+        )
+        by_id = {p.node_id: p for p in placements}
+        for node in new_nodes:
+            placed = by_id[node.id]
+            node.host_id = placed.host_id
+            node.zone = placed.zone
+            node.gpu_uuids = list(placed.gpu_uuids)
+            node.applied_config = config_hash(pool.gpu_config)  # what it boots with
+            node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
+            observed.start_wait(node, now)  # READY needs a report after it boots
+    return new_nodes
 
 
 def _release_replaced(pool: NodePool, live: list[Node], now: datetime) -> bool:
@@ -676,6 +767,11 @@ def _fail(pool: NodePool, code: str, message: str, retryable: bool, now: datetim
     pool.phase = Phase.ERROR
     pool.observed_generation = pool.generation
     pool.conditions = set_condition(pool.conditions, "Ready", False, _reason(code), message, now)
+    # NodesReady as the next steps read it (_step_failed): the nodes it has, those not placed
+    live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    pool.conditions = set_condition(
+        pool.conditions, *readiness.nodes_ready(readiness.readiness(pool, live)), now
+    )
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
     finish_operation(
         pool.id, error={"code": code, "message": message, "retryable": retryable}, now=now

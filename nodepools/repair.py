@@ -22,6 +22,12 @@ it. When no capacity is free for the replacement the pool does not fail: it runs
 REPAIR_NODES operation stays RUNNING, and the placement is retried every
 ``host_moves.SHORT_RETRY_S`` seconds until capacity comes back; then the replacement is
 placed, and once it is READY ``RepairPending`` turns False and the operation is DONE.
+
+A pool ``ERROR`` for its current spec (a scale-up that found no capacity) is repaired the same
+way (:func:`nodepools.reconcile._step_failed`) and stays ``ERROR``: a replaced node gets one
+replacement (``Node.replaces``, :func:`placed_replacements`), never the nodes the failed change
+asked for, and without capacity for it ``RepairPending`` says so and the placement is retried
+every ``host_moves.SHORT_RETRY_S`` seconds (the pool does not run short: it is ERROR already).
 """
 
 from __future__ import annotations
@@ -212,6 +218,16 @@ def replacement_short(
     short = host_moves.capacity_short(
         pool, live, reason, now, cause="nodes replaced by auto-repair"
     )
+    replacement_waits(pool, pending, reason, now)
+    return short
+
+
+def replacement_waits(pool: NodePool, pending: list[Node], reason: str, now: datetime) -> float:
+    """The replacements of ``pending`` cannot be placed (no capacity: ``reason``):
+    ``RepairPending`` says what waits and why and the REPAIR_NODES operation stays RUNNING
+    with that stage. Returns the retry delay, ``host_moves.SHORT_RETRY_S``."""
+    from . import host_moves
+
     message = (
         f"{_pending_text(pending)}: no capacity for the replacement ({reason}); "
         f"retried every {host_moves.SHORT_RETRY_S:g} s"
@@ -220,7 +236,19 @@ def replacement_short(
     Operation.objects.filter(
         target_id=pool.id, type=OperationType.REPAIR_NODES, status__in=["PENDING", "RUNNING"]
     ).update(progress={"done": 0, "total": len(pending), "stage": message[:300]})
-    return short
+    return host_moves.SHORT_RETRY_S
+
+
+def placed_replacements(pool: NodePool, live: list[Node]) -> tuple[list[Node], list[Node]]:
+    """``(unplaced, placed)`` for a pool that does not grow to its ``node_count`` (ERROR for
+    its current spec, where the missing count says nothing): the released nodes waiting for
+    their replacement (:func:`pending_replacements`) that have none yet, and the nodes of
+    ``live`` placed as replacements (``Node.replaces``) of those that have."""
+    pending = pending_replacements(pool)
+    ids = {n.pk for n in pending}
+    placed = [n for n in live if n.replaces_id in ids]
+    taken = {n.replaces_id for n in placed}
+    return [n for n in pending if n.pk not in taken], placed
 
 
 def settle_replacements(pool: NodePool, now: datetime) -> list[str]:
