@@ -304,6 +304,7 @@ def _ensure_operation(pool: NodePool, total: int, now: datetime) -> None:
             target_id=pool.id,
             requested_by="system:auto-repair",
             progress={"done": 0, "total": total, "stage": "pending"},
+            created_at=now,  # the reconcile step's instant: not created after it started
             started_at=now,
         )
 

@@ -64,6 +64,7 @@ def test_a_gpu_reset_xid_reboots_the_node_in_place(pool):
     )
     op = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
     assert (op.status, op.requested_by) == ("DONE", "system:auto-repair")
+    assert op.created_at == op.started_at <= op.finished_at  # opened as the step started it
 
 
 def test_a_hardware_xid_replaces_the_node_on_healthy_gpus(pool):
