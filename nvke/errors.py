@@ -79,7 +79,7 @@ def refuse_unknown_fields(data: Any, allowed: set[str], what: str) -> None:
     change nothing."""
     if not hasattr(data, "keys"):
         return  # not an object: the route's serializer says so (400 non_field_errors)
-    unknown = sorted(str(k) for k in data.keys() if k not in allowed)
+    unknown = sorted(str(k) for k in data if k not in allowed)
     if unknown:
         raise InvalidInput(
             f"{what}; not: {', '.join(unknown)}", code="field_not_updatable", field=unknown[0]
