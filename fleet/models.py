@@ -19,7 +19,7 @@ from django.contrib.postgres.fields import (
     RangeOperators,
 )
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from .choices import (
     CheckKind,
@@ -151,32 +151,50 @@ class Host(models.Model):
 
     @staticmethod
     def in_region_q(region: str, prefix: str = "") -> Q:
-        """Q matching hosts in ``region``: their region, or a zone equal to it or starting with
-        it not followed by a digit (as :func:`zone_in_region`)."""
-        return (
-            Q(**{f"{prefix}region": region})
-            | Q(**{f"{prefix}zone": region})
-            | (
-                Q(**{f"{prefix}zone__startswith": region})
-                & ~Q(**{f"{prefix}zone__regex": "^" + re.escape(region) + "[0-9]"})
-            )
+        """Q matching hosts in ``region``: :func:`host_in_region` in SQL (the host's region,
+        or for a host whose region is its zone, the zone by :func:`zone_in_region`)."""
+        p = prefix
+        if not region:
+            return Q(pk__in=[])  # no host is in no region
+        by_zone = Q(**{f"{p}zone": region}) | (
+            Q(**{f"{p}zone__startswith": region + "-"}) & ~Q(**{f"{p}zone__regex": _CLOUD_ZONE})
         )
+        if region[-1:].isdigit():  # a cloud zone of this region: the region + [-] + a letter
+            by_zone |= Q(**{f"{p}zone__regex": "^" + re.escape(region) + "-?[a-z]$"})
+        own_zone = Q(**{f"{p}region": ""}) | Q(**{f"{p}region": F(f"{p}zone")})
+        return Q(**{f"{p}region": region}) | (own_zone & by_zone)
+
+
+#: a zone with a cloud name (:func:`region_of_zone` gives it a region of its own), in SQL
+_CLOUD_ZONE = r"^.*[0-9]-?[a-z]$"
 
 
 def zone_in_region(zone: str, region: str) -> bool:
-    """Whether ``zone`` is in ``region`` — the one rule placement, reservations and the
-    portal use: the zone is the region, or :func:`region_of_zone` gives it, or the zone starts
-    with the region and does not go on with a digit (``dc1-rack2`` and ``europe-west1-b`` are
-    in ``dc1`` / ``europe-west1``; ``europe-west10-a`` and ``us-east-10a`` are not in
-    ``europe-west1`` / ``us-east-1``: GCP has both europe-west1 and europe-west10)."""
+    """Whether ``zone`` is in ``region`` by its name — the one rule placement, reservations
+    and the portal use (with a host's own region: :func:`host_in_region`). A zone with a
+    cloud name is in the region that name gives and no other (:func:`region_of_zone`:
+    ``us-east-1a`` is in ``us-east-1``, not in ``us``, ``us-east`` or ``us-east-10``;
+    ``europe-west10-a`` not in ``europe-west1``). A name of the operator's own is in the
+    region it equals or that it starts with followed by ``-`` (``dc1-rack2`` is in ``dc1``,
+    not in ``d`` or ``dc``)."""
     if not region:
         return False
-    if zone == region or region_of_zone(zone) == region:
+    if zone == region:
         return True
-    return zone.startswith(region) and zone[len(region) : len(region) + 1] not in _DIGITS
+    derived = region_of_zone(zone)
+    if derived != zone:
+        return derived == region
+    return zone.startswith(region + "-")
 
 
-_DIGITS = tuple("0123456789")
+def host_in_region(host_region: str, zone: str, region: str) -> bool:
+    """Whether a host (its ``region`` field and ``zone``) is in ``region``: its region is,
+    or, for a host whose region is its zone (imported without one, a zone without a cloud
+    name), its zone by :func:`zone_in_region`. A region given at import is the host's only
+    one (zone ``1`` of Azure's ``eastus``). ``Host.in_region_q`` is the same rule in SQL."""
+    if host_region == region:
+        return bool(region)
+    return host_region in ("", zone) and zone_in_region(zone, region)
 
 
 def region_of_zone(zone: str) -> str:

@@ -55,7 +55,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from .choices import SCHEDULABLE_HOST_STATES, HostState, ScrubState
-from .models import Gpu, Host, region_of_zone, zone_in_region
+from .models import Gpu, Host, host_in_region, region_of_zone
 
 #: tenancy key of hosts nobody holds a GPU of
 FREE = "free"
@@ -322,7 +322,7 @@ class Planner:
         self._index: dict[tuple, list[tuple[str, uuid.UUID]]] = defaultdict(list)
         self._signatures: dict[tuple, set[tuple[int, ...]]] = defaultdict(set)
         self._key: dict[uuid.UUID, tuple] = {}
-        self._zones: dict[str, set[str]] = defaultdict(set)  # model -> zones
+        self._zones: dict[str, set[tuple[str, str]]] = defaultdict(set)  # model -> (zone, region)
         self._max_free: dict[str, int] = defaultdict(int)  # model -> largest host size
         self.group_zones: dict[uuid.UUID, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self.holders: dict[uuid.UUID, Placement] = {}
@@ -334,7 +334,7 @@ class Planner:
     def add(self, host: HostView) -> None:
         """Add a host; the nodes already on it count towards their groups' zones."""
         self.hosts[host.id] = host
-        self._zones[host.gpu_model].add(host.zone)
+        self._zones[host.gpu_model].add((host.zone, host.region))
         self._max_free[host.gpu_model] = max(self._max_free[host.gpu_model], host.gpu_count)
         for group in {(g.group, g.holder) for g in host.gpus if g.group and g.holder}:
             self.group_zones[group[0]][host.zone] += 1
@@ -376,9 +376,9 @@ class Planner:
         """Zones of the request's model inside its region (or just its zone)."""
         zones = self._zones.get(request.gpu_model, set())
         if request.zone:
-            return [request.zone] if request.zone in zones else []
+            return [request.zone] if any(z == request.zone for z, _ in zones) else []
         region = request.region
-        return sorted(z for z in zones if zone_in_region(z, region))
+        return sorted({z for z, r in zones if host_in_region(r, z, region)})
 
     def find(
         self, request: GpuRequest, *, allow_split: bool = True, use_free_hosts: bool = True
@@ -523,7 +523,7 @@ def naive_first_fit(hosts: Sequence[HostView], request: GpuRequest) -> Placement
             or not host.schedulable
             or host.free < request.gpus
             or (request.zone and host.zone != request.zone)
-            or not (host.region == request.region or zone_in_region(host.zone, request.region))
+            or not host_in_region(host.region, host.zone, request.region)
             or not host.admits(request.tenant_id, request.shares_host)
         ):
             continue

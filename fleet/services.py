@@ -35,7 +35,7 @@ from nvke.errors import Conflict, InvalidInput
 
 from . import formats, hygiene, nvlink_domains, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
-from .models import Gpu, Host, HostEvent, region_of_zone, zone_in_region
+from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
 from .signals import host_drain_requested, host_state_changed
 
@@ -49,14 +49,15 @@ class ImportedHost:
 
 
 def _check_region(zone: str, region: str) -> None:
-    """An explicit ``region`` must not contradict the zone's cloud name: ``us-east-1c`` is
-    AWS's us-east-1 and ``europe-west1-c`` GCP's europe-west1 (:func:`region_of_zone`), so
-    either may only be given that region (or one :func:`zone_in_region` admits). A zone the
-    naming conventions say nothing of (Azure's ``1``, ``rack-a``, ``dc1-rack2``) takes any
-    region. InvalidInput ``zone_not_in_region`` (field ``region``): such a host counted in
-    both regions, by its zone in one and by its region in the other."""
+    """An explicit ``region`` must be the one the zone's cloud name gives, where it has one:
+    ``us-east-1c`` is AWS's us-east-1 and ``europe-west1-c`` GCP's europe-west1
+    (:func:`region_of_zone`), so they take only that region (not ``europe-west1``, ``us``,
+    ``us-east`` or the zone itself). A zone the naming conventions say nothing of (Azure's
+    ``1``, ``rack-a``, ``dc1-rack2``) takes any region, which is then its only one
+    (:func:`fleet.models.host_in_region`). InvalidInput ``zone_not_in_region`` (field
+    ``region``): such a host counted in two regions, by its zone and by its region."""
     derived = region_of_zone(zone)
-    if region and derived != zone and derived != region and not zone_in_region(zone, region):
+    if region and derived != zone and region != derived:
         raise InvalidInput(
             f"zone {zone!r} is in region {derived!r} by its name, not {region!r}",
             code="zone_not_in_region",

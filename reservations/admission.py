@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from catalog.services import UnknownGpuModel, get_gpu_model
-from fleet.models import zone_in_region
+from fleet.models import Host, zone_in_region
 from nvke.errors import Conflict, InvalidInput
 from tenants import audit
 from tenants.models import Tenant
@@ -220,9 +220,13 @@ def _gpu_model(slug: str):
 
 
 def check_zone(zone: str, region: str) -> None:
-    """A zone, when given, is one of ``region``'s (:func:`fleet.models.zone_in_region`, the
-    placement rule). InvalidInput ``zone_not_in_region`` (field ``zone``)."""
-    if zone and not zone_in_region(zone, region):
+    """A zone, when given, is one of ``region``'s: by its name
+    (:func:`fleet.models.zone_in_region`, the placement rule), or a host in it was given that
+    region (Azure's zone ``1`` of ``eastus``). InvalidInput ``zone_not_in_region`` (field
+    ``zone``)."""
+    if zone and not (
+        zone_in_region(zone, region) or Host.objects.filter(zone=zone, region=region).exists()
+    ):
         raise InvalidInput(
             f"zone {zone!r} is not in region {region!r}", code="zone_not_in_region", field="zone"
         )

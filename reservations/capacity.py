@@ -28,7 +28,7 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Q
 
-from fleet.models import zone_in_region
+from fleet.models import host_in_region
 
 from .choices import EndAction
 from .models import Reservation
@@ -46,7 +46,7 @@ class Demand:
 
 
 _COUNTS_SQL = """
-SELECT h.zone,
+SELECT h.zone, h.region,
        count(*) FILTER (WHERE (g.health = 'HEALTHY' AND g.missing_since IS NULL)
                               OR g.holder_id IS NOT NULL),
        count(*) FILTER (WHERE g.holder_id IS NOT NULL AND r.id IS NULL)
@@ -59,8 +59,8 @@ SELECT h.zone,
         AND (r.cancelled_at IS NULL OR r.cancelled_at > %(now)s)
  WHERE h.gpu_model_id = %(model)s AND h.state IN ('AVAILABLE', 'ALLOCATED')
    AND h.tenancy = 'dedicated'
-   AND (h.region = %(region)s OR h.zone = %(region)s OR h.zone LIKE %(prefix)s)
- GROUP BY h.zone
+   AND (h.region = %(region)s OR h.zone LIKE %(prefix)s)
+ GROUP BY h.zone, h.region
 """
 
 
@@ -72,7 +72,12 @@ def fleet_counts(model: str, region: str, now: datetime) -> dict[str, tuple[int,
             _COUNTS_SQL, {"model": model, "region": region, "prefix": prefix, "now": now}
         )
         rows = cursor.fetchall()
-    return {zone: (int(cap), int(held)) for zone, cap, held in rows if zone_in_region(zone, region)}
+    counts: dict[str, tuple[int, int]] = {}
+    for zone, host_region, cap, held in rows:  # the SQL's candidates; the rule decides
+        if host_in_region(host_region, zone, region):
+            before = counts.get(zone, (0, 0))
+            counts[zone] = (before[0] + int(cap), before[1] + int(held))
+    return counts
 
 
 def totals(counts: dict[str, tuple[int, int]], zone: str = "") -> tuple[int, int]:

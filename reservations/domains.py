@@ -16,7 +16,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from fleet.formats import FormatError
-from fleet.models import Gpu, Host, zone_in_region
+from fleet.models import Gpu, Host, host_in_region
 from fleet.nvlink_domains import parse_clique_id, parse_cluster_uuid
 from nvke.errors import Conflict, InvalidInput
 
@@ -78,7 +78,7 @@ def resolve(*, gpu_model: str, region: str, zone: str, label: str, gpus: int | N
     foreign = [
         (m, z)
         for _, m, z, r in hosts
-        if m != gpu_model or not (r == region or zone_in_region(z, region))
+        if m != gpu_model or not host_in_region(r, z, region)
     ]
     if foreign:
         m, z = foreign[0]

@@ -495,6 +495,9 @@ def test_a_host_with_64_gpus_imports(operator, catalog):
     [
         ("us-east-1c", "europe-west1", True),  # AWS's us-east-1 by its name
         ("europe-west1-c", "europe-west10", True),  # GCP's europe-west1
+        ("us-east-1c", "us", True),  # a prefix of its region (found by the second trial)
+        ("us-east-1c", "us-east", True),
+        ("us-east-1c", "us-east-1c", True),  # the zone itself
         ("us-east-1c", "us-east-1", False),
         ("dc1-rack2", "dc1", False),  # a name of the operator's own: any region
         ("1", "eastus", False),  # Azure's zones are numbers
