@@ -75,11 +75,7 @@ def resolve(*, gpu_model: str, region: str, zone: str, label: str, gpus: int | N
             code="unknown_nvlink_domain",
             field=FIELD,
         )
-    foreign = [
-        (m, z)
-        for _, m, z, r in hosts
-        if m != gpu_model or not host_in_region(r, z, region)
-    ]
+    foreign = [(m, z) for _, m, z, r in hosts if m != gpu_model or not host_in_region(r, z, region)]
     if foreign:
         m, z = foreign[0]
         raise InvalidInput(
