@@ -157,11 +157,20 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
     return op
 
 
+#: operations the system runs beside the tenant's own: they do not hold the cluster's one
+#: mutating operation (an auto-repair waiting hours for capacity locked the cluster, and it
+#: cannot be cancelled; found by the hostile trial). The pool-level checks still apply: an
+#: isolation change or upgrade needs a RUNNING pool, a deletion supersedes the repair.
+BACKGROUND_OPERATION_TYPES = (OperationType.REPAIR_NODES,)
+
+
 def ensure_no_active_operation(cluster: Cluster) -> None:
-    """One mutating operation per cluster at a time: Conflict ``operation_in_progress`` naming
-    the running one. Call with the cluster row locked."""
+    """One mutating operation per cluster at a time (besides
+    :data:`BACKGROUND_OPERATION_TYPES`): Conflict ``operation_in_progress`` naming the
+    running one. Call with the cluster row locked."""
     running = (
         Operation.objects.filter(cluster=cluster, status__in=ACTIVE_OPERATION_STATUSES)
+        .exclude(type__in=BACKGROUND_OPERATION_TYPES)
         .order_by("created_at")
         .first()
     )

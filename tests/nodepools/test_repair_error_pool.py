@@ -292,3 +292,40 @@ def test_a_new_spec_change_on_an_error_pool_is_taken_as_before(owner, failed, ma
     )
     assert condition(pool, "NodesReady")["message"] == "2 of 2 nodes ready"
     assert owner.get(f"/api/v1/operations/{failed_op['id']}").json() == failed_op
+
+
+def test_a_repair_waiting_for_capacity_does_not_lock_the_cluster(
+    owner, failed, django_capture_on_commit_callbacks
+):
+    """The second hostile trial's cluster: a REPAIR_NODES waiting for capacity (not
+    cancellable) made every other change 409 operation_in_progress. The tenant's own changes
+    go on beside it; the pool-level rules still hold, and deleting the pool supersedes it."""
+    from clusters.models import Operation
+    from nodepools.reconcile import reconcile_nodepool
+
+    cluster, pool, _ = failed
+    (node,) = nodes(pool)
+    xid(node, 61, django_capture_on_commit_callbacks)
+    assert reconcile_nodepool(pool) == 0.0
+    assert reconcile_nodepool(pool) == 30.0  # waiting for capacity
+    repair = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
+    assert repair.status == "RUNNING"
+    policy = {"windows": [{"days": ["sat"], "start": "02:00", "end": "06:00"}]}
+    op = owner.patch(f"/api/v1/clusters/{cluster}", {"maintenance_policy": policy}, format="json")
+    assert (op.status_code, op.json()["type"], op.json()["status"]) == (
+        202,
+        "UPDATE_CLUSTER",
+        "DONE",
+    )
+    other = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {"name": "other", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 1},
+        format="json",
+    )
+    assert (other.status_code, other.json()["type"]) == (202, "CREATE_NODE_POOL")
+    # a second tenant change still waits for the first: the one-operation rule is the tenant's
+    busy = owner.patch(f"/api/v1/clusters/{cluster}", {"maintenance_policy": {}}, format="json")
+    assert (busy.status_code, busy.json()["code"]) == (409, "operation_in_progress")
+    assert busy.json()["operation_type"] == "CREATE_NODE_POOL"
+    repair.refresh_from_db()
+    assert repair.status == "RUNNING"
