@@ -77,8 +77,9 @@ def capacity_answer(
 
     ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
     (``C - D - max R``), for a reservation pool what its reservation has left after its other
-    pools (0 once it is cancelled or ended); ``reserved_gpus``: the largest count reserved
-    from now on in the region (on-demand pools cannot take those); ``held_by_reservations``:
+    pools (0 once it is cancelled or ended, as its ``reserved_gpus``); ``reserved_gpus``:
+    the largest count reserved from now on in the region (on-demand pools cannot take those),
+    for a reservation pool its reservation's size; ``held_by_reservations``:
     of those, GPUs reservation pools hold now (0 unless reservations are what keeps an
     on-demand pool out); ``placeable_from``: when it fits if not now (a reservation's start,
     or when reservations end), None when it does not fit at any future instant as the fleet
@@ -100,7 +101,7 @@ def capacity_answer(
             "reservation_id": str(reservation.id),
             "needed_gpus": needed,
             "free_gpus": max(left, 0),
-            "reserved_gpus": reservation.gpus,
+            "reserved_gpus": reservation.gpus if live else 0,
             "held_by_reservations": 0,
         }
         if not live:
