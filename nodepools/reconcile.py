@@ -813,6 +813,14 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
     pool.conditions = set_condition(
         pool.conditions, "Ready", False, "Deleted", "node pool deleted", now
     )
+    # what the other conditions said of its nodes (a repair, the ready count) is over too
+    for type_, message in (
+        ("NodesReady", "0 nodes: the node pool is deleted"),
+        ("RepairPending", "the node pool is deleted"),
+        ("CapacityShort", "the node pool is deleted"),
+    ):
+        if any(c.get("type") == type_ for c in pool.conditions):
+            pool.conditions = set_condition(pool.conditions, type_, False, "Deleted", message, now)
     pool.save(
         update_fields=["phase", "deleted_at", "observed_generation", "conditions", "updated_at"]
     )

@@ -329,3 +329,30 @@ def test_a_repair_waiting_for_capacity_does_not_lock_the_cluster(
     assert busy.json()["operation_type"] == "CREATE_NODE_POOL"
     repair.refresh_from_db()
     assert repair.status == "RUNNING"
+
+
+def test_deleting_a_pool_mid_repair_leaves_no_condition_about_its_nodes(
+    owner, failed, django_capture_on_commit_callbacks
+):
+    """The DELETED pool still said "0 of 2 nodes ready; … REPAIRING" and RepairPending True
+    (found by the second hostile trial)."""
+    from clusters.models import Operation
+    from nodepools.reconcile import reconcile_nodepool
+
+    cluster, pool, _ = failed
+    (node,) = nodes(pool)
+    xid(node, 79, django_capture_on_commit_callbacks)
+    reconcile_nodepool(pool)
+    assert nodes(pool)[0].phase == "REPAIRING"
+    assert owner.delete(f"/api/v1/clusters/{cluster}/nodepools/{pool}").status_code == 202
+    drive_pool(pool)
+    body = owner.get(f"/api/v1/clusters/{cluster}/nodepools/{pool}").json()
+    shown = {c["type"]: (c["status"], c["reason"], c["message"]) for c in body["conditions"]}
+    assert body["phase"] == "DELETED"
+    assert shown["Ready"] == ("False", "Deleted", "node pool deleted")
+    assert shown["NodesReady"] == ("False", "Deleted", "0 nodes: the node pool is deleted")
+    repair = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
+    assert (repair.status, repair.error["message"]) == (
+        "CANCELLED",
+        "superseded by the node pool's deletion",
+    )
