@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from clusters.choices import OperationType, TargetType
-from clusters.models import Operation, finish_operation, progress_operation
+from clusters.models import Operation, active_operation, finish_operation, progress_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import set_condition
@@ -111,7 +111,7 @@ def step_repair(
         node.repair_state = "rebooting"
         node.phase = NodePhase.REPAIRING
         node.save(update_fields=["repair_state", "phase"])
-        progress_operation(pool.id, stage=f"rebooting {node.name}", total=len(unhealthy), now=now)
+        _progress(pool, f"rebooting {node.name}", len(unhealthy), now)
         return REBOOT_S
     if node.repair_action == "reboot":
         verdict, problem = observed.gate(
@@ -123,9 +123,7 @@ def step_repair(
         )
         if verdict == observed.WAITING:
             _condition(pool, now, "NodesVerified", False, "ObservedStateMismatch", problem)
-            progress_operation(
-                pool.id, stage=f"verifying {node.name}: {problem}", total=len(unhealthy), now=now
-            )
+            _progress(pool, f"verifying {node.name}: {problem}", len(unhealthy), now)
             return OBSERVED_POLL_S
         if verdict == observed.FAILED:
             return _fence_and_replace(pool, node, live, problem, now)
@@ -152,7 +150,7 @@ def step_repair(
         )
         node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
-        progress_operation(pool.id, stage=f"replacing {node.name}", total=len(unhealthy), now=now)
+        _progress(pool, f"replacing {node.name}", len(unhealthy), now)
         reason = node.repair_reason
         _release_for_replacement(pool, node, now)
         node_repaired.send_robust(sender=Node, node=node, action="replace", reason=reason)
@@ -160,6 +158,17 @@ def step_repair(
     if not [n for n in live if n.repair_state and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0
+
+
+def _progress(pool: NodePool, stage: str, unhealthy: int, now: datetime) -> None:
+    """The REPAIR_NODES operation's progress: ``total`` the nodes it has taken on (it grows
+    when another node needs a repair meanwhile and never shrinks as nodes come back),
+    ``done`` those repaired; ``unhealthy`` nodes still wait. Two reboots in turn read 0/2,
+    1/2, then 2/2 (they ended 1/1: the total was the nodes still waiting)."""
+    op = active_operation(pool.id)
+    seen = (op.progress or {}) if op is not None and op.type == OperationType.REPAIR_NODES else {}
+    total = max(seen.get("total", 0), seen.get("done", 0) + unhealthy)
+    progress_operation(pool.id, stage=stage, done=total - unhealthy, total=total, now=now)
 
 
 def _fence_and_replace(

@@ -248,3 +248,27 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
     assert repair.status == "DONE"
     # converged: the released node's DELETED row no longer makes beat re-enqueue the pool
     assert pool not in {str(i) for i in nodepools_needing_reconcile()}
+
+
+def test_two_reboots_in_turn_count_two_repairs(owner, make_host):
+    """One REPAIR_NODES for two nodes rebooted one after the other read 2 while running and
+    ended 1/1 (found by the second hostile trial): it counts 0/2, 1/2, then ends 2/2."""
+    from clusters.models import Operation
+    from nodepools.reconcile import reconcile_nodepool
+
+    pool = running_h100_pool(owner, make_host, hosts=6, nodes=5)[1]  # 2 of 5 within 40 %
+    first, second = nodes(pool)[:2]
+    fault(first, "WORKFLOW_XID_48", 48)
+    fault(second, "WORKFLOW_XID_48", 48)
+    seen = []
+    for _ in range(40):
+        delay = reconcile_nodepool(pool)
+        op = Operation.objects.get(target_id=pool, type="REPAIR_NODES")
+        step = (op.progress["done"], op.progress["total"])
+        if not seen or seen[-1] != step:
+            seen.append(step)
+        if delay is None:
+            break
+    assert op.status == "DONE"
+    assert seen == [(0, 2), (1, 2), (2, 2)]
+    assert [n.phase for n in nodes(pool)] == ["READY"] * 5
