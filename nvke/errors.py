@@ -72,18 +72,19 @@ class InvalidInput(ApiError):
     status_code = status.HTTP_400_BAD_REQUEST
 
 
-def refuse_unknown_fields(data: Any, allowed: set[str], what: str) -> None:
-    """A ``PATCH`` body may name only ``allowed`` fields: InvalidInput
-    ``field_not_updatable`` naming the first other one (``what`` says what can change, and
-    how the rest does). A field the body names but the route ignores would answer 202 and
-    change nothing."""
+def refuse_unknown_fields(
+    data: Any, allowed: Any, what: str, code: str = "field_not_updatable"
+) -> None:
+    """A body may name only ``allowed`` fields (names, or a serializer's ``fields``):
+    InvalidInput ``code`` — ``field_not_updatable`` for a ``PATCH``, ``unknown_field`` for a
+    create — naming the first other one (``what`` says what the route takes, and how the
+    rest changes). A field the body names but the route ignores would answer 202 and do
+    nothing with it (a node pool's ``kubernetes_version`` took the cluster's)."""
     if not hasattr(data, "keys"):
         return  # not an object: the route's serializer says so (400 non_field_errors)
     unknown = sorted(str(k) for k in data if k not in allowed)
     if unknown:
-        raise InvalidInput(
-            f"{what}; not: {', '.join(unknown)}", code="field_not_updatable", field=unknown[0]
-        )
+        raise InvalidInput(f"{what}; not: {', '.join(unknown)}", code=code, field=unknown[0])
 
 
 class Conflict(ApiError):

@@ -65,6 +65,12 @@ class ClusterViewSet(
     @extend_schema(request=ClusterCreateSerializer, responses={202: OperationSerializer})
     def create(self, request):
         form = ClusterCreateSerializer(data=request.data)
+        refuse_unknown_fields(
+            request.data,
+            form.fields,
+            f"a cluster takes {', '.join(form.fields)}",
+            code="unknown_field",
+        )
         form.is_valid(raise_exception=True)
         op = services.create_cluster(principal=request.user, **form.validated_data)
         return accepted(request, op)

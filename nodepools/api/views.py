@@ -167,6 +167,13 @@ class NodePoolViewSet(
     def create(self, request, cluster_pk=None):
         cluster = self._cluster()
         form = NodePoolCreateSerializer(data=request.data)
+        refuse_unknown_fields(
+            request.data,
+            form.fields,
+            f"a node pool takes {', '.join(form.fields)} (its Kubernetes version is the "
+            "cluster's until an upgrade)",
+            code="unknown_field",
+        )
         form.is_valid(raise_exception=True)
         result = services.create_nodepool(
             principal=request.user,

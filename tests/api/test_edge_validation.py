@@ -120,6 +120,30 @@ def test_versions_in_other_than_ascii_digits_are_400(owner, cluster):
     assert Cluster.objects.get(pk=cluster).kubernetes_version == "1.36"
 
 
+def test_a_create_naming_a_field_the_route_does_not_take_is_400(owner, cluster):
+    from clusters.models import Cluster
+    from nodepools.models import NodePool
+
+    resp = owner.post(
+        "/api/v1/clusters",
+        {"name": "c2", "kubernetes_version": "1.36", "region": "us-east-1", "nodes": 3},
+        format="json",
+    )
+    assert problem(resp) == ("nodes", "unknown_field")
+    pool = {"name": "p1", "gpu_model": "a10g", "gpus_per_node": 1, "node_count": 1}
+    # kubernetes_version was ignored: the pool took the cluster's (found by the second trial)
+    for query in ("", "?dry_run=true"):
+        resp = owner.post(
+            f"/api/v1/clusters/{cluster}/nodepools{query}",
+            {**pool, "kubernetes_version": "1.35"},
+            format="json",
+        )
+        assert problem(resp) == ("kubernetes_version", "unknown_field")
+        assert "a node pool takes name, gpu_model, gpus_per_node" in resp.json()["detail"]
+    assert list(Cluster.objects.values_list("name", flat=True)) == ["c1"]
+    assert not NodePool.objects.exists()
+
+
 def test_a_cluster_patch_naming_a_field_it_cannot_change_is_400(owner, cluster):
     from clusters.models import Cluster, Operation
 
