@@ -386,7 +386,11 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             target_type=TargetType.NODE_POOL,
             target_id=pool.id,
             requested_by=principal.label,
-            progress={"done": 0, "total": pool.nodes.count(), "stage": "pending"},
+            progress={
+                "done": 0,
+                "total": pool.nodes.exclude(phase=NodePhase.DELETED).count(),
+                "stage": "pending",
+            },
         )
         audit.record(
             actor=principal.label,

@@ -272,3 +272,23 @@ def test_two_reboots_in_turn_count_two_repairs(owner, make_host):
     assert op.status == "DONE"
     assert seen == [(0, 2), (1, 2), (2, 2)]
     assert [n.phase for n in nodes(pool)] == ["READY"] * 5
+
+
+def test_a_deletion_counts_the_live_nodes_not_the_replaced_ones(owner, pool):
+    """DELETE_NODE_POOL began at total 4 for 3 live nodes (a replaced node's DELETED row
+    counted) and ended 3/3 (found by the second hostile trial)."""
+    from clusters.models import Operation
+    from fleet.models import Gpu
+    from nodepools.models import NodePool
+
+    node = nodes(pool)[0]
+    Gpu.objects.filter(uuid=node.gpu_uuids[0]).update(health="UNHEALTHY")
+    fault(node, "CONTACT_SUPPORT", 79)
+    drive_pool(pool)
+    assert [n.phase for n in nodes(pool)].count("DELETED") == 1
+    cluster = NodePool.objects.get(pk=pool).cluster_id
+    op = owner.delete(f"/api/v1/clusters/{cluster}/nodepools/{pool}").json()
+    assert (op["type"], op["progress"]["total"]) == ("DELETE_NODE_POOL", 3)
+    drive_pool(pool)
+    done = Operation.objects.get(pk=op["id"])
+    assert (done.status, done.progress["done"], done.progress["total"]) == ("DONE", 3, 3)
