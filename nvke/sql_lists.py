@@ -10,8 +10,14 @@ took 0.1 ms. Here the serializer class is read once into SQL expressions — one
 ``JSON_BUILD_OBJECT`` per row, the serializer's fields in its order — and each row reaches
 Python as one string, wrapped in :class:`orjson.Fragment` and written into the response as is.
 
-Each field's SQL gives the value DRF gives (``tests/api/test_sql_lists.py`` compares every list
-with DRF's own output, parsed, key order included):
+The SQL is text built once per serializer class (quoted with the connection's
+``quote_name``, from model metadata only, never from input) and added as ``RawSQL``: the same
+page built from Django expressions (``Func``/``Cast``/``Subquery``) spent about as much CPU
+copying and compiling the expression tree per request as the rows had cost.
+
+Each field's SQL gives the value DRF gives (``tests/api/test_lean_lists.py`` compares every
+list with DRF's own output, parsed, key order included; ``tests/api/test_sql_lists.py`` checks
+values worked out by hand):
 
 * UUID, text and choice columns (also through a nullable foreign key: ``host.hostname`` with
   ``default=None``): the text; integer and boolean columns: the number / ``true``/``false``;
@@ -24,7 +30,7 @@ with DRF's own output, parsed, key order included):
   another); otherwise, and for any field it has no SQL for, the caller uses the lean path;
 * a ``SerializerMethodField``: computed in Python per row from the columns the caller names,
   its JSON spliced between the SQL-written parts, in the serializer's field order;
-* a nested list of a child ``ModelSerializer``: given by the caller as a :class:`JsonArray`
+* a nested list of a child ``ModelSerializer``: given by the caller as a :class:`Nested`
   subquery (the node pool page's nodes: ``nodepools/api/views.py``).
 
 What differs from DRF's bytes: the whitespace PostgreSQL writes (``"key" : value``, ``, ``;
