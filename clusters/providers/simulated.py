@@ -105,9 +105,14 @@ class SimulatedProvider(Provider):
             )
         host = _host(node)
         if host is not None:
-            booted = simhosts.change(host, lambda state: _boot(state, pool, node))
-            if booted:  # first boot: MIG Manager applied the pool's config on the host
-                simhosts.report_in_process(host)
+            # first boot: MIG Manager applies the pool's config on the host
+            simhosts.change(host, lambda state: _boot(state, pool, node))
+            # the host's agent reports at every look while the node waits for READY, not only
+            # on its first boot: the boot is on the host (its state file) at once, the report
+            # in this step's transaction, so a worker killed between the two lost the report
+            # for good and the node waited for it until the observed-state timeout (the
+            # SIGKILL fault test, tests/e2e/test_faults.py, hung on it now and then)
+            simhosts.report_in_process(host)
         return MachineStatus(node.id, ready=True)
 
     def delete_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> None:
