@@ -1,30 +1,26 @@
 """Billing Celery tasks (queue ``billing``): thin, take ids, idempotent.
 
-Beat (registered here, periods from env): ``refresh_usage`` every
-``NVKE_BILLING_AGGREGATE_INTERVAL_S`` (default 300 s) enqueues ``aggregate_tenant_usage`` per
-tenant with ledger rows in the open window; ``build_monthly_invoices`` every
-``NVKE_BILLING_INVOICE_INTERVAL_S`` (default 3600 s) builds each tenant's DRAFT invoice for its
-previous and current month (finalizing stays an operator's decision: API or command).
+Beat (``nvke/beat_schedule.py``): ``refresh_usage`` every
+``NVKE_BILLING_AGGREGATE_INTERVAL_S`` enqueues ``aggregate_tenant_usage`` per tenant with
+ledger rows in the open window; ``build_monthly_invoices`` every
+``NVKE_BILLING_INVOICE_INTERVAL_S`` builds each tenant's DRAFT invoice for its previous and
+current month (finalizing stays an operator's decision: API or command).
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.utils import timezone
 
-from nvke.celery import app
 from nvke.queueing import clear_pending, enqueue_once
 
 from .aggregation import aggregate_usage, get_account, tenants_with_usage
 from .invoices import build_invoice, tenant_existed_in, tenant_since
 from .periods import period_of
 
-AGGREGATE_INTERVAL_S = float(os.environ.get("NVKE_BILLING_AGGREGATE_INTERVAL_S", 300))
-INVOICE_INTERVAL_S = float(os.environ.get("NVKE_BILLING_INVOICE_INTERVAL_S", 3600))
 #: How far back the periodic refresh recomputes (late ledger changes, late Xids).
 REFRESH_WINDOW = timedelta(days=35)
 
@@ -74,19 +70,3 @@ def build_monthly_invoices() -> int:
     now = timezone.now()
     ids = tenants_with_usage(now - timedelta(days=62), now)
     return sum(enqueue_once(build_tenant_invoices, tid) for tid in ids)
-
-
-@app.on_after_finalize.connect
-def _schedule(sender, **kwargs) -> None:
-    sender.add_periodic_task(
-        AGGREGATE_INTERVAL_S,
-        refresh_usage.s(),
-        name="billing-refresh-usage",
-        expires=AGGREGATE_INTERVAL_S * 0.9,
-    )
-    sender.add_periodic_task(
-        INVOICE_INTERVAL_S,
-        build_monthly_invoices.s(),
-        name="billing-build-invoices",
-        expires=INVOICE_INTERVAL_S * 0.9,
-    )

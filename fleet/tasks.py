@@ -1,8 +1,6 @@
 """Fleet periodic tasks (queue ``telemetry``): thin wrappers over plain functions.
 
-:data:`BEAT_SCHEDULE` is added to Celery beat by :class:`fleet.apps.FleetConfig` (entries of
-the same name in ``settings.CELERY_BEAT_SCHEDULE`` win). Each entry ``expires`` before its
-next run, so a backlog never piles up copies.
+Their periods are in the one beat schedule, ``nvke/beat_schedule.py``.
 """
 
 from __future__ import annotations
@@ -41,22 +39,3 @@ def ensure_sample_partitions() -> dict[str, list[str] | dict[str, int]]:
 def rollup_gpu_samples() -> dict[str, int]:
     """Beat: recompute the 1-minute / 1-hour rollups touched by newly received reports."""
     return rollups.rollup_pending()
-
-
-BEAT_SCHEDULE = {
-    "mark-silent-hosts-not-ready": {
-        "task": "fleet.tasks.mark_silent_hosts_not_ready",
-        "schedule": 60.0,
-        "options": {"expires": 50.0},
-    },
-    "ensure-sample-partitions": {
-        "task": "fleet.tasks.ensure_sample_partitions",
-        "schedule": 3600.0,
-        "options": {"expires": 3000.0},
-    },
-    "rollup-gpu-samples": {
-        "task": "fleet.tasks.rollup_gpu_samples",
-        "schedule": 60.0,
-        "options": {"expires": 50.0},
-    },
-}

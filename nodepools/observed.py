@@ -53,7 +53,7 @@ class Expectation:
 
 
 def timeout_s() -> float:
-    return float(getattr(settings, "NVKE_OBSERVED_STATE_TIMEOUT_S", 300))
+    return float(settings.NVKE_OBSERVED_STATE_TIMEOUT_S)
 
 
 def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = False) -> Expectation:

@@ -17,21 +17,22 @@ requests (issue 15). Objects made later are collected as before.
 from __future__ import annotations
 
 import gc
-import os
+
+from nvke.settings_registry import read
 
 # one or more addresses, space-separated (the Helm chart: public 8000, internal 9000)
-bind = os.environ.get("GUNICORN_BIND", "0.0.0.0:8000").split()
+bind = read("GUNICORN_BIND").split()
 # the internal listener: /metrics and /admin/ answer only there when set (nvke/internal_port.py)
-if os.environ.get("NVKE_INTERNAL_PORT"):
-    _internal = f"0.0.0.0:{int(os.environ['NVKE_INTERNAL_PORT'])}"
-    if not any(b.endswith(f":{int(os.environ['NVKE_INTERNAL_PORT'])}") for b in bind):
+if read("NVKE_INTERNAL_PORT"):
+    _internal = f"0.0.0.0:{read('NVKE_INTERNAL_PORT')}"
+    if not any(b.endswith(f":{read('NVKE_INTERNAL_PORT')}") for b in bind):
         bind.append(_internal)
-workers = int(os.environ.get("WEB_CONCURRENCY", "4"))
-threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+workers = read("WEB_CONCURRENCY")
+threads = read("GUNICORN_THREADS")
 timeout = 60
 graceful_timeout = 30
 accesslog = "-"
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+forwarded_allow_ips = read("FORWARDED_ALLOW_IPS")
 
 
 def post_worker_init(worker) -> None:  # gunicorn server hook
@@ -51,7 +52,7 @@ def freeze_startup_objects() -> int:
 
 
 def child_exit(server, worker) -> None:  # gunicorn server hook
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if read("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(worker.pid)

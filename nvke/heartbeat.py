@@ -34,7 +34,7 @@ TTL_S = 86400
 def interval_s() -> float:
     from django.conf import settings
 
-    return float(getattr(settings, "NVKE_HEARTBEAT_INTERVAL_S", 10.0))
+    return float(settings.NVKE_HEARTBEAT_INTERVAL_S)
 
 
 _clients: dict[str, Any] = {}

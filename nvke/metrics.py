@@ -19,7 +19,6 @@ on the public one. Keep that port out of the Service the ingress reaches.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -30,6 +29,8 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from nvke.settings_registry import read
 
 _collectors: list[Any] = []
 
@@ -53,7 +54,7 @@ class _ProcessRegistry:
 def build_registry(*, include_collectors: bool = True) -> CollectorRegistry:
     """A registry for one scrape: process (or multiprocess) metrics plus the app collectors."""
     registry = CollectorRegistry(auto_describe=False)
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if read("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)
     else:
         registry.register(_ProcessRegistry())  # type: ignore[arg-type]

@@ -31,10 +31,12 @@ from celery import signals
 from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from nvke.settings_registry import read
+
 from .heartbeat import HeartbeatCollector
 from .metrics import register_collector
 
-PROCESS = os.environ.get("NVKE_PROCESS_NAME") or f"pid-{os.getpid()}"
+PROCESS = read("NVKE_PROCESS_NAME") or f"pid-{os.getpid()}"
 
 HTTP_REQUESTS = Counter(
     "nvke_http_requests", "HTTP requests", ["route", "method", "status", "process"]
@@ -113,12 +115,12 @@ def _task_finished(task_id=None, task=None, state=None, **kwargs) -> None:
 
 @signals.worker_ready.connect
 def _serve_worker_metrics(**kwargs) -> None:
-    port = os.environ.get("NVKE_WORKER_METRICS_PORT")
+    port = read("NVKE_WORKER_METRICS_PORT")
     if port:
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = None
-        if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        if read("PROMETHEUS_MULTIPROC_DIR"):
             # the task counters live in the pool children's files: read them all
             from prometheus_client.multiprocess import MultiProcessCollector
 

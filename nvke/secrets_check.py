@@ -15,11 +15,11 @@ not start when
 
 from __future__ import annotations
 
-import os
-
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+
+from nvke.settings_registry import read
 
 
 def insecure_defaults() -> list[tuple[str, str]]:
@@ -48,9 +48,7 @@ def insecure_defaults() -> list[tuple[str, str]]:
 
 def require_production_secrets() -> None:
     """Raise ImproperlyConfigured when DEBUG is off and a development secret is in use."""
-    allowed = settings.NVKE_ALLOW_INSECURE_DEFAULTS or os.environ.get(
-        "NVKE_ALLOW_INSECURE_DEFAULTS", ""
-    ).lower() in ("1", "true", "yes")
+    allowed = settings.NVKE_ALLOW_INSECURE_DEFAULTS or read("NVKE_ALLOW_INSECURE_DEFAULTS")
     if settings.DEBUG or allowed:
         return
     problems = insecure_defaults()

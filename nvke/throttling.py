@@ -68,7 +68,7 @@ def _redis() -> tuple[redis.Redis, Any]:
     global _client, _script
     with _lock:
         if _client is None:
-            timeout = float(getattr(settings, "NVKE_THROTTLE_REDIS_TIMEOUT_S", 0.25))
+            timeout = float(settings.NVKE_THROTTLE_REDIS_TIMEOUT_S)
             _client = redis.Redis.from_url(
                 settings.REDIS_URL,
                 socket_timeout=timeout,

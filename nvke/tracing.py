@@ -14,15 +14,16 @@ as ``X-Request-ID`` beside the W3C ``traceparent``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from nvke.settings_registry import read
 
 _configured = False
 REQUEST_ID_ATTRIBUTE = "nvke.request_id"
 
 
 def enabled() -> bool:
-    return os.environ.get("NVKE_TRACING", "").strip().lower() in ("1", "true", "yes", "on")
+    return bool(read("NVKE_TRACING"))
 
 
 def current_request_id() -> str | None:
@@ -86,7 +87,7 @@ def setup_tracing(service_name: str, *, span_processor: Any = None, force: bool 
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    name = os.environ.get("OTEL_SERVICE_NAME") or service_name
+    name = read("OTEL_SERVICE_NAME") or service_name
     provider = TracerProvider(resource=Resource.create({"service.name": name}))
     provider.add_span_processor(_request_id_processor())
     if span_processor is None:

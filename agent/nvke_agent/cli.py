@@ -109,6 +109,34 @@ def load_config(path: str | None) -> dict[str, Any]:
 # --- parser ---------------------------------------------------------------------------------
 
 
+def environment_options() -> dict[str, dict[str, Any]]:
+    """Every environment variable the agent reads, for the docs and the settings test:
+    ``{"NVKE_SERVER": {"flag": "--server", "commands": ["record", "register", "run"],
+    "help": "NVKE API base URL"}, ...}`` (``NVKE_CONFIG`` included)."""
+    found: dict[str, dict[str, Any]] = {
+        "NVKE_CONFIG": {
+            "flag": "--config",
+            "commands": ["record", "register", "run"],
+            "help": "TOML file with the options as keys (the environment wins over it)",
+        }
+    }
+    parser = build_parser({})
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command, subparser in sorted(sub.choices.items()):
+        for action in subparser._actions:
+            marker = " [env NVKE_"
+            if not action.help or marker not in action.help:
+                continue
+            text, env = action.help.rsplit(" [env ", 1)
+            entry = found.setdefault(
+                env.rstrip("]"),
+                {"flag": action.option_strings[0], "commands": [], "help": text},
+            )
+            if command not in entry["commands"]:
+                entry["commands"].append(command)
+    return found
+
+
 def _env_name(flag: str) -> str:
     return "NVKE_" + flag.lstrip("-").replace("-", "_").upper()
 

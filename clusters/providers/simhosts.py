@@ -421,7 +421,7 @@ def report_in_process(host: Any, *, events_after: int | None = None) -> bool:
     from fleet.ingest import ingest_report
     from fleet.models import Host
 
-    if not getattr(settings, "NVKE_SIMULATED_IN_PROCESS_AGENT", True):
+    if not settings.NVKE_SIMULATED_IN_PROCESS_AGENT:
         return False
     row = Host.objects.filter(pk=host.pk).values("registered_at", "last_report_seq").first()
     if row is None or row["registered_at"] is not None:

@@ -57,7 +57,7 @@ class SimulatedProvider(Provider):
     name = "simulated"
 
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
-        outage = getattr(settings, "NVKE_SIMULATED_CONTROL_PLANE_OUTAGE", None) or ()
+        outage = settings.NVKE_SIMULATED_CONTROL_PLANE_OUTAGE or ()
         if "*" in outage or cluster.name in outage:
             raise ProviderError(
                 "the infrastructure API answered 503 Service Unavailable (simulated outage)",
@@ -84,7 +84,7 @@ class SimulatedProvider(Provider):
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
         placed = claim_fleet_gpus(pool, nodes)
         low = settings.NVKE_SIMULATED_CALL_DELAY_S
-        high = getattr(settings, "NVKE_SIMULATED_CALL_DELAY_MAX_S", 0.0)
+        high = settings.NVKE_SIMULATED_CALL_DELAY_MAX_S
         if high > low:  # a slow infrastructure API with varying latency (fault suite, bench)
             time.sleep(random.uniform(low, high))
         elif low:  # a slow infrastructure API (crash tests)
@@ -142,7 +142,7 @@ class SimulatedProvider(Provider):
         self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
     ) -> None:
         """The simulated machine installs the driver and the kubelet on its host."""
-        failing = getattr(settings, "NVKE_SIMULATED_FAILING_UPGRADES", None) or []
+        failing = settings.NVKE_SIMULATED_FAILING_UPGRADES or []
         breaks = any(uuid in failing for uuid in node.gpu_uuids)
 
         def install(state: dict) -> None:
@@ -264,7 +264,7 @@ def _mig_manager(state: dict, pool: NodePoolSpec, node: NodeSpec) -> None:
         state.setdefault("mig_manager", {})[str(node.id)] = {"state": "success", "shared": True}
         return
     label = (config.get("labels") or {}).get("nvidia.com/mig.config", "")
-    failing = getattr(settings, "NVKE_SIMULATED_FAILING_GPUS", None) or {}
+    failing = settings.NVKE_SIMULATED_FAILING_GPUS or {}
     if not isinstance(failing, dict):  # a list of UUIDs: every config fails on them
         failing = {uuid: ["*"] for uuid in failing}
     broken = [

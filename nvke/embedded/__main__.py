@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from nvke.settings_registry import read
+
 from .datadir import DataDirBusyError, export_lines, resolve_data_dir
 from .procutil import become_child_subreaper, pid_alive, reap_children
 from .services import EmbeddedServices, stop_data_dir
@@ -71,7 +73,7 @@ def ignore_further_signals() -> None:
 
 def resolve_port(value: int | None) -> int:
     """``--port``, else ``$PORT``, else 8000; 0 -> a free port. Fails early if it is taken."""
-    port = value if value is not None else int(os.environ.get("PORT") or DEFAULT_PORT)
+    port = value if value is not None else int(read("PORT"))
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn does
         try:

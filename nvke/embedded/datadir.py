@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-DEFAULT_DATA_DIR = ".nvke"
+from nvke.settings_registry import read
+
 SERVICES_FILE = "services.json"
 ENV_FILE = "env.sh"
 LOCK_FILE = ".lock"
@@ -31,7 +32,7 @@ LOCK_FILE = ".lock"
 
 def resolve_data_dir(value: str | os.PathLike[str] | None = None) -> Path:
     """The absolute data folder: ``value``, else ``$NVKE_DATA_DIR``, else ``./.nvke``."""
-    raw = value or os.environ.get("NVKE_DATA_DIR") or DEFAULT_DATA_DIR
+    raw = value or read("NVKE_DATA_DIR")
     return Path(raw).expanduser().absolute()
 
 
