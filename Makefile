@@ -29,6 +29,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
+
+# The docs site, live-reloading at http://127.0.0.1:8001/ (`mkdocs build` writes it to site/).
+.PHONY: docs
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: install
 	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts= $(EMBEDDED)

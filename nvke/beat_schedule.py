@@ -4,9 +4,8 @@
 Each entry names the task by its dotted path (so this module imports no app), its period
 (a number of seconds, or the registry setting that holds it) and what it does; the periodic
 tasks reference page (``docs/reference/periodic-tasks.md``) is generated from the same list.
-Every entry ``expires`` before its next run (0.9 of the period, at most 3000 s less for long
-periods), so a beat that fell behind does not pile up copies: a late run is skipped, the next
-one comes.
+Every entry ``expires`` before its next run (its own ``expires_s``, else 0.9 of the period),
+so a backlog does not pile up copies: a late run is dropped, the next one comes.
 """
 
 from __future__ import annotations

@@ -698,7 +698,8 @@ SETTINGS: tuple[Setting, ...] = (
         "NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG",
         "str",
         "",
-        "Test beds only: a kubeconfig that plays every workload cluster. Empty in production.",
+        "Test beds only: one kubeconfig file that plays every workload cluster (empty: "
+        "each cluster's <cluster>-kubeconfig Secret, as in production).",
         CAPI,
         audience=DEV,
     ),

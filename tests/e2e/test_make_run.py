@@ -1,6 +1,7 @@
 """Smoke test of ``make run`` itself: a fresh data dir, embedded PostgreSQL and Redis from pip
-packages, ``/readyz``, the README's curl tour executed as written, the worker and beat killed
-with SIGKILL and restarted by the supervisor, Ctrl-C, no process or socket left.
+packages, ``/readyz``, the start-up banner's URLs and demo login, the curl tour
+(docs/getting-started/tour.md, repeated in README.md) executed as written, the worker and beat
+killed with SIGKILL and restarted by the supervisor, Ctrl-C, no process or socket left.
 
 One ``make run`` serves the whole module (it takes a minute to start); the tests run in file
 order and the last one stops it."""
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 from pathlib import Path
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.docs_blocks import bash_block
 from tests.e2e.conftest import ROOT, wait_for
 from tests.embedded.support import alive, all_gone, processes_mentioning
 
@@ -26,10 +27,8 @@ SERVICE_ENV = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "TEST_DATABASE_
 
 
 def readme_tour() -> str:
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- tour:start -->\s*```bash\n(.*?)```\s*<!-- tour:end -->", text, re.S)
-    assert block, "README.md lost its tour block"
-    return block.group(1)
+    """The curl tour (docs/getting-started/tour.md; README.md shows the same block)."""
+    return bash_block("tour")
 
 
 class MakeRun:

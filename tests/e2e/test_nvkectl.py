@@ -1,7 +1,8 @@
-"""The README's nvkectl tour, end to end: the real ``nvkectl`` console script (a separate
-process) against Django's live server with a real Celery worker. Every command of the README's
-block runs here, in its order (checked), with assertions between them. The GPU host is
-the one A10G host of ``make run``'s demo data, imported from the same real capture."""
+"""The nvkectl tour of docs/tenant/nvkectl.md, end to end: the real ``nvkectl`` console
+script (a separate process) against Django's live server with a real Celery worker. Every
+command of the page's block runs here, in its order (checked), with assertions between them.
+The GPU host is the one A10G host of ``make run``'s demo data, imported from the same real
+capture."""
 
 from __future__ import annotations
 
@@ -11,21 +12,19 @@ import json
 import shlex
 import stat
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.docs_blocks import marked_block
+
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
 def readme_tour(server: str, key: str) -> list[list[str]]:
-    """The ``nvkectl`` command lines of the README's tour block, variables filled in."""
-    text = README.read_text()
-    block = text.split("<!-- nvkectl-tour:start -->")[1].split("<!-- nvkectl-tour:end -->")[0]
+    """The ``nvkectl`` command lines of the tour block of docs/tenant/nvkectl.md, variables
+    filled in."""
+    block = marked_block("nvkectl-tour")
     lines = []
     for line in block.splitlines():
         words = shlex.split(line, comments=True)
@@ -178,9 +177,9 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     invoices = nvkectl("invoices", "-o", "csv").stdout.splitlines()
     assert invoices == ["number,period_label,status,currency,usage_amount,credit_amount,total"]
 
-    # every command of the README's block ran above, in the README's order
+    # every command of the page's block ran above, in the page's order
     tour = readme_tour(live_server.url, key)
     assert len(tour) >= 10
     ran = iter(nvkectl.history)
     for command in tour:
-        assert any(done == command for done in ran), f"README command not run: {command}"
+        assert any(done == command for done in ran), f"docs command not run: {command}"

@@ -2,7 +2,7 @@
 test (Debian's Chromium through Playwright) on a live server with a lived-in history.
 
 ``NVKE_SCREENSHOTS=docs/screenshots pytest tests/portal/test_portal_screenshots.py`` refreshes the
-PNGs the README shows; without the variable they go to the test's tmp dir.
+PNGs the docs show; without the variable they go to the test's tmp dir.
 
 The scene: two tenants; H100 hosts are SIMULATED (``make_host``), the A100, A10G and T4 hosts
 are imported from the real ``nvidia-smi -q -x`` captures in ``fleet/captures/``, and the A10G
@@ -329,12 +329,12 @@ def test_screenshots_of_the_main_pages(
     shots(ops, "console-quota-below-use")
 
 
-def test_the_readme_shows_every_screenshot_and_only_existing_ones():
-    """Each ``docs/screenshots/*.png`` README names exists, and each file there is named."""
+def test_the_docs_show_every_screenshot_and_only_existing_ones():
+    """Each ``screenshots/*.png`` a docs page names exists, and each file there is named."""
     import re
 
-    readme = (ROOT / "README.md").read_text()
-    named = set(re.findall(r"docs/screenshots/([\w-]+\.png)", readme))
+    pages = "".join(p.read_text() for p in (ROOT / "docs").rglob("*.md"))
+    named = set(re.findall(r"screenshots/([\w-]+\.png)", pages))
     files = {p.name for p in (ROOT / "docs" / "screenshots").glob("*.png")}
-    assert named == files, {"missing files": named - files, "not in README": files - named}
+    assert named == files, {"missing files": named - files, "not in the docs": files - named}
     assert {"nodepools-search.png", "operations.png", "console-xids.png"} <= files
