@@ -31,7 +31,8 @@ workers = read("WEB_CONCURRENCY")
 threads = read("GUNICORN_THREADS")
 timeout = 60
 graceful_timeout = 30
-accesslog = "-"
+# no access log: the application writes one JSON line per request (request_finished)
+accesslog = None
 forwarded_allow_ips = read("FORWARDED_ALLOW_IPS")
 
 

@@ -358,8 +358,13 @@ LOGGING = {
             "formatter": read("LOG_FORMAT"),
         }
     },
+    "filters": {"one_line_per_request": {"()": "nvke.log_filters.OneLinePerRequest"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # one line per request: request_finished (gunicorn writes no access log either)
+        "django_structlog.middlewares.request": {"filters": ["one_line_per_request"]},
+    },
 }
 structlog.configure(
     processors=[

@@ -23,7 +23,12 @@ def check_target(url: str) -> None:
     allowed_schemes = {"https", "http"} if settings.NVKE_WEBHOOK_ALLOW_HTTP else {"https"}
     if parts.scheme not in allowed_schemes or not parts.hostname:
         raise InvalidInput(
-            f"webhook URLs must be {' or '.join(sorted(allowed_schemes))} with a host",
+            f"webhook URLs must be {' or '.join(sorted(allowed_schemes))} with a host"
+            + (
+                ""
+                if "http" in allowed_schemes
+                else " (the operator setting NVKE_WEBHOOK_ALLOW_HTTP=1 allows http)"
+            ),
             code="webhook_target_not_allowed",
             field="url",
         )
@@ -54,7 +59,8 @@ def check_target(url: str) -> None:
         if not address.is_global or address.is_multicast:
             raise InvalidInput(
                 f"webhook host {parts.hostname} resolves to {address}, which is not allowed "
-                "(loopback, private, link-local or reserved)",
+                "(loopback, private, link-local or reserved; the operator setting "
+                "NVKE_WEBHOOK_ALLOWED_NETWORKS lists networks to allow, e.g. 127.0.0.0/8)",
                 code="webhook_target_not_allowed",
                 field="url",
             )

@@ -44,6 +44,8 @@ from .supervisor import (
 log = logging.getLogger("nvke.embedded")
 
 DEFAULT_PORT = 8000
+#: the logins ``manage.py portal_demo`` creates and the files holding their passwords
+DEMO_LOGINS = (("demo", "portal-demo-password"), ("operator", "portal-operator-password"))
 
 
 class Shutdown(BaseException):
@@ -109,11 +111,18 @@ def banner(base_url: str, data_dir: Path) -> str:
             "NVKE is up",
             f"  API              {base_url}/api/v1/",
             f"  API docs         {base_url}/api/v1/docs/",
+            f"  portal           {base_url}/  (tenants; log in at {base_url}/login)",
+            f"  console          {base_url}/console/  (operators)",
             f"  liveness         {base_url}/healthz",
             f"  readiness        {base_url}/readyz",
             f"  operator key     {data_dir / 'operator-api-key'}",
             f"  demo tenant key  {data_dir / 'demo-tenant-api-key'}",
+            f"  demo logins      {DEMO_LOGINS[0][0]} (owner of the demo tenant), password in "
+            f"{data_dir / DEMO_LOGINS[0][1]}",
+            f"                   {DEMO_LOGINS[1][0]} (operator: console and /admin/), password in "
+            f"{data_dir / DEMO_LOGINS[1][1]}",
             f"  data             {data_dir} (services.json, env.sh)",
+            "  docs             docs/ (make docs: http://127.0.0.1:8001/)",
             "Press Ctrl-C to stop everything.",
         ]
     )

@@ -116,6 +116,9 @@ def setup_commands(data_dir: Path) -> list[list[str]]:
         [*manage, "load_catalog"],
         [*manage, "collectstatic", "--noinput"],
         [*manage, "seed_demo", "--data-dir", str(data_dir)],
+        # the portal's and console's demo logins (passwords in the data folder), H100 hosts
+        # and demo prices: the banner prints where the passwords are
+        [*manage, "portal_demo", "--data-dir", str(data_dir)],
     ]
 
 
@@ -195,7 +198,6 @@ def default_processes(
         *venv_command("gunicorn", "gunicorn"), "nvke.wsgi",
         "--bind", f"127.0.0.1:{port}",
         "--workers", "2",
-        "--access-logfile", "-",
         *_gunicorn_extra_args(),
     ]  # fmt: skip
     worker = [

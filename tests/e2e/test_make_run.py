@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -127,6 +128,56 @@ def test_make_run_serves_the_readme_tour(make_run):
     demo = {h["hostname"]: h for h in hosts}
     assert {"gpu-a10g-01", "gpu-t4-01", "gpu-a100-01"} <= set(demo)
     assert demo["gpu-a10g-01"]["last_report_seq"] >= 1  # the demo agents report
+
+
+def banner_lines(log: str) -> dict[str, str]:
+    """``{label: value}`` of the start-up banner (the lines after ``NVKE is up``)."""
+    block = log.split("NVKE is up\n", 1)[1].split("Press Ctrl-C", 1)[0]
+    found = {}
+    for line in block.splitlines():
+        line = line.split("| ", 1)[-1]  # the supervisor's "10:12:21 nvke  | " prefix
+        label, _, value = line.strip().partition("  ")
+        if label and value:
+            found[label] = value.strip()
+    return found
+
+
+def test_the_banner_urls_answer_and_its_demo_login_works(make_run):
+    banner = banner_lines(make_run.log_path.read_text())
+    url = make_run.url
+    assert banner["API"] == f"{url}/api/v1/"
+    assert banner["portal"].startswith(f"{url}/ ")
+    assert banner["console"].startswith(f"{url}/console/ ")
+    # each URL answers: the API (401 without a key, problem+json), its docs, the portal's login
+    api = requests.get(banner["API"] + "clusters", timeout=10)
+    assert api.status_code == 401 and api.headers["Content-Type"] == "application/problem+json"
+    docs = requests.get(banner["API docs"], timeout=10)
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    for page in (banner["portal"].split()[0], banner["console"].split()[0]):
+        r = requests.get(page, timeout=10)  # both send an anonymous visitor to the login page
+        assert r.status_code == 200 and r.url.startswith(f"{url}/login"), (page, r.url)
+    assert requests.get(banner["readiness"], timeout=10).json()["status"] == "ready"
+    key = Path(banner["demo tenant key"]).read_text().strip()
+    me = requests.get(
+        f"{url}/api/v1/clusters", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    )
+    assert me.status_code == 200
+
+    # the demo login: "demo (owner of the demo tenant), password in <file>"
+    username, _, rest = banner["demo logins"].partition(" ")
+    password = Path(rest.rsplit("password in ", 1)[1]).read_text().strip()
+    session = requests.Session()
+    login_page = session.get(f"{url}/login", timeout=10)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page.text).group(1)
+    after = session.post(
+        f"{url}/login",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{url}/login"},
+        timeout=10,
+    )
+    assert after.status_code == 200 and not after.url.startswith(f"{url}/login"), after.url
+    clusters = session.get(f"{url}/clusters", timeout=10)
+    assert clusters.status_code == 200 and "Log out" in clusters.text
 
 
 def test_a_killed_worker_and_beat_come_back_and_a_new_cluster_reaches_running(make_run):

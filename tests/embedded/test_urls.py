@@ -83,7 +83,8 @@ def test_process_commands_exec_the_programs_from_this_virtualenv(tmp_path: Path)
     assert list(specs) == ["web", "worker", "beat", "agent-gpu-a", "agent-gpu-b"]
     web = specs["web"].argv
     assert web[web.index("--bind") + 1] == "127.0.0.1:8123"
-    assert "nvke.wsgi" in web and "--access-logfile" in web
+    # no gunicorn access log: one JSON line per request comes from the application
+    assert "nvke.wsgi" in web and "--access-logfile" not in web
     worker = specs["worker"].argv
     assert worker[worker.index("-Q") + 1] == "reconcile,telemetry,billing,default"
     beat = specs["beat"].argv
