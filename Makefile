@@ -62,7 +62,7 @@ soak: install
 
 # Cluster API testbed binaries (kube-apiserver, etcd, Cluster API controllers, CAPD) built once
 # from deploy/capi-testbed/go.mod into $NVKE_CAPI_BIN_DIR (default ~/.cache/nvke/capi-<hash>);
-# tests/clusterapi builds them itself when missing. See README "Cluster API provider".
+# tests/clusterapi builds them itself when missing. See docs/operator/cluster-api.md.
 .PHONY: capi-bins
 capi-bins:
 	deploy/capi-testbed/build.sh

@@ -11,7 +11,8 @@ Broker down: the spec is already committed in PostgreSQL, and every committed ch
 object unconverged (``observed_generation < generation`` or a transitional phase), which the
 beat resync re-enqueues once the broker is back (``NVKE_RESYNC_INTERVAL_S``). So a message that
 cannot be sent is logged and counted (``nvke_enqueue_failures_total{task}``) and the caller goes
-on: the API answers 202 with the PENDING operation instead of a 500 (README "Broker outages").
+on: the API answers 202 with the PENDING operation instead of a 500
+(docs/operator/outages-and-observability.md).
 
 Countdowns are capped at ``MAX_COUNTDOWN_S`` (below the broker's visibility timeout): a delayed
 message waits in the worker as *unacked*, and one older than the visibility timeout is handed

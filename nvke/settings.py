@@ -125,7 +125,7 @@ CACHES = {
     }
 }
 
-# ---------------------------------------------------------------- security (README "Security")
+# ------------------------------------------------------- security (docs/operator/security.md)
 AUTHENTICATION_BACKENDS = [
     # django-axes first: it refuses a locked-out username+IP before any password is checked
     "axes.backends.AxesStandaloneBackend",
@@ -270,14 +270,15 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# Recovery of lost messages vs duplicates (README "Broker outages"): a message delivered to a
-# worker that dies sits in Redis' unacked set until the visibility timeout has passed, then a
-# live worker's periodic sweep (every unacked_restore_interval s) puts it back in its queue. A
-# countdown message also waits there, unacked, in the worker that holds it, so a countdown
-# longer than the timeout would be handed out twice; nvke.queueing caps countdowns at half the
-# timeout (and at 60 s). 120 s: a lost message comes back within ~2 min instead of an hour; a
-# step running longer than that (time limit 300 s) may be run once more, which the reconcilers
-# tolerate (idempotent, one at a time by row lock). The beat resync (below) covers the rest.
+# Recovery of lost messages vs duplicates (docs/operator/outages-and-observability.md): a message
+# delivered to a worker that dies sits in Redis' unacked set until the visibility timeout has
+# passed, then a live worker's periodic sweep (every unacked_restore_interval s) puts it back in
+# its queue. A countdown message also waits there, unacked, in the worker that holds it, so a
+# countdown longer than the timeout would be handed out twice; nvke.queueing caps countdowns at
+# half the timeout (and at 60 s). 120 s: a lost message comes back within ~2 min instead of an
+# hour; a step running longer than that (time limit 300 s) may be run once more, which the
+# reconcilers tolerate (idempotent, one at a time by row lock). The beat resync (below) covers the
+# rest.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": read("CELERY_VISIBILITY_TIMEOUT"),
     "unacked_restore_interval": read("CELERY_UNACKED_RESTORE_INTERVAL_S"),

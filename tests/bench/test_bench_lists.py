@@ -17,9 +17,9 @@ Run: ``make bench`` (or ``pytest tests/bench/test_bench_lists.py -s``). The thro
 (``nvke/throttling.py``, one Redis round trip a request) and the API key cache
 (``tenants/key_cache.py``) are part of the API column; the API's rows are written by
 PostgreSQL (``nvke/sql_lists.py``), the bare view's converted in Python. Measured 2026-12-02,
-machine nearly idle (README, "Lists"): API p99 80 / 85 / 65 ms for clusters, node pools and
-operations with 3 gthread workers x 3 threads, 50 / 52 / 40 ms with production's 4 sync
-workers (target met); ratios 0.87-1.15 (target met).
+machine nearly idle (docs/development/benchmarks.md): API p99 80 / 85 / 65 ms for clusters,
+node pools and operations with 3 gthread workers x 3 threads, 50 / 52 / 40 ms with
+production's 4 sync workers (target met); ratios 0.87-1.15 (target met).
 """
 
 from __future__ import annotations

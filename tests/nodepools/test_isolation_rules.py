@@ -1,6 +1,6 @@
-"""Every isolation rule (README "GPU isolation" table): the policy it accepts, normalised, and
-each refusal with its stable code and field. Values are worked out by hand from the catalog
-data (gpu_models.yaml, vgpu_profiles.yaml, drivers.yaml, driver_rules.yaml)."""
+"""Every isolation rule (the table of docs/tenant/isolation.md): the policy it accepts,
+normalised, and each refusal with its stable code and field. Values are worked out by hand
+from the catalog data (gpu_models.yaml, vgpu_profiles.yaml, drivers.yaml, driver_rules.yaml)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ What each call does (objects: :mod:`.render`; status mapping: :mod:`.status`; AP
 * ``kubeconfig``: the admin kubeconfig from ``<cluster>-kubeconfig``.
 
 Tested against real Cluster API controllers on a real kube-apiserver, with CAPD's in-memory
-backend simulating the machines (README "Cluster API provider", tests/clusterapi/).
+backend simulating the machines (docs/operator/cluster-api.md, tests/clusterapi/).
 """
 
 from __future__ import annotations
