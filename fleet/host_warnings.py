@@ -53,7 +53,8 @@ def set_host_warning(host_id: Any, prefix: str, text: str | None) -> bool:
 def set_host_warnings(host_id: Any, changes: Mapping[str, str | None]) -> bool:
     """Apply ``{prefix: text or None}`` to the host's warnings in one UPDATE: the warnings
     starting with each prefix are removed, each non-empty text (cut to 500 characters) is
-    appended; other warnings keep their order. Returns whether the row changed.
+    appended (a kind whose warning is already that text is left alone); other warnings keep
+    their order. Returns whether the row changed.
 
     Read first without a lock (nothing to do is the common case: the same warning again),
     then an UPDATE that edits the row's current array in place, so a concurrent writer of
@@ -64,11 +65,15 @@ def set_host_warnings(host_id: Any, changes: Mapping[str, str | None]) -> bool:
     current = Host.objects.filter(pk=host_id).values_list("warnings", flat=True).first()
     if current is None:
         return False
-    prefixes = list(changes)
-    added = [text[:MAX_LENGTH] for text in changes.values() if text]
-    kept = [w for w in current if not any(w.startswith(p) for p in prefixes)]
-    if kept + added == current:
+    changed = {
+        prefix: text[:MAX_LENGTH] if text else None
+        for prefix, text in changes.items()
+        if [w for w in current if w.startswith(prefix)] != ([text[:MAX_LENGTH]] if text else [])
+    }
+    if not changed:
         return False
+    prefixes = list(changed)
+    added = [text for text in changed.values() if text]
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE fleet_host SET warnings = COALESCE(("
