@@ -15,7 +15,10 @@ from decimal import Decimal
 
 import pytest
 
-from tests.billing.test_sla_credits import T0, credit_lines, price, running_node  # noqa: F401
+from tests.billing import test_sla_credits as sla
+
+T0, credit_lines = sla.T0, sla.credit_lines
+price, running_node = sla.price, sla.running_node  # the fixtures of the SLA credit tests
 
 pytestmark = pytest.mark.django_db
 

@@ -87,7 +87,8 @@ def test_an_agent_clock_600_s_off_either_way_is_redated_by_the_measured_offset_a
         "host's NTP"
     ]
     # the clock fixed: the warning goes, samples are taken as dated
-    ingest(host, {"seq": 2, "sent_at": NOW.isoformat(), "samples": [sample(NOW + timedelta(seconds=1))]})
+    fixed = {"seq": 2, "sent_at": NOW.isoformat(), "samples": [sample(NOW + timedelta(seconds=1))]}
+    ingest(host, fixed)
     assert warnings_of(host) == []
 
 
@@ -154,7 +155,8 @@ def test_a_seq_seen_again_with_other_content_flags_the_host_and_keeps_the_eviden
     counter = metrics.REPORTS.labels(outcome="identity_conflict")
     before = counter._value.get()
     a = {"seq": 1, "instance_id": "A", "samples": [sample(NOW)]}
-    b = {"seq": 1, "instance_id": "B", "samples": [sample(NOW, 7.0), sample(NOW + timedelta(seconds=1))]}
+    other = [sample(NOW, 7.0), sample(NOW + timedelta(seconds=1))]
+    b = {"seq": 1, "instance_id": "B", "samples": other}
     assert ingest(host, {**a, "sent_at": NOW.isoformat()}).duplicate is False
     ack = ingest(host, {**b, "sent_at": NOW.isoformat()})
     assert (ack.duplicate, ack.identity_conflict, ack.as_dict()["identity_conflict"]) == (
