@@ -15,6 +15,7 @@ retries with the same key:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -101,10 +102,9 @@ def post(web: Web, key: str, name: str, idem: str) -> requests.Response:
 
 def in_background(fn) -> threading.Thread:
     def run() -> None:
-        try:
+        # the server is killed under the request: that is the point
+        with contextlib.suppress(requests.RequestException):
             fn()
-        except requests.RequestException:
-            pass  # the server was killed under the request: that is the point
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -131,20 +131,20 @@ def retry_until_answered(web: Web, key: str, name: str, idem: str) -> requests.R
 def test_killed_before_the_views_commit_applies_nothing_and_the_retry_runs_it(web, key):
     from nvke.models import IdempotencyRecord
 
-    with transaction.atomic():
-        with connection.cursor() as cursor:  # the view's record INSERT waits on this
-            cursor.execute("LOCK TABLE nvke_idempotencyrecord IN SHARE ROW EXCLUSIVE MODE")
+    # the view's record INSERT waits on this lock
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("LOCK TABLE nvke_idempotencyrecord IN SHARE ROW EXCLUSIVE MODE")
 
-            def waiting() -> bool:
-                cursor.execute(
-                    "SELECT count(*) FROM pg_locks WHERE NOT granted"
-                    " AND relation = 'nvke_idempotencyrecord'::regclass"
-                )
-                return cursor.fetchone()[0] == 1
+        def waiting() -> bool:
+            cursor.execute(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted"
+                " AND relation = 'nvke_idempotencyrecord'::regclass"
+            )
+            return cursor.fetchone()[0] == 1
 
-            request = in_background(lambda: post(web, key, "before", "k-before"))
-            wait_for(waiting, timeout=30, what="the request to wait before its commit")
-            web.kill()
+        request = in_background(lambda: post(web, key, "before", "k-before"))
+        wait_for(waiting, timeout=30, what="the request to wait before its commit")
+        web.kill()
     request.join(10)
     assert clusters("before") == 0  # the killed request's transaction never committed
     assert not IdempotencyRecord.objects.exists()
