@@ -5,21 +5,30 @@ inventory, and the results of commands. In one transaction:
 
 1. ``INSERT … ON CONFLICT (host, seq) DO NOTHING`` claims the report: a duplicate answers the
    first acknowledgement again and writes nothing (the agent resends after a lost answer).
+   The same seq with other content (:func:`content_digest`) is a second agent using the
+   host's credential: flagged and kept as evidence (:func:`_record_identity_conflict`).
 2. Samples are COPYed into a staging table and moved into ``fleet_gpusample`` with
    ``ON CONFLICT DO NOTHING`` (day partitions made on demand). What real
    fleets send is handled here, each case counted in ``rejections`` / the ack:
 
    * ``unknown_gpu``: a sample of a GPU that is not this host's is not stored. A MIG device
      UUID (``MIG-…``) of one of the host's GPUs is stored as that GPU with its GI id;
-   * ``ts_in_future`` / ``ts_older_than_retention``: a timestamp more than
-     ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention period, is
-     rejected (never clamped: a moved timestamp would put the reading in the wrong minute);
+   * the agent's clock: its skew is ``sent_at`` against the receive time (never a sample's
+     age: a spool replayed after an outage is old, not skewed); beyond
+     ``NVKE_AGENT_CLOCK_SKEW_WARNING_S``, ahead or behind, every sample and Xid time of the
+     report is re-dated by the measured offset (:func:`clock_correction`) and the host warned;
+   * ``ts_in_future`` / ``ts_older_than_retention``: a timestamp (after that correction) more
+     than ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention
+     period, is rejected (never clamped: a moved timestamp would put the reading in the wrong
+     minute);
    * duplicates: the same ``(gpu, MIG GI, ts)`` twice in one report (a physical GPU printed once
      per MIG instance), or a sample already stored by an earlier report (data re-sent under a
      new seq), is stored once and counted in ``samples_deduplicated`` — samples are unique per
      ``(gpu, MIG GI, ts)`` in the table (:func:`store_samples`);
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
-3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`). An Xid
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`); one dated
+   before its GPU's newest sample already received is ``late`` and credits from that sample
+   (:func:`_flag_late_xids`). An Xid
    naming a GPU the host does not own refuses the whole report (400, field
    ``events[i].gpu_uuid``): nothing is stored.
 4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
@@ -36,6 +45,8 @@ inventory, and the results of commands. In one transaction:
 The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
 "samples_deduplicated", "rejections": {reason: count}, "commands": [...]}``; ``commands``
 carries the pending scrubs of the host (:func:`fleet.hygiene.pending_scrub_commands`).
+Two keys appear only when they apply: ``samples_redated`` (samples moved by the clock
+correction) and ``identity_conflict: true`` (this seq was first received with other content).
 """
 
 from __future__ import annotations
