@@ -41,6 +41,18 @@ OBSERVED_STATE = "observed state: node "
 #: released MIG slices the agent has not confirmed scrubbed (fleet.shared_placement)
 SLICE_SCRUB = "slice scrub overdue: "
 
+#: prefix -> the kind's name in metrics (``nvke_fleet_hosts_warned{kind}``)
+KINDS = {
+    AGENT_CLOCK: "agent_clock",
+    AGENT_SOURCE: "agent_source",
+    AGENT_INVENTORY: "agent_inventory",
+    AGENT_IDENTITY: "agent_identity",
+    AGENT_SPOOL: "agent_spool",
+    NVLINK_DOMAIN: "nvlink_domain",
+    OBSERVED_STATE: "observed_state",
+    SLICE_SCRUB: "slice_scrub",
+}
+
 MAX_LENGTH = 500
 
 

@@ -174,6 +174,11 @@ def test_a_seq_seen_again_with_other_content_flags_the_host_and_keeps_the_eviden
     assert warning.startswith("agent identity: two agents report as this host")
     assert "A and B both sent seq 1" in warning
     assert counter._value.get() == before + 1
+    from fleet.metrics import COLLECTOR
+
+    (warned,) = [f for f in COLLECTOR.collect() if f.name == "nvke_fleet_hosts_warned"]
+    by_kind = {s.labels["kind"]: s.value for s in warned.samples}
+    assert (by_kind["agent_identity"], by_kind["agent_spool"]) == (1, 0)
 
 
 def test_a_resend_or_a_restarted_agent_is_not_flagged(host):
