@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -84,6 +85,10 @@ def registered(live_server, host, tmp_path):
     return state
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="mounting a tmpfs inside unshare -m needs root and util-linux's unshare",
+)
 @pytest.mark.parametrize("fault", ["full", "read-only"])
 def test_an_agent_whose_state_dir_cannot_be_written_stays_up_and_delivers_its_spool(
     live_server, host, tmp_path, fault
