@@ -4,35 +4,47 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('fleet', '0009_host_nvlink_domain'),
+        ("fleet", "0009_host_nvlink_domain"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='agentreport',
-            name='content_sha256',
+            model_name="agentreport",
+            name="content_sha256",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddField(
-            model_name='agentreport',
-            name='instance_id',
+            model_name="agentreport",
+            name="instance_id",
             field=models.CharField(blank=True, max_length=64),
         ),
         migrations.AddField(
-            model_name='xidevent',
-            name='credit_from',
+            model_name="xidevent",
+            name="credit_from",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='xidevent',
-            name='late',
+            model_name="xidevent",
+            name="late",
             field=models.BooleanField(default=False),
         ),
         migrations.AlterField(
-            model_name='hostevent',
-            name='kind',
-            field=models.CharField(choices=[('imported', 'Imported'), ('registered', 'Registered'), ('state', 'State'), ('action', 'Action'), ('check', 'Check'), ('scrub', 'Scrub'), ('xid', 'Xid'), ('inventory', 'Inventory'), ('identity', 'Identity')], max_length=16),
+            model_name="hostevent",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("imported", "Imported"),
+                    ("registered", "Registered"),
+                    ("state", "State"),
+                    ("action", "Action"),
+                    ("check", "Check"),
+                    ("scrub", "Scrub"),
+                    ("xid", "Xid"),
+                    ("inventory", "Inventory"),
+                    ("identity", "Identity"),
+                ],
+                max_length=16,
+            ),
         ),
     ]
