@@ -76,6 +76,7 @@ class HostEventKind(models.TextChoices):
     SCRUB = "scrub"
     XID = "xid"
     INVENTORY = "inventory"  # the agent's inventory disagrees with the host record
+    IDENTITY = "identity"  # two agents report with one credential (evidence in ``data``)
 
 
 class HostTenancy(models.TextChoices):

@@ -56,7 +56,9 @@ def scrub_timeout_s() -> float:
 
 
 def clock_skew_warning_s() -> float:
-    """An agent whose clock is off by more than this gets a host warning (s)."""
+    """The allowed agent clock skew (s): an agent whose ``sent_at`` is further than this from
+    the server's receive time, ahead or behind, gets a host warning and its report's sample
+    and Xid times are re-dated by the measured offset (:func:`fleet.ingest.clock_correction`)."""
     return _get("NVKE_AGENT_CLOCK_SKEW_WARNING_S", float)
 
 

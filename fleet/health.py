@@ -198,8 +198,21 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
                 ts=event.ts,
                 kind=HostEventKind.XID,
                 actor="agent",
-                message=f"{kind.what} on {event.gpu_uuid}: {kind.action or 'no action'}"[:500],
-                data={"xid": event.xid, "gpu_uuid": event.gpu_uuid, "action": kind.action},
+                message=(
+                    f"{kind.what} on {event.gpu_uuid}: {kind.action or 'no action'}"
+                    + (
+                        f" (LATE: dated before a sample already received; credit from "
+                        f"{event.credit_from.isoformat()})"
+                        if event.late and event.credit_from
+                        else ""
+                    )
+                )[:500],
+                data={
+                    "xid": event.xid,
+                    "gpu_uuid": event.gpu_uuid,
+                    "action": kind.action,
+                    **({"late": True} if event.late else {}),
+                },
             )
         )
         if not kind.critical:
@@ -220,7 +233,8 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
         interval = open_unhealthy(
             gpu,
             reason=HealthReason.XID,
-            at=min(event.ts, now),
+            # a late Xid (fleet.ingest) credits from the newest sample before it, not its date
+            at=min(event.credit_from or event.ts, now),
             needs_operator=True,
             xid=event.xid,
             action=kind.action,

@@ -5,21 +5,30 @@ inventory, and the results of commands. In one transaction:
 
 1. ``INSERT … ON CONFLICT (host, seq) DO NOTHING`` claims the report: a duplicate answers the
    first acknowledgement again and writes nothing (the agent resends after a lost answer).
+   The same seq with other content (:func:`content_digest`) is a second agent using the
+   host's credential: flagged and kept as evidence (:func:`_record_identity_conflict`).
 2. Samples are COPYed into a staging table and moved into ``fleet_gpusample`` with
    ``ON CONFLICT DO NOTHING`` (day partitions made on demand). What real
    fleets send is handled here, each case counted in ``rejections`` / the ack:
 
    * ``unknown_gpu``: a sample of a GPU that is not this host's is not stored. A MIG device
      UUID (``MIG-…``) of one of the host's GPUs is stored as that GPU with its GI id;
-   * ``ts_in_future`` / ``ts_older_than_retention``: a timestamp more than
-     ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention period, is
-     rejected (never clamped: a moved timestamp would put the reading in the wrong minute);
+   * the agent's clock: its skew is ``sent_at`` against the receive time (never a sample's
+     age: a spool replayed after an outage is old, not skewed); beyond
+     ``NVKE_AGENT_CLOCK_SKEW_WARNING_S``, ahead or behind, every sample and Xid time of the
+     report is re-dated by the measured offset (:func:`clock_correction`) and the host warned;
+   * ``ts_in_future`` / ``ts_older_than_retention``: a timestamp (after that correction) more
+     than ``NVKE_SAMPLE_MAX_FUTURE_S`` ahead of the server, or older than the retention
+     period, is rejected (never clamped: a moved timestamp would put the reading in the wrong
+     minute);
    * duplicates: the same ``(gpu, MIG GI, ts)`` twice in one report (a physical GPU printed once
      per MIG instance), or a sample already stored by an earlier report (data re-sent under a
      new seq), is stored once and counted in ``samples_deduplicated`` — samples are unique per
      ``(gpu, MIG GI, ts)`` in the table (:func:`store_samples`);
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
-3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`). An Xid
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`); one dated
+   before its GPU's newest sample already received is ``late`` and credits from that sample
+   (:func:`_flag_late_xids`). An Xid
    naming a GPU the host does not own refuses the whole report (400, field
    ``events[i].gpu_uuid``): nothing is stored.
 4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
@@ -36,26 +45,43 @@ inventory, and the results of commands. In one transaction:
 The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
 "samples_deduplicated", "rejections": {reason: count}, "commands": [...]}``; ``commands``
 carries the pending scrubs of the host (:func:`fleet.hygiene.pending_scrub_commands`).
+Two keys appear only when they apply: ``samples_redated`` (samples moved by the clock
+correction) and ``identity_conflict: true`` (this seq was first received with other content).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
 from nvke.validation import BadValue, to_utc
 
-from . import conf, formats, health, hygiene, metrics, nvlink_domains, shared_placement, topology
+from . import (
+    conf,
+    formats,
+    health,
+    host_warnings,
+    hygiene,
+    metrics,
+    nvlink_domains,
+    shared_placement,
+    topology,
+)
 from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
+
+log = logging.getLogger(__name__)
 
 SAMPLE_COLUMNS = (
     "ts",
@@ -162,9 +188,13 @@ class Ack:
     samples_deduplicated: int = 0
     rejections: dict[str, int] = field(default_factory=dict)
     commands: list[dict[str, Any]] = field(default_factory=list)
+    #: samples whose ``ts`` was moved by the measured clock offset (:func:`clock_correction`)
+    samples_redated: int = 0
+    #: this seq was first received with other content: a second agent uses the credential
+    identity_conflict: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "seq": self.seq,
             "duplicate": self.duplicate,
             "samples_stored": self.samples_stored,
@@ -173,6 +203,12 @@ class Ack:
             "rejections": self.rejections,
             "commands": self.commands,
         }
+        # the conditions below are exceptional: their keys appear only when they happened
+        if self.samples_redated:
+            out["samples_redated"] = self.samples_redated
+        if self.identity_conflict:
+            out["identity_conflict"] = True
+        return out
 
 
 @dataclass
@@ -196,17 +232,26 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     inventory = body.get("inventory")
     gpus = _host_gpus(host, fresh=isinstance(inventory, dict))
     _check_batches(body, inventory, gpus)
-    parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now)
-    events = _events(host, seq, body.get("events") or [], gpus, now)
     skew = _clock_skew(body.get("sent_at"), now)
+    shift = clock_correction(skew)
+    parsed = _sample_rows(host, seq, body.get("samples") or [], gpus, now, shift)
+    events = _events(host, seq, body.get("events") or [], gpus, now, shift)
     rejected = sum(parsed.rejections.values())
+    digest, instance_id = content_digest(body), _instance_id(body)
 
     with transaction.atomic():
-        report_id = _claim_report(host, seq, parsed, rejected, len(events), skew, now)
+        report_id = _claim_report(
+            host, seq, parsed, rejected, len(events), skew, now, digest, instance_id
+        )
         if report_id is None:
-            duplicate = _first_ack(host, seq)
+            duplicate, first = _first_ack(host, seq)
+            if first.content_sha256 and first.content_sha256 != digest:
+                _record_identity_conflict(host, seq, body, first, digest, instance_id, now)
+                return replace(duplicate, identity_conflict=True)
             metrics.REPORTS.labels(outcome="duplicate").inc()
             return duplicate
+        if events:  # before this report's samples are stored: they never make its Xids late
+            _flag_late_xids(host, events)
         stored = len(parsed.rows)
         if parsed.rows:
             ensure_partitions({row[0].date() for row in parsed.rows})
@@ -217,38 +262,29 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         if events:
             XidEvent.objects.bulk_create(events)
             health.handle_xids(host, events, now)
-        warnings = None
+        warnings: dict[str, str | None] = {}
         inventoried = isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list)
         if inventoried:
-            warnings = _apply_inventory(host, inventory, gpus, now)
+            warnings.update(_apply_inventory(host, inventory, gpus, now))
             _GPU_CACHE.pop(host.id, None)  # MIG devices or missing flags may have changed
         if body.get("scrub_results"):
             hygiene.apply_scrub_results(host, body["scrub_results"], now)
         if body.get("diagnostics"):
             hygiene.record_dcgm_diagnostics(host, body["diagnostics"], now)
-        if skew is not None and abs(skew) > conf.clock_skew_warning_s():
-            warnings = _with_warning(
-                warnings if warnings is not None else host.warnings,
-                "agent clock:",
-                f"agent clock: {skew:+.0f} s off the server's (report seq {seq})",
-            )
-        elif skew is not None and any(w.startswith("agent clock:") for w in host.warnings):
-            warnings = _with_warning(
-                warnings if warnings is not None else host.warnings, "agent clock:", None
-            )
+        if skew is not None:
+            warnings[host_warnings.AGENT_CLOCK] = _clock_warning(skew, shift)
         source_error = body.get("source_error")
         source_error = str(source_error)[:300] if source_error else ""
-        if source_error != host.agent_source_error:
-            warnings = _with_warning(
-                warnings if warnings is not None else host.warnings,
-                "agent source:",
-                f"agent source: {source_error} (report seq {seq})" if source_error else None,
-            )
+        warnings[host_warnings.AGENT_SOURCE] = (
+            f"{host_warnings.AGENT_SOURCE} {source_error}" if source_error else None
+        )
+        if isinstance(body.get("agent_status"), dict):
+            warnings[host_warnings.AGENT_SPOOL] = _spool_warning(body["agent_status"])
+        host_warnings.set_host_warnings(host.id, warnings)
         scrubs_pending = _update_host(
             host,
             body,
             seq,
-            warnings,
             now,
             source_error=source_error,
             inventory=inventoried or bool(source_error),
@@ -267,6 +303,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         parsed.deduplicated,
         parsed.rejections,
         commands,
+        samples_redated=len(parsed.rows) if shift else 0,
     )
 
 
@@ -394,7 +431,9 @@ def _check_memory(used: Any, total: Any, limit: int | None, i: int) -> None:
         )
 
 
-def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime) -> _Parsed:
+def _sample_rows(
+    host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datetime, shift: timedelta
+) -> _Parsed:
     if not isinstance(samples, list):
         raise InvalidReport("samples", "samples must be a list")
     oldest = now - timedelta(days=conf.sample_retention_days())
@@ -423,6 +462,13 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
             try:
                 ts = ts.astimezone(UTC)
             except OverflowError:  # year 1 or 9999 with an offset: outside any window
+                reason = TS_TOO_OLD if ts.year < 2000 else TS_IN_FUTURE
+                rejections[reason] = rejections.get(reason, 0) + 1
+                continue
+        if shift:  # the agent's clock is off: the sample happened at ts + shift server time
+            try:
+                ts = ts + shift
+            except OverflowError:
                 reason = TS_TOO_OLD if ts.year < 2000 else TS_IN_FUTURE
                 rejections[reason] = rejections.get(reason, 0) + 1
                 continue
@@ -476,7 +522,9 @@ def _sample_rows(host: Host, seq: int, samples: Any, gpus: _HostGpus, now: datet
     return _Parsed(rows, rejections, deduplicated, min_ts, max_ts)
 
 
-def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -> list[XidEvent]:
+def _events(
+    host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime, shift: timedelta
+) -> list[XidEvent]:
     """Xid events of the report. An Xid names the GPU it happened on: one of the host's GPUs
     (or a MIG device of one, stored as its GPU). A GPU the host does not own is refused —
     ``InvalidReport("events[i].gpu_uuid")``, so the whole report is refused and nothing is
@@ -493,6 +541,13 @@ def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -
         if not isinstance(xid, int) or isinstance(xid, bool) or not 0 <= xid < 2**31:
             raise InvalidReport(f"events[{i}].xid", "xid must be a non-negative integer")
         ts = _parse_ts(event.get("ts"), f"events[{i}].ts")
+        if shift:
+            try:
+                ts = ts + shift
+            except OverflowError as exc:
+                raise InvalidReport(
+                    f"events[{i}].ts", "out of range", "datetime_out_of_range"
+                ) from exc
         gpu_uuid = event.get("gpu_uuid")
         if isinstance(gpu_uuid, str) and gpu_uuid in gpus.mig_uuids:
             gpu_uuid = gpus.mig_uuids[gpu_uuid][0]
@@ -516,7 +571,11 @@ def _events(host: Host, seq: int, events: Any, gpus: _HostGpus, now: datetime) -
 
 
 def _clock_skew(sent_at: Any, now: datetime) -> float | None:
-    """``sent_at`` minus ``now`` in seconds (None when absent, unreadable or absurd)."""
+    """``sent_at`` minus ``now`` in seconds (None when absent, unreadable or absurd).
+
+    The agent stamps ``sent_at`` when the request leaves, so this is its clock's offset from
+    the server's (plus the request's transit time, a fraction of a second). Never a sample's
+    age: a spool replayed after an outage carries old samples and a fresh ``sent_at``."""
     if not isinstance(sent_at, str):
         return None
     try:
@@ -524,6 +583,147 @@ def _clock_skew(sent_at: Any, now: datetime) -> float | None:
     except (ValueError, OverflowError):  # BadValue is a ValueError
         return None
     return (ts - now).total_seconds()
+
+
+def clock_correction(skew: float | None) -> timedelta:
+    """What to add to the report's sample and event timestamps: ``-skew`` when the agent's
+    clock is further off than ``NVKE_AGENT_CLOCK_SKEW_WARNING_S`` (either way: ahead or
+    behind), else nothing. An agent 600 s behind had its samples dated before the allocation
+    began (utilization left them out); one 600 s ahead had all of them refused as
+    ``ts_in_future``: both are now stored at the server's time of the reading."""
+    if skew is None or abs(skew) <= conf.clock_skew_warning_s():
+        return timedelta(0)
+    return timedelta(seconds=-skew)
+
+
+def _clock_warning(skew: float, shift: timedelta) -> str | None:
+    """The host's ``agent clock:`` warning (None: the clock is within the allowed skew). The
+    offset is rounded to 10 s so that a steady skew does not rewrite the warning each report."""
+    if not shift:
+        return None
+    rounded = round(skew, -1)
+    way = "ahead of" if skew > 0 else "behind"
+    return (
+        f"{host_warnings.AGENT_CLOCK} about {abs(rounded):.0f} s {way} the server's (its sent_at "
+        f"against the receive time); its sample and Xid times are re-dated by {-rounded:+.0f} s "
+        f"(allowed skew {conf.clock_skew_warning_s():.0f} s): fix the host's NTP"
+    )
+
+
+def _spool_warning(status: dict[str, Any]) -> str | None:
+    """The host's ``agent spool:`` warning from the report's ``agent_status`` (stamped by the
+    agent at send time): set while the agent cannot write its state dir, else None."""
+    error = status.get("spool_error")
+    if not error:
+        return None
+    reports, samples = status.get("dropped_reports"), status.get("dropped_samples")
+    return (
+        f"{host_warnings.AGENT_SPOOL} the agent cannot write its state dir ({str(error)[:200]}): "
+        f"it delivers what is spooled but makes no new reports; "
+        f"{reports if isinstance(reports, int) else '?'} report(s) / "
+        f"{samples if isinstance(samples, int) else '?'} sample(s) dropped so far"
+    )
+
+
+#: report fields the agent stamps when it sends (each retry anew), not when it produces
+SEND_TIME_FIELDS = frozenset({"sent_at", "host_id", "agent_status"})
+
+
+def content_digest(body: dict[str, Any]) -> str:
+    """SHA-256 (hex) of what the agent produced under this seq: the body without
+    :data:`SEND_TIME_FIELDS`, as canonical JSON (sorted keys). A resend of the same batch —
+    after a lost answer or a restart — has the same digest; another agent's batch under the
+    same seq (a copied state dir) differs, if only by its ``instance_id``."""
+    content = {k: v for k, v in body.items() if k not in SEND_TIME_FIELDS}
+    try:
+        return hashlib.sha256(orjson.dumps(content, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    except TypeError:  # an integer beyond 64 bits (validated later): digest the text form
+        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def _instance_id(body: dict[str, Any]) -> str:
+    value = body.get("instance_id")
+    return value[:64] if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class _FirstReport:
+    content_sha256: str
+    instance_id: str
+    received_at: datetime
+
+
+def _record_identity_conflict(
+    host: Host,
+    seq: int,
+    body: dict[str, Any],
+    first: _FirstReport,
+    digest: str,
+    instance_id: str,
+    now: datetime,
+) -> None:
+    """``seq`` came again with other content: two agents use this host's credential (a copied
+    state dir). Keeps the evidence — the second body whole, both digests and instance ids —
+    in a host event, flags the host (``agent identity:`` warning, shown on the console) and
+    counts it (``nvke_agent_reports_total{outcome="identity_conflict"}``). The first report
+    stays the stored one; nothing of the second is stored as telemetry."""
+    other = instance_id or "(none)"
+    HostEvent.objects.create(
+        host=host,
+        ts=now,
+        kind=HostEventKind.IDENTITY,
+        actor="agent",
+        message=(
+            f"report seq {seq} received again with other content (agent instance {other}; "
+            f"first from {first.instance_id or '(none)'}): two agents use this host's credential"
+        )[:500],
+        data={
+            "seq": seq,
+            "first": {
+                "instance_id": first.instance_id,
+                "content_sha256": first.content_sha256,
+                "received_at": first.received_at.isoformat(),
+            },
+            "again": {"instance_id": instance_id, "content_sha256": digest},
+            "body": body,
+        },
+    )
+    host_warnings.set_host_warning(
+        host.id,
+        host_warnings.AGENT_IDENTITY,
+        f"{host_warnings.AGENT_IDENTITY} two agents report as this host (agent instances "
+        f"{first.instance_id or '(none)'} and {other} both sent seq {seq}, with different "
+        "content): stop the copy, then re-issue the bootstrap token and register the host again",
+    )
+    metrics.REPORTS.labels(outcome="identity_conflict").inc()
+    log.error(
+        "host %s: report seq %d received again with other content (instance %s, first %s)",
+        host.hostname,
+        seq,
+        other,
+        first.instance_id or "(none)",
+    )
+
+
+def _flag_late_xids(host: Host, events: list[XidEvent]) -> None:
+    """Mark the Xids dated before their GPU's newest sample already stored (from earlier
+    reports: run before this report's samples are stored) as ``late``, with ``credit_from``
+    that sample's time, so their SLA credit starts there. A host could otherwise post, 91 s
+    into an allocation, an Xid dated 1 s into it and be credited 99 % of it. A spool replayed
+    after an outage is not late: its reports come in seq order and no newer sample had been
+    received."""
+    oldest = min(event.ts for event in events)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT gpu_uuid, MAX(ts) FROM fleet_gpusample WHERE host_id = %s"
+            " AND gpu_uuid = ANY(%s) AND ts > %s GROUP BY gpu_uuid",
+            [host.id, sorted({event.gpu_uuid for event in events}), oldest],
+        )
+        newest = dict(cursor.fetchall())
+    for event in events:
+        seen = newest.get(event.gpu_uuid)
+        if seen is not None and event.ts < seen:
+            event.late, event.credit_from = True, seen
 
 
 def _check_batches(body: dict[str, Any], inventory: Any, gpus: _HostGpus) -> None:
@@ -579,6 +779,8 @@ def _claim_report(
     events: int,
     skew: float | None,
     now: datetime,
+    digest: str,
+    instance_id: str,
 ) -> int | None:
     """Insert the ``(host, seq)`` row; None when it exists (a duplicate)."""
     with connection.cursor() as cursor:
@@ -586,8 +788,9 @@ def _claim_report(
             """
             INSERT INTO fleet_agentreport
                 (host_id, seq, received_at, samples_stored, samples_rejected,
-                 samples_deduplicated, events_stored, rejections, min_ts, max_ts, clock_skew_s)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)
+                 samples_deduplicated, events_stored, rejections, min_ts, max_ts, clock_skew_s,
+                 content_sha256, instance_id)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s)
             ON CONFLICT (host_id, seq) DO NOTHING
             RETURNING id
             """,
@@ -603,6 +806,8 @@ def _claim_report(
                 parsed.min_ts,
                 parsed.max_ts,
                 skew,
+                digest,
+                instance_id,
             ],
         )
         row = cursor.fetchone()
@@ -619,17 +824,21 @@ def _count_stored(report_id: int, stored: int, deduplicated: int) -> None:
         )
 
 
-def _first_ack(host: Host, seq: int) -> Ack:
+def _first_ack(host: Host, seq: int) -> tuple[Ack, _FirstReport]:
+    """The acknowledgement the first report of ``seq`` got, and what identifies it."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT samples_stored, samples_rejected, samples_deduplicated, rejections "
+            "SELECT samples_stored, samples_rejected, samples_deduplicated, rejections, "
+            "content_sha256, instance_id, received_at "
             "FROM fleet_agentreport WHERE host_id = %s AND seq = %s",
             [host.id, seq],
         )
-        stored, rejected, deduplicated, rejections = cursor.fetchone()
+        stored, rejected, deduplicated, rejections, digest, instance, received = cursor.fetchone()
     if isinstance(rejections, str):
         rejections = json.loads(rejections)
-    return Ack(seq, True, stored, rejected, deduplicated, rejections or {}, [])
+    first = _FirstReport(digest or "", instance or "", received)
+    ack = Ack(seq, True, stored, rejected, deduplicated, rejections or {}, [])
+    return ack, first
 
 
 #: PostgreSQL types of SAMPLE_COLUMNS, for binary COPY
@@ -706,28 +915,27 @@ def store_samples(rows: list[tuple]) -> int:
         return cursor.rowcount
 
 
-def _with_warning(warnings: list[str], prefix: str, text: str | None) -> list[str]:
-    out = [w for w in warnings if not w.startswith(prefix)]
-    if text:
-        out.append(text)
-    return out
-
-
 def _apply_inventory(
     host: Host, inventory: dict[str, Any], gpus: _HostGpus, now: datetime
 ) -> list[str]:
-    """Compare the agent's inventory with the host; returns the host's new warnings."""
+    """Compare the agent's inventory with the host; returns the changes of the host's
+    warnings (``{prefix: text or None}``, for :func:`fleet.host_warnings.set_host_warnings`)."""
     listed = [
         g for g in inventory["gpus"] if isinstance(g, dict) and isinstance(g.get("uuid"), str)
     ]
     reported = {g["uuid"] for g in listed}
     missing = sorted(gpus.uuids - reported)
     unknown = sorted(u for u in reported - gpus.uuids if isinstance(u, str) and u)
-    warnings = [w for w in host.warnings if not w.startswith("agent inventory:")]
+    problems = []
     if missing:
-        warnings.append(f"agent inventory: GPU(s) not reported: {', '.join(missing)}")
+        problems.append(f"GPU(s) not reported: {', '.join(missing)}")
     if unknown:
-        warnings.append(f"agent inventory: GPU(s) not in the host record: {', '.join(unknown)}")
+        problems.append(f"GPU(s) not in the host record: {', '.join(unknown)}")
+    warnings: dict[str, str | None] = {
+        host_warnings.AGENT_INVENTORY: (
+            f"{host_warnings.AGENT_INVENTORY} {'; '.join(problems)}" if problems else None
+        )
+    }
     by_uuid = {r["uuid"]: r for r in gpus.rows}
     for uuid in missing:
         row = by_uuid[uuid]
@@ -791,8 +999,8 @@ def _apply_inventory(
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
         shared_placement.confirm_scrubs(host, now=now)
-    warnings = nvlink_domains.apply_reported_fabric(
-        host, [g for g in listed if g["uuid"] in gpus.uuids], warnings
+    warnings.update(
+        nvlink_domains.apply_reported_fabric(host, [g for g in listed if g["uuid"] in gpus.uuids])
     )
     topo = topology.from_agent(inventory.get("topology"), host.gpu_count)
     if topo is not None and topo.get("links") != (host.topology or {}).get("links"):
@@ -808,14 +1016,14 @@ def _update_host(
     host: Host,
     body: dict[str, Any],
     seq: int,
-    warnings: list[str] | None,
     now: datetime,
     *,
     source_error: str = "",
     inventory: bool = False,
 ) -> bool:
-    """Liveness, versions, the source's error, the inventory clock and warnings of the host, in
-    one UPDATE that also answers whether a scrub of its GPUs is waiting for the agent (so most
+    """Liveness, versions, the source's error and the inventory clock of the host (its warnings
+    have one writer, :mod:`fleet.host_warnings`), in one UPDATE that also answers whether a
+    scrub of its GPUs is waiting for the agent (so most
     reports need no extra query)."""
     sets = [
         "last_seen_at = %s",
@@ -832,9 +1040,6 @@ def _update_host(
         if isinstance(value, str) and value and value[:limit] != getattr(host, key):
             sets.append(f"{key} = %s")
             params.append(value[:limit])
-    if warnings is not None and warnings != host.warnings:
-        sets.append("warnings = %s::jsonb")
-        params.append(json.dumps(warnings))
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE fleet_host SET {', '.join(sets)} WHERE id = %s RETURNING EXISTS ("

@@ -15,7 +15,13 @@ Gauges, read from PostgreSQL at scrape time (:class:`FleetCollector`):
   5 minutes, how long after its newest sample each report arrived (s);
 * ``nvke_fleet_agent_silence_seconds_max`` — the longest time since a registered host's last
   report (s);
-* ``nvke_fleet_samples_per_second`` — samples stored over the last 60 s / 60 (all processes).
+* ``nvke_fleet_samples_per_second`` — samples stored over the last 60 s / 60 (all processes);
+* ``nvke_fleet_hosts_warned{kind}`` — hosts with a warning of each kind of
+  :data:`fleet.host_warnings.KINDS` (``agent_identity``: two agents on one credential,
+  ``agent_spool``: an agent that cannot write its state dir, ``agent_clock`` …).
+
+``nvke_agent_reports_total`` also counts ``outcome="identity_conflict"``: a seq received again
+with other content (:mod:`fleet.ingest`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from typing import Any
 
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
+
+from .host_warnings import KINDS
 
 REPORTS = Counter("nvke_agent_reports", "Agent reports received", ["outcome"])
 SAMPLES = Counter("nvke_gpu_samples", "GPU telemetry samples received", ["outcome"])
@@ -102,6 +110,17 @@ class FleetCollector:
                 "WHERE credential_hash <> '' AND state <> 'RETIRED'"
             )
             (silence,) = cursor.fetchone()
+            cursor.execute(
+                "SELECT p, COUNT(h.id) FROM unnest(%s::text[]) AS p LEFT JOIN fleet_host h ON"
+                " EXISTS (SELECT 1 FROM jsonb_array_elements_text(h.warnings) AS w"
+                " WHERE starts_with(w, p)) GROUP BY p ORDER BY p",
+                [list(KINDS)],
+            )
+            warned = GaugeMetricFamily(
+                "nvke_fleet_hosts_warned", "Hosts with a warning of this kind", labels=["kind"]
+            )
+            for prefix, count in cursor.fetchall():
+                warned.add_metric([KINDS[prefix]], count)
         lag.add_metric(["avg"], float(avg_lag or 0.0))
         lag.add_metric(["max"], float(max_lag or 0.0))
         yield hosts
@@ -113,6 +132,7 @@ class FleetCollector:
             "Longest time since a registered host's last report",
             value=float(silence or 0.0),
         )
+        yield warned
         yield GaugeMetricFamily(
             "nvke_fleet_samples_per_second",
             f"Samples stored over the last {RATE_WINDOW_S} s, per second",

@@ -285,6 +285,10 @@ class AgentReport(models.Model):
     physical GPU listed once per MIG instance). ``min_ts``/``max_ts`` bound the stored samples
     (the rollup task recomputes the minutes they touch). ``clock_skew_s`` is the agent's
     ``sent_at`` minus the server's receive time (s; positive: the agent's clock is ahead).
+    ``content_sha256`` is the digest of what the agent produced (the body without the fields
+    stamped at send time, :func:`fleet.ingest.content_digest`) and ``instance_id`` the agent
+    process that produced it: the same seq again with another digest is a second agent using
+    this host's credential.
     """
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="reports")
@@ -298,6 +302,8 @@ class AgentReport(models.Model):
     min_ts = models.DateTimeField(null=True, blank=True)
     max_ts = models.DateTimeField(null=True, blank=True)
     clock_skew_s = models.FloatField(null=True, blank=True)
+    content_sha256 = models.CharField(max_length=64, blank=True)
+    instance_id = models.CharField(max_length=64, blank=True)
 
     class Meta:
         constraints = [
@@ -347,7 +353,14 @@ class GpuSample(models.Model):
 
 
 class XidEvent(models.Model):
-    """An Xid error reported by a host's agent (NVIDIA Xid catalog code + driver message)."""
+    """An Xid error reported by a host's agent (NVIDIA Xid catalog code + driver message).
+
+    ``late``: the Xid is dated before the newest sample of its GPU the server had accepted when
+    it arrived (a host back-dating an Xid to refund an allocation; :mod:`fleet.ingest`). It is
+    kept with the date the agent gave, and its unhealthy interval — the SLA credit — starts no
+    earlier than ``credit_from``, that sample's time. A spool replayed after an outage is old,
+    not late: no sample newer than its Xids had arrived.
+    """
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="xid_events")
     gpu_uuid = models.CharField(max_length=64)
@@ -355,6 +368,8 @@ class XidEvent(models.Model):
     xid = models.PositiveIntegerField()
     message = models.TextField(blank=True)
     report_seq = models.BigIntegerField()
+    late = models.BooleanField(default=False)
+    credit_from = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-ts"]

@@ -36,7 +36,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from . import placement
+from . import host_warnings, placement
 from .choices import SCHEDULABLE_HOST_STATES
 from .formats import FormatError
 from .models import Gpu, Host
@@ -48,7 +48,7 @@ MAX_CLIQUE_ID = 2**32 - 1
 #: nvmlReturn_t values are small non-negative ints (NVML_SUCCESS 0 … NVML_ERROR_UNKNOWN 999)
 MAX_NVML_RETURN = 999
 #: the warning prefix on hosts whose domain the agent's report could not settle
-WARNING_PREFIX = "nvlink domain:"
+WARNING_PREFIX = host_warnings.NVLINK_DOMAIN
 
 
 @dataclass(frozen=True, order=True)
@@ -186,18 +186,19 @@ def domain_from_gpus(gpus: Sequence[dict[str, Any]]) -> ReportedDomain:
     return ReportedDomain(known=True, domain=next(iter(domains)))
 
 
-def apply_reported_fabric(
-    host: Host, gpus: Sequence[dict[str, Any]], warnings: list[str]
-) -> list[str]:
+def apply_reported_fabric(host: Host, gpus: Sequence[dict[str, Any]]) -> dict[str, str | None]:
     """Store the domain the agent's inventory (``gpus``, validated) gives ``host``; returns the
-    host's warnings with the ``nvlink domain:`` one set or cleared. Runs inside ingestion's
-    transaction."""
+    change of the host's ``nvlink domain:`` warning for :func:`fleet.host_warnings.
+    set_host_warnings` (``{}``: the inventory does not tell; ``{prefix: None}``: clear it).
+    Runs inside ingestion's transaction."""
     reported = domain_from_gpus(gpus)
     if not reported.known:
-        return warnings
-    out = [w for w in warnings if not w.startswith(WARNING_PREFIX)]
+        return {}
+    out: dict[str, str | None] = {WARNING_PREFIX: None}
     if reported.problem:
-        out.append(f"{WARNING_PREFIX} {reported.problem}; the host is in no NVLink domain")
+        out[WARNING_PREFIX] = (
+            f"{WARNING_PREFIX} {reported.problem}; the host is in no NVLink domain"
+        )
     domain = reported.domain
     if domain != host_domain(host):
         Host.objects.filter(pk=host.pk).update(

@@ -146,28 +146,3 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         inventory_count=host["inventory_count"],
         gpus=gpus,
     )
-
-
-def set_host_warning(host_id: Any, prefix: str, text: str | None) -> None:
-    """Replace the host's warnings that start with ``prefix`` by ``text`` (None: remove them).
-
-    Read first without a lock (nothing to do is the common case), then one UPDATE that edits
-    the JSON array in place, so a concurrent writer of another warning is never overwritten.
-    """
-    import json
-
-    from django.db import connection
-
-    current = Host.objects.filter(pk=host_id).values_list("warnings", flat=True).first()
-    if current is None:
-        return
-    wanted = [w for w in current if not w.startswith(prefix)] + ([text[:500]] if text else [])
-    if wanted == current:
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE fleet_host SET warnings = COALESCE((SELECT jsonb_agg(w) FROM "
-            "jsonb_array_elements_text(warnings) AS w WHERE NOT starts_with(w, %s)), "
-            "'[]'::jsonb) || %s::jsonb WHERE id = %s",
-            [prefix, json.dumps([text[:500]] if text else []), host_id],
-        )

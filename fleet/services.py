@@ -33,7 +33,7 @@ from catalog.models import GpuModel
 from catalog.services import match_product_name
 from nvke.errors import Conflict, InvalidInput
 
-from . import formats, hygiene, nvlink_domains, topology
+from . import formats, host_warnings, hygiene, nvlink_domains, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
 from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
@@ -274,6 +274,8 @@ def register_agent(*, bootstrap_token: str, agent_version: str = "") -> tuple[Ho
             actor="agent",
             message=f"agent registered (nvke-agent {agent_version or 'unknown version'})",
         )
+        # a new credential ends a shared one: the copy that used the old one gets 401 now
+        host_warnings.set_host_warning(host.pk, host_warnings.AGENT_IDENTITY, None)
     return host, credential
 
 

@@ -51,6 +51,7 @@ from catalog.mig import Placement as MigPlacement
 from catalog.models import GpuModel
 from nvke.errors import Conflict, InvalidInput
 
+from . import host_warnings
 from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HostEventKind, HostTenancy, SliceState
 from .models import Gpu, GpuInstance, Host, HostEvent
 
@@ -412,7 +413,8 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
     last report said), never what the provider says it did.
     """
     from .conf import scrub_timeout_s
-    from .observed import host_facts, set_host_warning
+    from .host_warnings import set_host_warning
+    from .observed import host_facts
 
     rows = list(
         GpuInstance.objects.filter(host=host)
@@ -484,7 +486,7 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
 
 
 #: prefix of the host warning about released slices whose scrub is overdue
-SCRUB_WARNING = "slice scrub overdue: "
+SCRUB_WARNING = host_warnings.SLICE_SCRUB
 
 
 def _known_active():

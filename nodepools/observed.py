@@ -31,7 +31,8 @@ from typing import Any
 from django.conf import settings
 
 from catalog.services import parse_driver_version
-from fleet.observed import HostFacts, host_facts, set_host_warning
+from fleet.host_warnings import OBSERVED_STATE, set_host_warning
+from fleet.observed import HostFacts, host_facts
 
 from .models import Node, NodePool
 from .shared import node_slices
@@ -171,7 +172,7 @@ def gate(
     """
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     problems = differences(node, expected, facts, after=node.observed_after)
-    prefix = f"observed state: node {node.name} "
+    prefix = f"{OBSERVED_STATE}{node.name} "
     if not problems:
         if node.observed_problem or node.observed_since or node.observed_after is not None:
             node.observed_problem, node.observed_since, node.observed_after = "", None, None

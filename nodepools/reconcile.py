@@ -895,11 +895,11 @@ def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
             with contextlib.suppress(ProviderError):
                 provider.drain_node(nodepool_spec(pool), node_spec(node))
     provider.delete_machines(nodepool_spec(pool), [node_spec(n) for n in nodes])
-    from fleet.observed import set_host_warning
+    from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 
     for node in nodes:
         if node.host_id:  # a gate's warning about this node ends with it (GPUs keep theirs)
-            set_host_warning(node.host_id, f"observed state: node {node.name} ", None)
+            set_host_warning(node.host_id, f"{OBSERVED_STATE}{node.name} ", None)
         was_ready = node.ready_at is not None
         node.phase = NodePhase.DELETED
         node.released_at = now

@@ -12,7 +12,8 @@ One thread does both, on two clocks:
 
 Report body (wire format, field names fixed with the server)::
 
-    {"host_id", "seq", "agent_version", "source", "sent_at", "driver_version", "cuda_version",
+    {"host_id", "seq", "instance_id", "agent_version", "source", "sent_at", "agent_status",
+     "driver_version", "cuda_version",
      "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...],
      "source_error": str | null (the source failed this round: NVML does not initialise …),
      "scrub_results": [...] (when some finished), "diagnostics": {...} (once, when run)}
@@ -22,8 +23,16 @@ Commands on an acknowledgement (scrubs) run on a background thread
 diagnostics (``diagnostics`` callable) run once at start, also in the background.
 
 ``inventory`` is included in the first report after start, then every ``inventory_every``-th
-report, and whenever it differs from the last one sent. ``host_id`` and ``sent_at`` are
-stamped at send time (``sent_at`` is when the request left, so the server can see clock skew).
+report, and whenever it differs from the last one sent. ``host_id``, ``sent_at`` and
+``agent_status`` are stamped at send time (``sent_at`` is when the request left, so the server
+can see clock skew; ``agent_status`` is ``{"spool_error", "dropped_reports",
+"dropped_samples"}``, now); everything else is fixed when the report is made.
+``instance_id`` names this agent process (a random id per start): a report is the same
+report whoever resends it, and two agents sharing one identity (a copied state dir) send
+different content under one seq, which the server flags.
+
+A state dir that cannot be written (full disk, read-only): see :mod:`nvke_agent.storage` —
+the loop keeps sending what is spooled and counts each report it cannot make as dropped.
 
 Stopping: the ``stop`` event (SIGTERM/SIGINT) ends the loop after the request in flight;
 unsent batches stay in the spool for the next start. A finite source (replay) that is
@@ -37,6 +46,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +57,7 @@ from nvke_agent.commands import CommandRunner, simulated_scrub
 from nvke_agent.sources.base import Event, Inventory, Sample, Source, SourceError, format_ts
 from nvke_agent.spool import Spool
 from nvke_agent.state import StateStore
+from nvke_agent.storage import STORAGE_ERRNOS, StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +87,7 @@ class Agent:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         diagnostics: Callable[[], dict[str, Any] | None] | None = None,
+        storage: StorageHealth | None = None,
     ) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be > 0")
@@ -91,7 +103,11 @@ class Agent:
         self.max_samples_per_report = max(1, max_samples_per_report)
         self._clock = clock
         self._monotonic = monotonic
+        self.storage = storage or StorageHealth()
+        #: this process among the agents that ever used this state dir (see module docstring)
+        self.instance_id = uuid.uuid4().hex
         self.reports_made = 0
+        self.reports_dropped = 0  # not made: the state dir could not be written
         self.batches_acked = 0
         self._last_inventory_key: str | None = None
         self._driver_version: str | None = None
@@ -178,7 +194,8 @@ class Agent:
         return EXIT_OK
 
     def _done_producing(self) -> bool:
-        if self.max_reports is not None and self.reports_made >= self.max_reports:
+        made = self.reports_made + self.reports_dropped
+        if self.max_reports is not None and made >= self.max_reports:
             return True
         return self.source.exhausted
 
@@ -223,13 +240,53 @@ class Agent:
                 body["scrub_results"] = scrub_results
             if position == 0 and diagnostics is not None:
                 body["diagnostics"] = diagnostics
-            seq = self.store.allocate_seq()  # persisted before the body is written
-            body["seq"] = seq
-            self.spool.put(seq, body)
+            try:
+                seq = self.store.allocate_seq()  # persisted before the body is written
+                body["seq"] = seq
+                self.spool.put(seq, body)
+            except OSError as exc:
+                if exc.errno not in STORAGE_ERRNOS:
+                    raise
+                self.storage.failed(exc, "spooling a report")
+                self._drop_unwritable(chunks[position:])
+                return seqs
+            self.storage.succeeded()
             self.reports_made += 1
             seqs.append(seq)
         self._enforce_spool_cap()
         return seqs
+
+    def _drop_unwritable(self, chunks: list[list[Sample]]) -> None:
+        """Count the reports (one per chunk) that could not be written as dropped."""
+        samples = sum(len(chunk) for chunk in chunks)
+        self.reports_dropped += len(chunks)
+        self.store.count_dropped(len(chunks), samples)
+        state = self.store.state
+        log.warning(
+            "state dir not writable (%s): report of %d sample(s) dropped; %d batch(es) / %d "
+            "samples dropped since this host was set up; %d batch(es) still to send",
+            self.storage.error,
+            samples,
+            state.dropped_batches,
+            state.dropped_samples,
+            len(self.spool),
+            extra={
+                "fields": {
+                    "dropped_samples": samples,
+                    "dropped_batches_total": state.dropped_batches,
+                    "dropped_samples_total": state.dropped_samples,
+                }
+            },
+        )
+
+    def status(self) -> dict[str, Any]:
+        """``agent_status`` of the next report sent (see module docstring)."""
+        state = self.store.state
+        return {
+            "spool_error": self.storage.error,
+            "dropped_reports": state.dropped_batches,
+            "dropped_samples": state.dropped_samples,
+        }
 
     def _inventory_to_send(self, inventory: Inventory | None) -> dict[str, Any] | None:
         if inventory is None:
@@ -251,6 +308,7 @@ class Agent:
         return {
             "host_id": self.store.state.host_id,
             "seq": None,
+            "instance_id": self.instance_id,
             "agent_version": __version__,
             "source": self.source.name,
             "sent_at": None,
@@ -303,6 +361,7 @@ class Agent:
         if not credential:
             raise Unauthorized(401, "this host is not registered")
         body["host_id"] = self.store.state.host_id
+        body["agent_status"] = self.status()
         body["sent_at"] = format_ts(self._clock())
         outcome = self.client.send_report(credential, body)
         if isinstance(outcome, Ack):
@@ -326,6 +385,14 @@ class Agent:
                     }
                 },
             )
+            if outcome.identity_conflict:
+                log.error(
+                    "the API had batch seq=%d with other content: another agent is using this "
+                    "host's identity (a copy of %s?); the API flagged the host",
+                    seq,
+                    self.store.state_dir,
+                    extra={"fields": {"seq": seq, "instance_id": self.instance_id}},
+                )
             if outcome.samples_rejected:
                 log.warning(
                     "API rejected %d sample(s) of batch seq=%d", outcome.samples_rejected, seq

@@ -38,6 +38,7 @@ from nvke_agent.record import record
 from nvke_agent.sources import SOURCE_NAMES, Source, SourceUnavailable, open_source
 from nvke_agent.spool import DEFAULT_MAX_BYTES, Spool
 from nvke_agent.state import StateError, StateStore
+from nvke_agent.storage import StorageHealth, describe
 
 log = logging.getLogger("nvke_agent.cli")
 
@@ -328,6 +329,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
             interval = args.interval or store.state.report_interval_s or DEFAULT_INTERVAL_S
             client = ApiClient(args.server)
             spool = Spool(args.state_dir, max_bytes=args.spool_max_bytes)
+            storage = _check_writable(store, spool)
             source, observed_client, close_ops = start_ops(
                 address=args.metrics_address,
                 source=source,
@@ -336,6 +338,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                 store=store,
                 interval_s=float(interval),
                 stop=stop,
+                storage=storage,
             )
             try:
                 agent = Agent(
@@ -353,6 +356,7 @@ def _run(args: argparse.Namespace, store: StateStore) -> int:
                     diagnostics=(
                         (lambda: dcgm_diagnostics(args.dcgm_diag)) if args.dcgm_diag else None
                     ),
+                    storage=storage,
                 )
                 log.info(
                     "running",
@@ -394,6 +398,23 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _check_writable(store: StateStore, spool: Spool) -> StorageHealth:
+    """Write the state file once at start: a state dir that cannot be written (read-only,
+    full) gets one clear line here, and the agent runs without making reports
+    (:mod:`nvke_agent.storage`)."""
+    storage = StorageHealth()
+    try:
+        store.save()
+    except OSError as exc:
+        storage.error = describe(exc)
+        _say(
+            f"state dir {store.state_dir} cannot be written ({exc.strerror or exc}): making no "
+            f"new reports (each counted as dropped), delivering the {len(spool)} spooled "
+            "batch(es); /healthz and the reports say so until it can be written"
+        )
+    return storage
 
 
 def _spooled_max_seq(state_dir: str) -> int:

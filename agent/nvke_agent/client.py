@@ -86,6 +86,8 @@ class Ack:
     samples_stored: int
     samples_rejected: int
     commands: tuple[dict[str, Any], ...] = ()
+    #: the server had this seq with other content: another agent uses this host's identity
+    identity_conflict: bool = False
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,7 @@ class ApiClient:
                 samples_stored=_int_or_none(answer.get("samples_stored")) or 0,
                 samples_rejected=_int_or_none(answer.get("samples_rejected")) or 0,
                 commands=tuple(c for c in answer.get("commands") or () if isinstance(c, dict)),
+                identity_conflict=answer.get("identity_conflict") is True,
             )
         detail, code = _problem(response)
         if status == 401:

@@ -12,6 +12,11 @@ unit is not a base unit the metric is NVKE's, in base units: ``nvke_gpu_memory_u
 
 ``/healthz``: 200 ``{"status": "ok", …}`` while the last collection is younger than
 ``3 x interval`` (and during the first ``3 x interval`` after start); else 503 with why.
+While the state dir cannot be written (full disk, read-only; :mod:`nvke_agent.storage`) it is
+200 ``{"status": "degraded", "spool_writable": false, "spool_error": …, "dropped_reports": …,
+"dropped_samples": …}``: the agent still delivers what is spooled, and a restart (the systemd
+watchdog keeps being fed) would not free the disk. ``/metrics`` says the same with
+``nvke_agent_spool_writable`` (0) and ``nvke_agent_dropped_reports`` / ``_samples``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from nvke_agent import __version__, systemd
 from nvke_agent.client import Ack, Refused, RetryLater
+from nvke_agent.storage import StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +132,16 @@ _GPU_GAUGES = (
 class AgentCollector:
     """Prometheus collector reading the observed source, client and spool at scrape time."""
 
-    def __init__(self, source: ObservedSource, client: ObservedClient, spool: Any, store: Any):
+    def __init__(
+        self,
+        source: ObservedSource,
+        client: ObservedClient,
+        spool: Any,
+        store: Any,
+        storage: StorageHealth | None = None,
+    ):
         self.source, self.client, self.spool, self.store = source, client, spool, store
+        self.storage = storage or StorageHealth()
 
     def _labels(self, sample: dict[str, Any]) -> tuple[list[str], list[str]]:
         index, model = self.source.models.get(sample["gpu_uuid"], (-1, ""))
@@ -196,8 +210,18 @@ class AgentCollector:
         state = self.store.state
         yield CounterMetricFamily(
             "nvke_agent_dropped_samples",
-            "Samples dropped by the spool cap since set-up.",
+            "Samples dropped since set-up (spool over its cap, or state dir not writable).",
             value=state.dropped_samples,
+        )
+        yield CounterMetricFamily(
+            "nvke_agent_dropped_reports",
+            "Report batches dropped since set-up (spool over its cap, or state dir not writable).",
+            value=state.dropped_batches,
+        )
+        yield GaugeMetricFamily(
+            "nvke_agent_spool_writable",
+            "1 while the state dir (spool, state file) can be written; 0: no new reports.",
+            value=1 if self.storage.writable else 0,
         )
         yield CounterMetricFamily(
             "nvke_agent_collect_errors",
@@ -218,8 +242,14 @@ class AgentCollector:
             )
 
 
-def health(source: ObservedSource, interval_s: float) -> tuple[bool, dict[str, Any]]:
-    """(healthy, body): healthy while collections keep coming (see the module docstring)."""
+def health(
+    source: ObservedSource,
+    interval_s: float,
+    storage: StorageHealth | None = None,
+    store: Any = None,
+) -> tuple[bool, dict[str, Any]]:
+    """(healthy, body): healthy while collections keep coming; ``degraded`` (still healthy)
+    while the state dir cannot be written (see the module docstring)."""
     now = source._monotonic()
     limit = 3 * interval_s
     last = source.last_collect
@@ -235,6 +265,14 @@ def health(source: ObservedSource, interval_s: float) -> tuple[bool, dict[str, A
         "limit_s": limit,
         "collect_errors": source.collect_errors,
     }
+    if storage is not None and not storage.writable:
+        if ok:
+            body["status"] = "degraded"
+        body["spool_writable"] = False
+        body["spool_error"] = storage.error
+        if store is not None:
+            body["dropped_reports"] = store.state.dropped_batches
+            body["dropped_samples"] = store.state.dropped_samples
     return ok, body
 
 
@@ -303,18 +341,18 @@ class Watchdog:
         systemd.notify("STOPPING=1")
 
 
-def start_ops(*, address: str | None, source, client, spool, store, interval_s, stop):
+def start_ops(*, address: str | None, source, client, spool, store, interval_s, stop, storage=None):
     """Wrap source and client, start the HTTP server (when ``address``) and the watchdog.
     Returns ``(source, client, close)``."""
     observed, counted = ObservedSource(source), ObservedClient(client)
 
     def health_fn():
-        return health(observed, interval_s)
+        return health(observed, interval_s, storage, store)
 
     server = None
     if address:
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(AgentCollector(observed, counted, spool, store))
+        registry.register(AgentCollector(observed, counted, spool, store, storage))
         server = OpsServer(address, registry, health_fn).start()
         log.info("metrics and health on http://%s", server.address)
     watchdog = Watchdog(health_fn, stop).start()

@@ -23,6 +23,14 @@ segments when it grows.
 
 Size cap: when the pending batches add up to more than ``max_bytes`` the oldest are dropped
 (never the newest one); the caller persists the drop counters and logs the drop at ERROR.
+
+A state dir that cannot be written (full disk, read-only): :meth:`Spool.put` raises the
+``OSError`` after cutting the segment back to its last complete batch (a partial line would
+corrupt every later one), so the caller can count the report as dropped and go on. Everything
+that only *finishes* batches goes on without writing: an acknowledged batch whose ``done``
+record cannot be written is done for this run (and resent once after a restart: the server
+answers it as a duplicate); a segment with nothing pending is still deleted, which frees
+space. A read-only spool found at start is read as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,7 +87,10 @@ class Spool:
         self.corrupt_dir = self.dir / "corrupt"
         self.rejected_dir = self.dir / "rejected"
         for folder in (self.dir, self.corrupt_dir, self.rejected_dir):
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:  # read-only or full: read what is there, write nothing
+                log.warning("cannot create %s: %s", folder, exc)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self._lock = threading.Lock()
@@ -99,6 +111,8 @@ class Spool:
     # --- recovery -------------------------------------------------------------------------------
 
     def _recover(self) -> None:
+        if not self.dir.is_dir():
+            return
         done = self._read_done()
         segments = sorted(
             entry.name for entry in os.scandir(self.dir) if _SEGMENT.match(entry.name)
@@ -114,9 +128,9 @@ class Spool:
                 self._live[name] = self._live.get(name, 0) + 1
         for name in segments:
             if not self._live.get(name):
-                (self.dir / name).unlink(missing_ok=True)
-        fsync_dir(self.dir)
-        self._compact_done()
+                _quietly(lambda name=name: (self.dir / name).unlink(missing_ok=True))
+        _quietly(lambda: fsync_dir(self.dir))
+        _quietly(self._compact_done)
         if self._pending:
             log.info(
                 "spool holds %d unsent batch(es) from a previous run",
@@ -162,14 +176,18 @@ class Spool:
             self._keep_corrupt(
                 f"{path.name}.torn-{end}", data[end:], "last line cut short by a crash"
             )
-            with path.open("r+b") as fh:
-                fh.truncate(end)
-                fh.flush()
-                os.fsync(fh.fileno())
+
+            def cut() -> None:
+                with path.open("r+b") as fh:
+                    fh.truncate(end)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+
+            _quietly(cut)
         return [line for line in data[:end].split(b"\n")[:-1] if line.strip()]
 
     def _keep_corrupt(self, name: str, data: bytes, why: str) -> None:
-        atomic_write(self.corrupt_dir / name, data)
+        _quietly(lambda: atomic_write(self.corrupt_dir / name, data))
         log.error(
             "spool: %s (%d bytes kept in %s)",
             why,
@@ -206,24 +224,34 @@ class Spool:
                 self._start_segment(seq)
             assert self._active is not None and self._active_fd is not None
             offset = self._active_size
-            _write_all(self._active_fd, data)
-            os.fsync(self._active_fd)
+            try:
+                _write_all(self._active_fd, data)
+                os.fsync(self._active_fd)
+            except OSError:
+                # ENOSPC part-way: cut the partial line off, or every later batch would be
+                # read as part of it (truncating frees space, so it works on a full disk)
+                _quietly(lambda: os.ftruncate(self._active_fd, offset))
+                raise
             self._active_size += len(data)
             self._pending[seq] = _Where(self._active, offset, len(data))
             self._live[self._active] = self._live.get(self._active, 0) + 1
 
     def _start_segment(self, first_seq: int) -> None:
         self._close_active()
+        previous, self._active = self._active, None  # none while the new one may fail
+        if previous is not None and not self._live.get(previous):
+            self._delete_segment(previous)
         name = self.segment_name(first_seq)
         path = self.dir / name
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        os.fchmod(fd, 0o600)
-        fsync_dir(self.dir)
-        previous = self._active
+        try:
+            os.fchmod(fd, 0o600)
+            fsync_dir(self.dir)
+        except OSError:
+            os.close(fd)
+            raise
         self._active, self._active_fd = name, fd
         self._active_size = os.fstat(fd).st_size
-        if previous is not None and not self._live.get(previous):
-            self._delete_segment(previous)
 
     def _close_active(self) -> None:
         if self._active_fd is not None:
@@ -261,9 +289,14 @@ class Spool:
         target = self.rejected_dir / f"{seq:012d}.json"
         with self._lock:
             reason = {"status": status, "detail": detail, "rejected_at": _now()}
-            atomic_write(self.rejected_dir / f"{seq:012d}.reason.json", json.dumps(reason).encode())
-            if body is not None:
-                atomic_write(target, json.dumps(body).encode())
+            try:
+                atomic_write(
+                    self.rejected_dir / f"{seq:012d}.reason.json", json.dumps(reason).encode()
+                )
+                if body is not None:
+                    atomic_write(target, json.dumps(body).encode())
+            except OSError as exc:
+                log.error("cannot keep refused batch seq=%d in %s: %s", seq, target, exc)
             self._finish(seq, "rejected")
         log.error(
             "API refused batch seq=%d for good (HTTP %d): %s; kept in %s",
@@ -308,25 +341,39 @@ class Spool:
         where = self._pending.pop(seq, None)
         if where is None:
             return
+        try:
+            self._record_done(seq, how)
+        except OSError as exc:  # full or read-only: done for this run (see module docstring)
+            log.warning("cannot record batch seq=%d as %s: %s", seq, how, exc)
+        self._live[where.segment] -= 1
+        if not self._live[where.segment] and where.segment != self._active:
+            self._delete_segment(where.segment)
+        if self._done_lines > 1000 and self._done_lines > 4 * len(self._pending):
+            _quietly(self._compact_done)
+
+    def _record_done(self, seq: int, how: str) -> None:
         if self._done_fd is None:
             path = self.dir / DONE_FILE
             created = not path.exists()
             self._done_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             if created:
                 fsync_dir(self.dir)
-        _write_all(self._done_fd, json.dumps({"seq": seq, "how": how}).encode() + b"\n")
-        os.fsync(self._done_fd)
+        size = os.fstat(self._done_fd).st_size
+        try:
+            _write_all(self._done_fd, json.dumps({"seq": seq, "how": how}).encode() + b"\n")
+            os.fsync(self._done_fd)
+        except OSError:
+            _quietly(lambda: os.ftruncate(self._done_fd, size))  # no partial line stays
+            raise
         self._done_lines += 1
-        self._live[where.segment] -= 1
-        if not self._live[where.segment] and where.segment != self._active:
-            self._delete_segment(where.segment)
-        if self._done_lines > 1000 and self._done_lines > 4 * len(self._pending):
-            self._compact_done()
 
     def _delete_segment(self, name: str) -> None:
-        (self.dir / name).unlink(missing_ok=True)
         self._live.pop(name, None)
-        fsync_dir(self.dir)
+        try:
+            (self.dir / name).unlink(missing_ok=True)
+            fsync_dir(self.dir)
+        except OSError as exc:  # a read-only state dir: the segment stays for the next run
+            log.warning("cannot delete spool segment %s: %s", name, exc)
 
     def _compact_done(self) -> None:
         """Rewrite done.jsonl with only the entries of segments still on disk."""
@@ -349,6 +396,14 @@ class Spool:
                 keep.append(line)
         atomic_write(path, b"".join(line + b"\n" for line in keep))
         self._done_lines = len(keep)
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    """Run a housekeeping write that may fail on a full or read-only state dir (logged)."""
+    try:
+        action()
+    except OSError as exc:
+        log.warning("spool housekeeping skipped: %s", exc)
 
 
 def _write_all(fd: int, data: bytes) -> None:

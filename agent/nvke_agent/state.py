@@ -19,8 +19,10 @@ Two agents on one state dir would hand out the same seqs, so commands hold
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -29,6 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nvke_agent.fsutil import atomic_write
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
@@ -68,8 +72,21 @@ class StateStore:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold an exclusive lock on the state dir; :class:`StateError` if another holds it."""
-        fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        """Hold an exclusive lock on the state dir; :class:`StateError` if another holds it.
+
+        A read-only state dir: the lock file is opened read-only (``flock`` works on it); when
+        it does not exist there nothing is locked — an agent that cannot write makes no
+        reports, so it cannot hand out a seq another agent also uses."""
+        try:
+            fd = os.open(self.state_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC):
+                raise
+            try:
+                fd = os.open(self.state_dir / LOCK_FILE, os.O_RDONLY)
+            except FileNotFoundError:
+                yield
+                return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -136,16 +153,27 @@ class StateStore:
             self._save_locked()
 
     def allocate_seq(self) -> int:
-        """Return the next seq and persist ``next_seq + 1`` before returning it."""
+        """Return the next seq and persist ``next_seq + 1`` before returning it. OSError
+        (a full disk, a read-only state dir) when it cannot be persisted: then the seq is
+        not handed out."""
         with self._lock:
             seq = self.state.next_seq
             self.state.next_seq = seq + 1
-            self._save_locked()
+            try:
+                self._save_locked()
+            except OSError:
+                self.state.next_seq = seq
+                raise
             return seq
 
     def count_dropped(self, batches: int, samples: int) -> None:
-        """Add to the persisted dropped-batch counters."""
+        """Add to the dropped-batch counters and persist them when the state dir can be
+        written (a drop because it cannot be is still counted, in memory, and persisted with
+        the next write that works)."""
         with self._lock:
             self.state.dropped_batches += batches
             self.state.dropped_samples += samples
-            self._save_locked()
+            try:
+                self._save_locked()
+            except OSError as exc:
+                log.debug("dropped counters kept in memory: %s", exc)

@@ -249,9 +249,10 @@ def test_inventory_goes_in_the_first_report_every_tenth_and_when_it_changes(
     assert bodies[12]["inventory"]["gpus"][0]["mig_mode"] == "disabled"
     assert all(b["driver_version"] == "535.54.03" and b["cuda_version"] == "12.2" for b in bodies)
     assert set(bodies[0]) == {
-        "host_id", "seq", "agent_version", "source", "sent_at", "driver_version",
+        "host_id", "seq", "instance_id", "agent_version", "source", "sent_at", "driver_version",
         "cuda_version", "inventory", "samples", "events", "source_error",
     }  # fmt: skip
+    assert {b["instance_id"] for b in bodies} == {agent.instance_id}
     assert all(b["source_error"] is None for b in bodies)  # the XML was read every time
 
 
