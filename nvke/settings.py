@@ -307,6 +307,9 @@ CELERY_TASK_ROUTES = {
     "nodepools.tasks.*": {"queue": "reconcile"},
     "fleet.tasks.*": {"queue": "telemetry"},
     "billing.tasks.*": {"queue": "billing"},
+    # deliveries wait on tenants' endpoints: their own queue and worker (docs/operator/
+    # security-limits.md), so a slow endpoint never holds a reconcile slot
+    "webhooks.tasks.*": {"queue": "webhooks"},
 }
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
@@ -508,7 +511,20 @@ NVKE_RESERVATION_MAX_DAYS = env.int("NVKE_RESERVATION_MAX_DAYS", default=366)
 NVKE_RESERVATION_MAX_LEAD_DAYS = env.int("NVKE_RESERVATION_MAX_LEAD_DAYS", default=365)
 NVKE_RESERVATION_NOTICE_LEAD_S = env.int("NVKE_RESERVATION_NOTICE_LEAD_S", default=86400)
 NVKE_RESERVATION_CALENDAR_MAX_DAYS = env.int("NVKE_RESERVATION_CALENDAR_MAX_DAYS", default=92)
-NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=10.0)
+# Webhook attempt bounds (webhooks/transport.py), seconds: per connect, per read, whole attempt.
+NVKE_WEBHOOK_CONNECT_TIMEOUT_S = env.float("NVKE_WEBHOOK_CONNECT_TIMEOUT_S", default=3.0)
+NVKE_WEBHOOK_TIMEOUT_S = env.float("NVKE_WEBHOOK_TIMEOUT_S", default=5.0)
+NVKE_WEBHOOK_ATTEMPT_TIMEOUT_S = env.float("NVKE_WEBHOOK_ATTEMPT_TIMEOUT_S", default=10.0)
+# Fair share of the webhooks worker: attempts of one tenant running at once (count); a
+# delivery of a tenant at its share is tried again after NVKE_WEBHOOK_BUSY_RETRY_S seconds,
+# doubling per round up to NVKE_WEBHOOK_BUSY_RETRY_MAX_S (webhooks/tasks.py).
+NVKE_WEBHOOK_TENANT_CONCURRENCY = env.int("NVKE_WEBHOOK_TENANT_CONCURRENCY", default=2)
+NVKE_WEBHOOK_BUSY_RETRY_S = env.float("NVKE_WEBHOOK_BUSY_RETRY_S", default=1.0)
+NVKE_WEBHOOK_BUSY_RETRY_MAX_S = env.float("NVKE_WEBHOOK_BUSY_RETRY_MAX_S", default=10.0)
+# Per-tenant caps (count; the 409 at the cap names the setting): webhook endpoints, and API
+# keys that are neither revoked nor expired.
+NVKE_MAX_WEBHOOK_ENDPOINTS_PER_TENANT = env.int("NVKE_MAX_WEBHOOK_ENDPOINTS_PER_TENANT", default=20)
+NVKE_MAX_API_KEYS_PER_TENANT = env.int("NVKE_MAX_API_KEYS_PER_TENANT", default=50)
 # /metrics and /admin/ only on connections accepted on this port when set (gunicorn binds it
 # beside the public one; nvke/internal_port.py; the Helm chart: 9000). Unset: every port.
 NVKE_INTERNAL_PORT = env.int("NVKE_INTERNAL_PORT", default=0)
