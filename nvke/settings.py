@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 import structlog
@@ -21,7 +22,24 @@ DEBUG = env.bool("DEBUG", default=False)
 #: the development default; with DEBUG off NVKE refuses to start on it (nvke/secrets_check.py)
 DEFAULT_SECRET_KEY = "nvke-insecure-dev-key-change-me"
 SECRET_KEY = env("SECRET_KEY", default=DEFAULT_SECRET_KEY)
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["*"])
+# The portal's public origin, https://host[:port] (nvke/public_url.py): links in mail and
+# invitations are built from it, never from a request's Host. Required with DEBUG off.
+NVKE_PUBLIC_URL = env("NVKE_PUBLIC_URL", default="").rstrip("/")
+# Host names the web tier answers: ALLOWED_HOSTS (comma-separated; "*" refuses to start with
+# DEBUG off, whatever NVKE_ALLOW_INSECURE_DEFAULTS says), plus NVKE_PUBLIC_URL's host, the
+# loopback names, and NVKE_POD_IP (the pod's own address, for kubelet probes and scrapes).
+ALLOWED_HOSTS = list(
+    dict.fromkeys(
+        [
+            *env.list("ALLOWED_HOSTS", default=[]),
+            *([f"[{h}]" if ":" in h else h] if (h := urlsplit(NVKE_PUBLIC_URL).hostname) else []),
+            *([ip] if (ip := env("NVKE_POD_IP", default="")) else []),
+            "localhost",
+            "127.0.0.1",
+            "[::1]",
+        ]
+    )
+)
 # Fernet keys for secrets at rest (kubeconfigs), newest first; see nvke/crypto.py.
 NVKE_SECRET_KEYS = env.list("NVKE_SECRET_KEYS", default=[])
 # Development only (DEBUG on, or NVKE_ALLOW_INSECURE_DEFAULTS=1 for the embedded `make run` and

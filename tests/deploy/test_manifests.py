@@ -50,12 +50,21 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def render(*sets: str, release: str = "nvke") -> list[dict]:
-    """``helm template`` of the chart in namespace nvke-system, as a list of objects."""
+#: the one value the chart requires (it refuses to render without it)
+PUBLIC_URL = "publicUrl=https://nvke.example.com"
+
+
+def render(*sets: str, release: str = "nvke", check: bool = True):
+    """``helm template`` of the chart in namespace nvke-system (``publicUrl`` set unless
+    ``sets`` name it), as a list of objects; with ``check=False`` the finished process."""
     args = ["template", release, str(CHART), "--namespace", "nvke-system"]
     args += ["--kube-version", f"{K8S_VERSION}.0"]  # the version the objects validate against
+    if not any(item.startswith("publicUrl=") for item in sets):
+        sets = (PUBLIC_URL, *sets)
     for item in sets:
         args += ["--set", item]
+    if not check:
+        return helm(*args, check=False)
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
 
 
