@@ -199,7 +199,8 @@ def utilization(
     allocation's billable GPU-seconds in that hour. An hour is idle when its mean
     utilization is below ``idle_threshold_pct``; an idle GPU is an allocation with at least
     ``idle_min_hours`` idle hours in the window. Idle cost = idle GPU-hours at the unit price
-    in force (the tenant's currency). MIG slices report no utilization (NVML: N/A) and are counted as allocated but not measured.
+    in force (the tenant's currency). MIG slices report no utilization (NVML: N/A) and are
+    counted as allocated but not measured.
     Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
     """
     # a window that has not begun yet is empty (an inverted range is a PostgreSQL error)
