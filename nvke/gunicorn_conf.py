@@ -31,6 +31,8 @@ threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 timeout = 60
 graceful_timeout = 30
 accesslog = "-"
+# invitation tokens and password-reset links never reach the access log (nvke/redaction.py)
+logger_class = "nvke.gunicorn_logging.RedactingLogger"
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 
 

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 import environ
 import structlog
 
+from nvke.redaction import redact_event
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -471,16 +473,23 @@ LOGGING = {
             "()": structlog.stdlib.ProcessorFormatter,
             # exc_info of stdlib records (Celery's, Django's) becomes an "exception" string
             # with the whole traceback; without format_exc_info it would be a repr
+            # invitation tokens and password-reset links redacted from every line
+            # (nvke/redaction.py), last before rendering
             "processors": [
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
+                redact_event,
                 structlog.processors.JSONRenderer(),
             ],
             "foreign_pre_chain": _pre_chain,
         },
         "console": {
             "()": structlog.stdlib.ProcessorFormatter,
-            "processor": structlog.dev.ConsoleRenderer(colors=False),
+            "processors": [
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                redact_event,
+                structlog.dev.ConsoleRenderer(colors=False),
+            ],
             "foreign_pre_chain": _pre_chain,
         },
     },

@@ -201,6 +201,7 @@ def default_processes(
         "--bind", f"127.0.0.1:{port}",
         "--workers", "2",
         "--access-logfile", "-",
+        "--logger-class", "nvke.gunicorn_logging.RedactingLogger",  # tokens out of the log
         *_gunicorn_extra_args(),
     ]  # fmt: skip
     worker = [
