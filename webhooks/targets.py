@@ -75,7 +75,10 @@ def parse_target(url: str) -> Target:
     must = f"webhook URLs must be {' or '.join(sorted(allowed_schemes))} with a host"
     if not isinstance(url, str) or not _PRINTABLE.fullmatch(url) or "\\" in url:
         raise _refuse("webhook URLs are printable ASCII without spaces or backslashes")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)  # ValueError: an unclosed "[" ("Invalid IPv6 URL")
+    except ValueError:
+        raise _refuse("the webhook URL is not a URL") from None
     if parts.scheme not in allowed_schemes or not parts.netloc:
         raise _refuse(must)
     if "@" in parts.netloc:

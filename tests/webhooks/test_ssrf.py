@@ -256,3 +256,26 @@ def test_the_guard_refuses_anything_but_127_0_0_1(connection_guard):
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(address, timeout=1)
     assert connection_guard.attempts == [("8.8.8.8", 53), ("127.0.0.2", 9)]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://[::1/",  # urlsplit's ValueError: a 500 before (found by the hostile probe)
+        "https://[::1]x/",
+        "https://8.8.8.8:0443/",
+        "https://8.8.8.8:+443/",
+        "https://8.8.8.8:80:80/",
+        "https://[fe80::1%25eth0]/",
+        "https://8.8.8.8/\u00e9",
+        123,
+    ],
+)
+def test_malformed_urls_are_a_400_naming_the_field(admin, url):
+    resp = admin.post("/api/v1/webhooks", {"url": url, "event_types": ["quota.80"]}, format="json")
+    body = resp.json()
+    assert (resp.status_code, body["code"], body["field"]) == (
+        400,
+        "webhook_target_not_allowed",
+        "url",
+    ), body
