@@ -18,6 +18,7 @@ from django.db.models.expressions import RawSQL
 from .models import BillingAccount, UsageRecord
 from .money import SECONDS_PER_HOUR, gpu_hours, round_money
 from .prices import rate_segments
+from .samples import samples_of
 
 #: ``group_by`` names of the usage API -> UsageRecord fields.
 USAGE_GROUPS = {
@@ -125,10 +126,11 @@ def gpu_hour_accounting(gpu_uuid: str, start: datetime, end: datetime) -> dict[s
 
 # ----------------------------------------------------------------- utilization beside cost
 
-_UTILIZATION_SQL = """
+_UTILIZATION_SQL = (
+    """
 WITH rows AS (
     SELECT l.id, l.tenant_id, l.cluster_id, l.nodepool_id, l.gpu_uuid, l.gpu_model,
-           l.mig_profile, l.billable_fraction AS f,
+           l.mig_profile, l.mig_gpu_instance_id, l.billable_fraction AS f,
            l.period * tstzrange(%(start)s, %(stop)s, '[)') AS p
       FROM billing_ledgerentry l
      WHERE l.period && tstzrange(%(start)s, %(stop)s, '[)')
@@ -141,7 +143,9 @@ hours AS (
            max(s.memory_used_bytes::numeric / NULLIF(s.memory_total_bytes, 0)) AS mem_peak
       FROM rows r
       JOIN fleet_gpusample s
-        ON s.gpu_uuid = r.gpu_uuid AND s.mig_gpu_instance_id IS NULL
+        ON """
+    + samples_of("r")
+    + """
        AND s.ts >= %(start)s AND s.ts < %(stop)s AND s.ts <@ r.p
      GROUP BY r.id, date_trunc('hour', s.ts)
 )
@@ -151,6 +155,7 @@ SELECT r.id, r.tenant_id, r.cluster_id, r.nodepool_id, r.gpu_uuid, r.gpu_model, 
                               - lower(r.p * tstzrange(h.h, h.h + interval '1 hour', '[)'))) AS w
   FROM hours h JOIN rows r ON r.id = h.id
 """
+)
 
 _ALLOCATED_SQL = """
 SELECT l.id, l.tenant_id, l.cluster_id, l.nodepool_id,
@@ -188,12 +193,14 @@ def utilization(
 ) -> dict:
     """GPU-hour-weighted utilization, memory headroom and idle GPUs of the given ledger rows.
 
-    Per UTC hour and allocation: the mean of the whole-GPU samples taken while allocated
-    (utilization %, memory used / total). Weighted by the allocation's billable GPU-seconds in
-    that hour. An hour is idle when its mean utilization is below ``idle_threshold_pct``; an
-    idle GPU is an allocation with at least ``idle_min_hours`` idle hours in the window. Idle
-    cost = idle GPU-hours at the unit price in force (the tenant's currency). MIG slices report
-    no utilization (NVML: N/A) and are counted as allocated but not measured.
+    Per UTC hour and allocation: the mean of its samples taken while allocated (utilization
+    %, memory used / total): a whole GPU's, or a MIG slice's own (:mod:`billing.samples`; a
+    shared GPU's whole-GPU samples carry the co-tenants' memory). Weighted by the
+    allocation's billable GPU-seconds in that hour. An hour is idle when its mean
+    utilization is below ``idle_threshold_pct``; an idle GPU is an allocation with at least
+    ``idle_min_hours`` idle hours in the window. Idle cost = idle GPU-hours at the unit price
+    in force (the tenant's currency). MIG slices report no utilization (NVML: N/A) and are
+    counted as allocated but not measured.
     Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
     """
     # a window that has not begun yet is empty (an inverted range is a PostgreSQL error)

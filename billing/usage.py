@@ -3,9 +3,9 @@ utilization from GPU telemetry (never used for the bill).
 
 GPU-seconds are computed in SQL from the ledger's time ranges, exactly (numeric arithmetic on
 ``tstzrange`` bounds, an open allocation counted up to ``min(end, now)``). Mean utilization is
-the plain mean of the whole-GPU samples (``mig_gpu_instance_id IS NULL``) taken while the GPU
-was allocated to this cluster inside the window; samples whose utilization is null (``N/A`` in
-MIG mode) count as samples but not in the mean.
+the plain mean of the allocation's samples (a whole GPU's, or a MIG slice's own:
+:mod:`billing.samples`) taken while allocated to this cluster inside the window; samples whose
+utilization is null (``N/A`` in MIG mode) count as samples but not in the mean.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection
+
+from .samples import samples_of
 
 HOUR = Decimal(3600)
 HOURS_PLACES = Decimal("0.000001")
@@ -87,17 +89,20 @@ SELECT gpu_model,
  GROUP BY gpu_model
 """
 
-_UTILIZATION_SQL = """
+_UTILIZATION_SQL = (
+    """
 SELECT l.gpu_model, COUNT(*), COUNT(s.utilization_gpu_pct), AVG(s.utilization_gpu_pct)
   FROM billing_ledgerentry l
   JOIN fleet_gpusample s
-    ON s.gpu_uuid = l.gpu_uuid
-   AND s.mig_gpu_instance_id IS NULL
+    ON """
+    + samples_of("l")
+    + """
    AND s.ts <@ l.period
  WHERE l.cluster_id = %(cluster)s
    AND s.ts >= %(start)s AND s.ts < %(end)s
  GROUP BY l.gpu_model
 """
+)
 
 
 def cluster_usage(cluster_id: uuid.UUID, start: datetime, end: datetime, now: datetime) -> Usage:

@@ -31,8 +31,11 @@ workers = read("WEB_CONCURRENCY")
 threads = read("GUNICORN_THREADS")
 timeout = 60
 graceful_timeout = 30
-# no access log: the application writes one JSON line per request (request_finished)
+# no access log: the application writes one JSON line per request (request_finished), with
+# invitation tokens and password-reset links redacted (nvke/redaction.py); gunicorn's own error
+# log goes through the same redaction
 accesslog = None
+logger_class = "nvke.gunicorn_logging.RedactingLogger"
 forwarded_allow_ips = read("FORWARDED_ALLOW_IPS")
 
 

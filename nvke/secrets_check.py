@@ -6,11 +6,14 @@ not start when
 * ``SECRET_KEY`` is unset (the development default ``DEFAULT_SECRET_KEY``) or shorter than 32
   characters: sessions, CSRF tokens and password-reset links would be forgeable;
 * ``NVKE_SECRET_KEYS`` is empty: the Fernet key encrypting kubeconfigs at rest would be derived
-  from ``SECRET_KEY`` (``nvke/crypto.py``), so one leaked setting opens both.
+  from ``SECRET_KEY`` (``nvke/crypto.py``), so one leaked setting opens both;
+* ``NVKE_PUBLIC_URL`` is unset or not an origin: links in mail need it (``nvke/public_url.py``).
 
-``NVKE_ALLOW_INSECURE_DEFAULTS=1`` lifts the refusal for development and tests (the embedded
-``make run`` and the test suite set it). ``manage.py check --deploy`` reports the same problems
-(check ids ``nvke.E001`` / ``nvke.E002``).
+``NVKE_ALLOW_INSECURE_DEFAULTS=1`` lifts that refusal for development and tests (the embedded
+``make run`` and the test suite set it). It never lifts the refusal of ``"*"`` in
+``ALLOWED_HOSTS`` with DEBUG off (any Host accepted: cache poisoning, and absolute URLs naming
+an attacker's host). ``manage.py check --deploy`` reports the same problems (check ids
+``nvke.E001`` .. ``nvke.E004``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
+from nvke import public_url
 from nvke.settings_registry import read
 
 
@@ -43,13 +47,39 @@ def insecure_defaults() -> list[tuple[str, str]]:
                 "Fernet; print(Fernet.generate_key().decode())')",
             )
         )
+    if (why := public_url.problem(settings.NVKE_PUBLIC_URL)) is not None:
+        problems.append(
+            (
+                "nvke.E003",
+                f"{why}; set it to the portal's public origin (https://nvke.example.com): "
+                "password-reset and invitation links are built from it",
+            )
+        )
     return problems
 
 
+def wildcard_hosts() -> list[tuple[str, str]]:
+    """``[("nvke.E004", message)]`` when ``ALLOWED_HOSTS`` accepts any host, else ``[]``."""
+    if any(host.strip() in ("*", ".") for host in settings.ALLOWED_HOSTS):
+        return [
+            (
+                "nvke.E004",
+                "ALLOWED_HOSTS contains '*': list the host names NVKE is reached at "
+                "(NVKE_PUBLIC_URL's host is added by itself)",
+            )
+        ]
+    return []
+
+
 def require_production_secrets() -> None:
-    """Raise ImproperlyConfigured when DEBUG is off and a development secret is in use."""
+    """Raise ImproperlyConfigured when DEBUG is off and a development secret is in use, or
+    ``ALLOWED_HOSTS`` contains ``"*"`` (never lifted by ``NVKE_ALLOW_INSECURE_DEFAULTS``)."""
+    if settings.DEBUG:
+        return
+    if wildcard := wildcard_hosts():
+        raise ImproperlyConfigured(f"refusing to start: {wildcard[0][1]}")
     allowed = settings.NVKE_ALLOW_INSECURE_DEFAULTS or read("NVKE_ALLOW_INSECURE_DEFAULTS")
-    if settings.DEBUG or allowed:
+    if allowed:
         return
     problems = insecure_defaults()
     if problems:
@@ -64,7 +94,8 @@ def require_production_secrets() -> None:
 def check_production_secrets(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """``manage.py check --deploy``: the secrets above, and /metrics kept internal."""
     out: list[checks.CheckMessage] = [
-        checks.Error(message, id=check_id) for check_id, message in insecure_defaults()
+        checks.Error(message, id=check_id)
+        for check_id, message in [*insecure_defaults(), *wildcard_hosts()]
     ]
     if not settings.NVKE_INTERNAL_PORT:
         out.append(

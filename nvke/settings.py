@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 import structlog
+
+from nvke.redaction import redact_event
 
 from .beat_schedule import celery_beat_schedule
 from .settings_registry import BY_NAME as _DECLARED
@@ -29,7 +32,24 @@ DEBUG = read("DEBUG")
 #: the development default; with DEBUG off NVKE refuses to start on it (nvke/secrets_check.py)
 DEFAULT_SECRET_KEY = _DECLARED["SECRET_KEY"].default
 SECRET_KEY = read("SECRET_KEY")
-ALLOWED_HOSTS = read("ALLOWED_HOSTS")
+# The portal's public origin, https://host[:port] (nvke/public_url.py): links in mail and
+# invitations are built from it, never from a request's Host. Required with DEBUG off.
+NVKE_PUBLIC_URL = _nvke["NVKE_PUBLIC_URL"].rstrip("/")
+# Host names the web tier answers: ALLOWED_HOSTS ("*" refuses to start with DEBUG off, whatever
+# NVKE_ALLOW_INSECURE_DEFAULTS says), plus NVKE_PUBLIC_URL's host, the loopback names, and
+# NVKE_POD_IP (the pod's own address, for kubelet probes and scrapes).
+ALLOWED_HOSTS = list(
+    dict.fromkeys(
+        [
+            *read("ALLOWED_HOSTS"),
+            *([f"[{h}]" if ":" in h else h] if (h := urlsplit(NVKE_PUBLIC_URL).hostname) else []),
+            *([ip] if (ip := _nvke["NVKE_POD_IP"]) else []),
+            "localhost",
+            "127.0.0.1",
+            "[::1]",
+        ]
+    )
+)
 CSRF_TRUSTED_ORIGINS = read("CSRF_TRUSTED_ORIGINS")
 if _nvke["NVKE_BEHIND_TLS_PROXY"]:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -307,6 +327,9 @@ CELERY_TASK_ROUTES = {
     "nodepools.tasks.*": {"queue": "reconcile"},
     "fleet.tasks.*": {"queue": "telemetry"},
     "billing.tasks.*": {"queue": "billing"},
+    # deliveries wait on tenants' endpoints: their own queue and worker (docs/operator/
+    # security-limits.md), so a slow endpoint never holds a reconcile slot
+    "webhooks.tasks.*": {"queue": "webhooks"},
 }
 CELERY_TASK_TIME_LIMIT = read("CELERY_TASK_TIME_LIMIT")
 CELERY_TASK_SOFT_TIME_LIMIT = read("CELERY_TASK_SOFT_TIME_LIMIT")
@@ -340,16 +363,23 @@ LOGGING = {
             "()": structlog.stdlib.ProcessorFormatter,
             # exc_info of stdlib records (Celery's, Django's) becomes an "exception" string
             # with the whole traceback; without format_exc_info it would be a repr
+            # invitation tokens and password-reset links redacted from every line
+            # (nvke/redaction.py), last before rendering
             "processors": [
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
+                redact_event,
                 structlog.processors.JSONRenderer(),
             ],
             "foreign_pre_chain": _pre_chain,
         },
         "console": {
             "()": structlog.stdlib.ProcessorFormatter,
-            "processor": structlog.dev.ConsoleRenderer(colors=False),
+            "processors": [
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                redact_event,
+                structlog.dev.ConsoleRenderer(colors=False),
+            ],
             "foreign_pre_chain": _pre_chain,
         },
     },

@@ -207,7 +207,40 @@ SETTINGS: tuple[Setting, ...] = (
         audience=DEV,
     ),
     _s("DEBUG", "bool", False, "Django's debug mode (development only).", SEC, audience=DEV),
-    _s("ALLOWED_HOSTS", "list", ["*"], "Host names the web server answers to.", SEC),
+    _s(
+        "ALLOWED_HOSTS",
+        "list",
+        [],
+        "Host names the web server answers to, besides NVKE_PUBLIC_URL's host, NVKE_POD_IP and "
+        "the loopback names. `*` is refused with DEBUG off, whatever "
+        "NVKE_ALLOW_INSECURE_DEFAULTS says (a request's Host must never pick a link's origin).",
+        SEC,
+    ),
+    _s(
+        "NVKE_PUBLIC_URL",
+        "str",
+        "",
+        "The portal's public origin, https://host[:port]. Links in mail (password resets, "
+        "invitations) are built from it, never from a request's Host. Required with DEBUG off.",
+        SEC,
+    ),
+    _s(
+        "NVKE_POD_IP",
+        "str",
+        "",
+        "The pod's own address (the Helm chart sets it from the downward API), answered as a "
+        "host name so kubelet probes and Prometheus scrapes by IP pass ALLOWED_HOSTS.",
+        SEC,
+    ),
+    _s(
+        "NVKE_MAX_API_KEYS_PER_TENANT",
+        "int",
+        50,
+        "API keys a tenant may hold that are neither revoked nor expired; the 409 at the cap "
+        "names this setting.",
+        SEC,
+        unit="count",
+    ),
     _s(
         "CSRF_TRUSTED_ORIGINS",
         "list",
@@ -780,7 +813,63 @@ SETTINGS: tuple[Setting, ...] = (
         HOOKS,
     ),
     _s(
-        "NVKE_WEBHOOK_TIMEOUT_S", "float", 10.0, "Timeout of one delivery attempt.", HOOKS, unit="s"
+        "NVKE_WEBHOOK_CONNECT_TIMEOUT_S",
+        "float",
+        3.0,
+        "Connect timeout of one delivery attempt (webhooks/transport.py).",
+        HOOKS,
+        unit="s",
+    ),
+    _s(
+        "NVKE_WEBHOOK_TIMEOUT_S",
+        "float",
+        5.0,
+        "Read timeout of one delivery attempt: the longest wait for each read of the response.",
+        HOOKS,
+        unit="s",
+    ),
+    _s(
+        "NVKE_WEBHOOK_ATTEMPT_TIMEOUT_S",
+        "float",
+        10.0,
+        "Whole-attempt bound of one delivery (connect, send, read), so a trickling endpoint "
+        "cannot hold a worker slot longer.",
+        HOOKS,
+        unit="s",
+    ),
+    _s(
+        "NVKE_WEBHOOK_TENANT_CONCURRENCY",
+        "int",
+        2,
+        "Delivery attempts of one tenant running at once in the webhooks worker (its fair "
+        "share; webhooks/tasks.py).",
+        HOOKS,
+        unit="count",
+    ),
+    _s(
+        "NVKE_WEBHOOK_BUSY_RETRY_S",
+        "float",
+        1.0,
+        "A delivery of a tenant at its share is tried again after this long, doubling per "
+        "round up to NVKE_WEBHOOK_BUSY_RETRY_MAX_S.",
+        HOOKS,
+        unit="s",
+    ),
+    _s(
+        "NVKE_WEBHOOK_BUSY_RETRY_MAX_S",
+        "float",
+        10.0,
+        "Longest wait of a delivery whose tenant is at its share.",
+        HOOKS,
+        unit="s",
+    ),
+    _s(
+        "NVKE_MAX_WEBHOOK_ENDPOINTS_PER_TENANT",
+        "int",
+        20,
+        "Webhook endpoints a tenant may hold; the 409 at the cap names this setting.",
+        HOOKS,
+        unit="count",
     ),
     _s(
         "NVKE_WEBHOOK_BACKOFF_S",

@@ -89,6 +89,8 @@ def issue_api_key(
             "expiry_date must be in the future", code="invalid_expiry", field="expiry_date"
         )
     with transaction.atomic():
+        if tenant is not None:
+            _check_api_key_cap(tenant)
         row, key = create_api_key(tenant=tenant, name=name, role=role, expiry_date=expiry_date)
         audit.record(
             actor=principal.label,
@@ -99,6 +101,28 @@ def issue_api_key(
             after={"name": name, "role": role, "operator": tenant is None},
         )
     return row, key
+
+
+def _check_api_key_cap(tenant: Tenant) -> None:
+    """409 ``api_key_limit`` when ``tenant`` holds ``NVKE_MAX_API_KEYS_PER_TENANT`` usable
+    keys (neither revoked nor expired). Counted under the tenant's row lock (the caller's
+    transaction), so two concurrent creations cannot both pass the cap."""
+    from django.conf import settings
+    from django.db.models import Q
+
+    limit = settings.NVKE_MAX_API_KEYS_PER_TENANT
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    usable = ApiKey.objects.filter(tenant=tenant, revoked=False).filter(
+        Q(expiry_date__isnull=True) | Q(expiry_date__gt=timezone.now())
+    )
+    if usable.count() >= limit:
+        raise ApiError(
+            f"a tenant may have at most {limit} API keys (the operator's setting "
+            "NVKE_MAX_API_KEYS_PER_TENANT); revoke one first",
+            code="api_key_limit",
+            status_code=409,
+            extra={"setting": "NVKE_MAX_API_KEYS_PER_TENANT", "limit": limit},
+        )
 
 
 def revoke_api_key(*, principal: Principal, tenant: Tenant | None, prefix: str) -> ApiKey:

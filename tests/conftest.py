@@ -15,6 +15,8 @@ from pathlib import Path
 # Servers and workers the tests start (gunicorn, celery) inherit this: the suite runs on the
 # development SECRET_KEY (nvke/secrets_check.py refuses that outside development).
 os.environ.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
+# Links in mail are built from it (nvke/public_url.py): Django's test client's host.
+os.environ.setdefault("NVKE_PUBLIC_URL", "http://testserver")
 
 import pytest
 
@@ -31,6 +33,8 @@ def pytest_configure(config):
         settings.NVKE_SIMULATED_NODE_DELAY_S = 0
         # the SIMULATED hosts' hardware state of this run (clusters/providers/simhosts.py)
         settings.NVKE_SIMULATED_HOSTS_DIR = tempfile.mkdtemp(prefix="nvke-simulated-hosts-")
+        # settings may be read before this module set the variable above
+        settings.NVKE_PUBLIC_URL = os.environ["NVKE_PUBLIC_URL"]
     except ImproperlyConfigured:  # run without Django (agent tests with -p no:django)
         pass
 

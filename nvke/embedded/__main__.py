@@ -97,6 +97,8 @@ def child_env(service_env: dict[str, str], data_dir: Path, port: int) -> dict[st
     env.setdefault("DJANGO_SETTINGS_MODULE", "nvke.settings")
     # a development installation: the default SECRET_KEY and a derived Fernet key are fine
     env.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
+    # links in mail (password reset) point here, never at a request's Host
+    env.setdefault("NVKE_PUBLIC_URL", f"http://127.0.0.1:{port}")
     env["NVKE_DATA_DIR"] = str(data_dir)
     env["PORT"] = str(port)
     env["PYTHONUNBUFFERED"] = "1"

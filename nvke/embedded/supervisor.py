@@ -58,6 +58,10 @@ from .procutil import (
 log = logging.getLogger(__name__)
 
 WORKER_QUEUES = "reconcile,telemetry,billing,default"
+#: webhook deliveries wait on tenants' endpoints: their own worker, threads (I/O bound), so a
+#: tenant's slow endpoints never hold the worker that reconciles clusters
+WEBHOOK_QUEUE = "webhooks"
+WEBHOOK_CONCURRENCY = 8
 AGENT_INTERVAL_S = 10
 SIGNAL_RETURN_CODES = (130, 143)  # honcho's return code after SIGINT / SIGTERM
 OUTPUT_GRACE_S = 1.0  # after a process exits, how long its relay waits for the rest of its output
@@ -192,18 +196,28 @@ def _gunicorn_extra_args() -> list[str]:
 def default_processes(
     *, data_dir: Path, port: int, agents: Iterable[AgentSpec] = ()
 ) -> list[ProcessSpec]:
-    """web (gunicorn), worker and beat (Celery), and one ``agent-<name>`` per agent."""
+    """web (gunicorn), worker, webhooks (the delivery worker) and beat (Celery), and one
+    ``agent-<name>`` per agent."""
     celery = venv_command("celery", "celery")
     web = [
         *venv_command("gunicorn", "gunicorn"), "nvke.wsgi",
         "--bind", f"127.0.0.1:{port}",
         "--workers", "2",
+        "--logger-class", "nvke.gunicorn_logging.RedactingLogger",  # tokens out of the log
         *_gunicorn_extra_args(),
     ]  # fmt: skip
     worker = [
         *celery, "-A", "nvke", "worker",
         "-Q", WORKER_QUEUES,
         "--concurrency", "2",
+        "--loglevel", "INFO",
+    ]  # fmt: skip
+    webhooks = [
+        *celery, "-A", "nvke", "worker",
+        "-Q", WEBHOOK_QUEUE,
+        "--pool", "threads",
+        "--concurrency", str(WEBHOOK_CONCURRENCY),
+        "--hostname", f"{WEBHOOK_QUEUE}@%h",
         "--loglevel", "INFO",
     ]  # fmt: skip
     beat = [
@@ -214,6 +228,7 @@ def default_processes(
     specs = [
         ProcessSpec("web", tuple(web)),
         ProcessSpec("worker", tuple(worker), restart=True),
+        ProcessSpec("webhooks", tuple(webhooks), restart=True),
         ProcessSpec("beat", tuple(beat), restart=True),
     ]
     agent = venv_command("nvke-agent", "nvke_agent")

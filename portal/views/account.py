@@ -14,6 +14,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from nvke import public_url
 from nvke.errors import ApiError
 from nvke.scoping import scope_queryset
 from portal.access import (
@@ -215,7 +216,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
             "can_manage": can_manage,
             "issued": issued,
             "invite_url": (
-                request.build_absolute_uri(reverse("portal:invite", args=[issued.token]))
+                public_url.absolute_url(reverse("portal:invite", args=[issued.token]))
                 if issued
                 else None
             ),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect
 from django.urls import reverse, reverse_lazy
+
+from nvke import public_url
 
 
 class LoginView(auth_views.LoginView):
@@ -42,10 +44,29 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 class PasswordResetView(auth_views.PasswordResetView):
+    """Django's view, except that the mailed link is built from ``NVKE_PUBLIC_URL``
+    (:mod:`nvke.public_url`), never from the request's ``Host`` header: with any Host
+    accepted, ``Host: evil.example`` had the victim mailed a link to the attacker's site."""
+
     template_name = "portal/password_reset_form.html"
     email_template_name = "portal/password_reset_email.txt"
     subject_template_name = "portal/password_reset_subject.txt"
     success_url = reverse_lazy("portal:password-reset-done")
+
+    def form_valid(self, form):
+        scheme, netloc = public_url.origin()
+        form.save(
+            domain_override=netloc,
+            use_https=scheme == "https",
+            token_generator=self.token_generator,
+            from_email=self.from_email,
+            email_template_name=self.email_template_name,
+            subject_template_name=self.subject_template_name,
+            request=self.request,
+            html_email_template_name=self.html_email_template_name,
+            extra_email_context=self.extra_email_context,
+        )
+        return HttpResponseRedirect(self.get_success_url())
 
 
 class PasswordResetDoneView(auth_views.PasswordResetDoneView):

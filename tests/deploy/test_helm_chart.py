@@ -10,7 +10,15 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from tests.deploy.test_manifests import CHART, K8S_VERSION, QUEUES, containers, helm, render
+from tests.deploy.test_manifests import (
+    CHART,
+    K8S_VERSION,
+    PUBLIC_URL,
+    QUEUES,
+    containers,
+    helm,
+    render,
+)
 
 EVERYTHING = (
     "ingress.enabled=true",
@@ -32,7 +40,7 @@ def by(objects, kind, name):
 
 
 def test_helm_lint_is_clean_with_defaults_and_with_everything_on():
-    kube = ["--kube-version", f"{K8S_VERSION}.0"]
+    kube = ["--kube-version", f"{K8S_VERSION}.0", "--set", PUBLIC_URL]
     assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *kube).stdout
     sets = [arg for item in EVERYTHING for arg in ("--set", item)]
     assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *kube, *sets).stdout
@@ -120,8 +128,10 @@ def test_the_network_policy_keeps_metrics_and_admin_internal(everything):
     controller = {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}
     assert public["from"][0] == {"namespaceSelector": controller}
     (web,) = containers(by(everything, "Deployment", "nvke-web"))
-    env = {e["name"]: e["value"] for e in web["env"]}
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in web["env"]}
     assert env["GUNICORN_BIND"] == "0.0.0.0:8000 0.0.0.0:9000"
+    # kubelet probes and Prometheus name the pod's IP as Host: allowed (issue 26)
+    assert env["NVKE_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert by(everything, "ConfigMap", "nvke-config")["data"]["NVKE_INTERNAL_PORT"] == "9000"
     ingress = by(everything, "Ingress", "nvke")
     (path,) = ingress["spec"]["rules"][0]["http"]["paths"]
@@ -159,6 +169,8 @@ def test_without_a_secret_the_chart_refuses_to_render():
         f"{K8S_VERSION}.0",
         "--set",
         "existingSecret=",
+        "--set",
+        PUBLIC_URL,
         check=False,
     )
     assert done.returncode != 0
@@ -175,3 +187,23 @@ def test_the_agent_daemonset_has_probes_on_its_health_endpoint(everything):
     assert 'server = "http://nvke-web.nvke-system.svc"' in config
     assert 'metrics_address = "0.0.0.0:9401"' in config
     assert agent["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+
+
+def test_the_chart_requires_the_public_url_and_refuses_a_wildcard_host():
+    """Issue 26: password-reset links come from NVKE_PUBLIC_URL, never a request's Host, and
+    ALLOWED_HOSTS lists names (the chart's default was "*")."""
+    missing = render("publicUrl=", check=False)
+    assert missing.returncode != 0 and "publicUrl: the portal's public origin" in missing.stderr
+    for item in ("allowedHosts={*}", "config.ALLOWED_HOSTS=*"):
+        wildcard = render(item, check=False)
+        assert wildcard.returncode != 0, item
+        assert "ALLOWED_HOSTS may not contain '*'" in wildcard.stderr, item
+    config = by(render(*EVERYTHING, "allowedHosts={nvke.internal}"), "ConfigMap", "nvke-config")
+    assert config["data"]["NVKE_PUBLIC_URL"] == "https://nvke.example.com"
+    assert config["data"]["ALLOWED_HOSTS"].split(",") == [
+        "nvke-web",
+        "nvke-web.nvke-system.svc",
+        "nvke-web.nvke-system.svc.cluster.local",
+        "nvke.internal",
+        "nvke.example.com",
+    ]

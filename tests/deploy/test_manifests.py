@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "nvke"
 K8S_VERSION = "1.34"
-QUEUES = {"reconcile", "telemetry", "billing", "default"}
+QUEUES = {"reconcile", "telemetry", "billing", "default", "webhooks"}
 CACHED_HELM = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nvke" / "bin" / "helm"
 )
@@ -50,12 +50,21 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def render(*sets: str, release: str = "nvke") -> list[dict]:
-    """``helm template`` of the chart in namespace nvke-system, as a list of objects."""
+#: the one value the chart requires (it refuses to render without it)
+PUBLIC_URL = "publicUrl=https://nvke.example.com"
+
+
+def render(*sets: str, release: str = "nvke", check: bool = True):
+    """``helm template`` of the chart in namespace nvke-system (``publicUrl`` set unless
+    ``sets`` name it), as a list of objects; with ``check=False`` the finished process."""
     args = ["template", release, str(CHART), "--namespace", "nvke-system"]
     args += ["--kube-version", f"{K8S_VERSION}.0"]  # the version the objects validate against
+    if not any(item.startswith("publicUrl=") for item in sets):
+        sets = (PUBLIC_URL, *sets)
     for item in sets:
         args += ["--set", item]
+    if not check:
+        return helm(*args, check=False)
     return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
 
 
@@ -173,16 +182,22 @@ def test_migrations_run_in_a_job_and_the_agent_only_on_gpu_nodes(production):
 def test_docker_compose_agrees_with_the_settings():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "beat"}
+    assert set(services) == {"postgres", "redis", "migrate", "web", "worker", "webhooks", "beat"}
     known = settings_env_names()
-    for name in ("migrate", "web", "worker", "beat"):
+    for name in ("migrate", "web", "worker", "webhooks", "beat"):
         env = services[name]["environment"]
         assert set(env) <= known, set(env) - known
         assert env["DATABASE_URL"].startswith("postgres://")
         assert env["REDIS_URL"].startswith("redis://redis:6379")
         assert services[name]["build"] == "."
-    worker_queues = services["worker"]["command"][services["worker"]["command"].index("-Q") + 1]
-    assert set(worker_queues.split(",")) == QUEUES
+    queues = set()
+    for name in ("worker", "webhooks"):  # deliveries have their own worker (issue 26)
+        command = services[name]["command"]
+        queues |= set(command[command.index("-Q") + 1].split(","))
+    assert queues == QUEUES
+    assert services["webhooks"]["command"][services["webhooks"]["command"].index("-Q") + 1] == (
+        "webhooks"
+    )
     assert services["web"]["command"] == [
         "gunicorn",
         "-c",
@@ -192,7 +207,7 @@ def test_docker_compose_agrees_with_the_settings():
     assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
     for svc in ("postgres", "redis"):
         assert services[svc]["healthcheck"]["test"]
-    for svc in ("web", "worker", "beat"):
+    for svc in ("web", "worker", "webhooks", "beat"):
         assert (
             services[svc]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
         )

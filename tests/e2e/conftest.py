@@ -68,7 +68,7 @@ def start_worker(tmp_path: Path, **extra_env: str):
             "nvke",
             "worker",
             "-Q",
-            "reconcile,telemetry,billing,default",
+            "reconcile,telemetry,billing,default,webhooks",
             "--concurrency",
             "2",
             "--loglevel",

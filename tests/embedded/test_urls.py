@@ -80,13 +80,16 @@ def test_process_commands_exec_the_programs_from_this_virtualenv(tmp_path: Path)
         for s in default_processes(data_dir=tmp_path, port=8123, agents=load_agents(tmp_path))
     }
 
-    assert list(specs) == ["web", "worker", "beat", "agent-gpu-a", "agent-gpu-b"]
+    assert list(specs) == ["web", "worker", "webhooks", "beat", "agent-gpu-a", "agent-gpu-b"]
     web = specs["web"].argv
     assert web[web.index("--bind") + 1] == "127.0.0.1:8123"
     # no gunicorn access log: one JSON line per request comes from the application
     assert "nvke.wsgi" in web and "--access-logfile" not in web
     worker = specs["worker"].argv
     assert worker[worker.index("-Q") + 1] == "reconcile,telemetry,billing,default"
+    webhooks = specs["webhooks"].argv  # deliveries: their own worker (issue 26)
+    assert webhooks[webhooks.index("-Q") + 1] == "webhooks"
+    assert webhooks[webhooks.index("--pool") + 1] == "threads"
     beat = specs["beat"].argv
     assert beat[beat.index("--schedule") + 1] == str(tmp_path / "celerybeat-schedule")
     agent_a, agent_b = specs["agent-gpu-a"].argv, specs["agent-gpu-b"].argv

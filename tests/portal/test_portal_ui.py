@@ -71,9 +71,12 @@ def widest(page) -> list[str]:
 
 
 def test_live_views_confirmations_invitations_activity_layout_and_contrast(
-    live_server, browser, catalog, make_host, portal_user, tmp_path
+    live_server, browser, catalog, make_host, portal_user, tmp_path, settings
 ):
     from playwright.sync_api import expect
+
+    # invitation links name the public URL (issue 26), here the live server
+    settings.NVKE_PUBLIC_URL = live_server.url
 
     from clusters.models import Cluster
     from clusters.services import create_cluster, update_cluster

@@ -192,6 +192,7 @@ def test_the_web_process_refuses_development_secrets_with_debug_off():
         "import nvke.wsgi; print('started')",
         SECRET_KEY="k" * 20 + "9Qx2-random-enough-secret-value-0123456789",
         NVKE_SECRET_KEYS=Fernet.generate_key().decode(),
+        NVKE_PUBLIC_URL="https://nvke.example.com",
     )
     assert started.returncode == 0, started.stderr
     assert started.stdout.strip() == "started"
@@ -210,6 +211,7 @@ def test_check_deploy_is_clean_with_production_settings():
             "NVKE_SECRET_KEYS": Fernet.generate_key().decode(),
             "NVKE_BEHIND_TLS_PROXY": "1",
             "ALLOWED_HOSTS": "nvke.example.com",
+            "NVKE_PUBLIC_URL": "https://nvke.example.com",
             "NVKE_INTERNAL_PORT": "9000",
         },
         capture_output=True,

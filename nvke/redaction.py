@@ -1,0 +1,49 @@
+"""Secret path segments never reach a log line.
+
+An invitation token (``/invite/<token>``) and a password-reset link (``/password-reset/<uidb64>
+/<token>``, and the ``set-password`` step Django redirects to) are credentials: whoever reads
+them in a log can join a tenant or set someone's password. :func:`redact` replaces them with
+``[redacted]`` wherever they appear in a text (a request line, a referer, a message);
+:func:`redact_event` applies it to every string of a structlog event — the JSON and console
+formatters of ``LOGGING`` run it last, so Django's, Celery's and NVKE's own lines all pass
+through it — and :mod:`nvke.gunicorn_logging` to gunicorn's access log.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[redacted]"
+
+#: ``/invite/<token>``; ``/password-reset/<anything>`` except the token-free pages
+_SECRET_PATHS = re.compile(
+    r"(?P<prefix>/invite/)[^/?#\s\"']+"
+    r"|(?P<reset>/password-reset/)(?!sent\b|done\b)[^?#\s\"']+"
+)
+
+
+def _replace(match: re.Match[str]) -> str:
+    return (match.group("prefix") or match.group("reset")) + REDACTED
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret path segment replaced by ``[redacted]``."""
+    if "/invite/" not in text and "/password-reset/" not in text:
+        return text
+    return _SECRET_PATHS.sub(_replace, text)
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {k: _walk(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_walk(v) for v in value)
+    return value
+
+
+def redact_event(logger: Any, method_name: str, event_dict: dict) -> dict:
+    """structlog processor: :func:`redact` every string in the event (nested ones too)."""
+    return {key: _walk(value) for key, value in event_dict.items()}
