@@ -361,6 +361,16 @@ NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float(
 )
 NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
 NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
+# Hosted control planes (clusters/hosted/): the folder of the shared etcd and each control
+# plane's files (certificates 0600, logs); kube-apiserver ports are allocated from
+# NVKE_HOSTED_PORT_RANGE ("first-last", inclusive) and kept per cluster; NVKE_K8S_BIN_ROOT
+# overrides the builder's cache folder (default ~/.cache/nvke/k8s, deploy/k8s/build.sh).
+NVKE_CONTROL_PLANES_DIR = env(
+    "NVKE_CONTROL_PLANES_DIR",
+    default=str(Path(env("NVKE_DATA_DIR", default=str(BASE_DIR / ".nvke"))) / "control-planes"),
+)
+NVKE_HOSTED_PORT_RANGE = env("NVKE_HOSTED_PORT_RANGE", default="16400-16999")
+NVKE_K8S_BIN_ROOT = env("NVKE_K8S_BIN_ROOT", default="")
 # Simulated provider: seconds each machine-creation call takes (0; crash tests make it slow).
 NVKE_SIMULATED_CALL_DELAY_S = env.float("NVKE_SIMULATED_CALL_DELAY_S", default=0.0)
 # SIMULATED infrastructure API latency: when set above NVKE_SIMULATED_CALL_DELAY_S, each
