@@ -181,6 +181,13 @@ class Etcd:
         base = self.home / "clients" / cluster_id
         return base.with_suffix(".crt"), base.with_suffix(".key")
 
+    def endpoint(self, cluster_id: str):
+        """How the cluster's kube-apiserver reaches this etcd (its own credential)."""
+        from .processes import EtcdEndpoint
+
+        crt, key = self.client_files(cluster_id)
+        return EtcdEndpoint(self.url, self.ca_file, crt, key)
+
     def ensure_tenant(self, cluster_id: str) -> tuple[Path, Path]:
         """A cluster's etcd user, role (readwrite on its prefix only) and client certificate;
         idempotent. Returns the certificate and key files."""

@@ -199,7 +199,12 @@ class ControlPlaneManager:
         self.stop_event.set()
 
     def shutdown(self) -> None:
-        """Stop every control plane, then etcd."""
+        """Stop every control plane (SIGTERM to all at once, then wait), then etcd."""
+        children = [c for p in self.planes.values() for c in p.children.values()]
+        for child in children:
+            child.stopping = True
+            if child.running:
+                child.proc.terminate()
         for plane in list(self.planes.values()):
             plane.stop()
         if self.etcd_child is not None:
@@ -319,7 +324,7 @@ class ControlPlaneManager:
                         cluster_name=row.cluster.name,
                         port=row.port,
                         files=plane.files,
-                        etcd=self.etcd,
+                        etcd=self.etcd.endpoint(cluster_id),
                     ),
                     plane.files.path(f"{name}.log"),
                 )

@@ -14,11 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .etcd import Etcd, prefix, write_secret
+from .etcd import prefix, write_secret
 from .pki import SERVICE_CIDR, ControlPlanePki, encryption_config, kubeconfig
 
 #: the three processes of a control plane, in start order
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+@dataclass(frozen=True)
+class EtcdEndpoint:
+    """How one cluster's kube-apiserver reaches the datastore: URL, CA file, and the cluster's
+    own client certificate and key files."""
+
+    url: str
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
 
 
 @dataclass(frozen=True)
@@ -62,12 +73,11 @@ def argv(
     cluster_name: str,
     port: int,
     files: ControlPlaneFiles,
-    etcd: Etcd,
+    etcd: EtcdEndpoint,
 ) -> list[str]:
     """The command line of ``component`` (one of :data:`COMPONENTS`)."""
     f = files.path
     if component == "kube-apiserver":
-        etcd_crt, etcd_key = etcd.client_files(cluster_id)
         return [
             str(binary),
             "--advertise-address=127.0.0.1",
@@ -82,8 +92,8 @@ def argv(
             f"--tls-private-key-file={f('apiserver.key')}",
             f"--etcd-servers={etcd.url}",
             f"--etcd-cafile={etcd.ca_file}",
-            f"--etcd-certfile={etcd_crt}",
-            f"--etcd-keyfile={etcd_key}",
+            f"--etcd-certfile={etcd.cert_file}",
+            f"--etcd-keyfile={etcd.key_file}",
             f"--etcd-prefix={prefix(cluster_id)}",
             # the apiserver's compaction key is outside every prefix: etcd compacts itself
             "--etcd-compaction-interval=0",

@@ -15,6 +15,10 @@
 # tell a waiting cluster what it waits for). Per-binary durations go to build-times.tsv and are
 # the next build's estimate.
 # Env: NVKE_K8S_BIN_ROOT overrides ~/.cache/nvke/k8s; GOFLAGS passes through to go build.
+#        deploy/k8s/build.sh --module DIR --out BIN name=package...
+#          the same builder for another module of pins (deploy/capi-testbed/build.sh): builds
+#          each missing name from package into BIN; a package under k8s.io/kubernetes gets
+#          the version stamp
 # Exit: 0 built (or nothing to do), 2 bad usage, 3 no Go toolchain, other = go build's status.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,12 +42,18 @@ target_bins() { # target -> "name package" lines, in build order
   done
 }
 
+module_dir="" out_dir="" extra=()
+if [[ ${1:-} == --module ]]; then
+  [[ $# -ge 5 && ${3:-} == --out ]] || { echo "usage: $0 --module DIR --out BIN name=package..." >&2; exit 2; }
+  module_dir="$(cd "$2" && pwd)"; out_dir="$4"; shift 4; extra=("$@")
+fi
 case "${1:-}" in
   --dir) [[ $# == 2 ]] || { echo "usage: $0 --dir TARGET" >&2; exit 2; }; target_dir "$2"; exit 0 ;;
   --list) targets_all; exit 0 ;;
   -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
 esac
-targets=("$@"); [[ ${#targets[@]} == 0 ]] && mapfile -t targets < <(targets_all)
+targets=("$@"); [[ ${#targets[@]} == 0 && -z $module_dir ]] && mapfile -t targets < <(targets_all)
+[[ -n $module_dir ]] && targets=()
 
 fmt() { local s=$1; if ((s >= 60)); then echo "$((s / 60))m$((s % 60))s"; else echo "${s}s"; fi; }
 
@@ -59,11 +69,12 @@ estimate() { # name -> seconds
   esac
 }
 
-todo=() # "target name package" of each missing binary
+todo=() # "module-dir out-dir name package" of each missing binary
 for t in "${targets[@]}"; do
   d="$(target_dir "$t")"
-  while read -r name pkg; do [[ -x "$d/bin/$name" ]] || todo+=("$t $name $pkg"); done < <(target_bins "$t")
+  while read -r name pkg; do [[ -x "$d/bin/$name" ]] || todo+=("$here/$t $d/bin $name $pkg"); done < <(target_bins "$t")
 done
+for e in "${extra[@]}"; do [[ -x "$out_dir/${e%%=*}" ]] || todo+=("$module_dir $out_dir ${e%%=*} ${e#*=}"); done
 if [[ ${#todo[@]} == 0 ]]; then
   for t in "${targets[@]}"; do echo "$t $(target_dir "$t")"; done
   exit 0
@@ -77,33 +88,33 @@ export GOFLAGS="${GOFLAGS:-} -trimpath -mod=mod -buildvcs=false"
 cache_state=warm; [[ -n "$(ls -A "$(go env GOCACHE)" 2>/dev/null)" ]] || cache_state=cold
 start=$(date +%s); n=0; total=${#todo[@]}
 for item in "${todo[@]}"; do
-  read -r t name pkg <<<"$item"; n=$((n + 1))
-  d="$(target_dir "$t")"; mkdir -p "$d/bin"
-  [[ -x "$d/bin/$name" ]] && continue # built by another caller while this one waited on the lock
+  read -r mod bin name pkg <<<"$item"; n=$((n + 1))
+  mkdir -p "$bin"
+  [[ -x "$bin/$name" ]] && continue # built by another caller while this one waited on the lock
   ldflags='-s -w'
-  if [[ $t == v1.* ]]; then
+  if [[ $pkg == k8s.io/kubernetes/* ]]; then
     # what Kubernetes' own build stamps (hack/lib/version.sh): `kubectl version` and clients
-    # read these; an unstamped build reports v0.0.0-master
-    k8s="$(cd "$here/$t" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+    # read these (Cluster API refuses a server without them); unstamped is v0.0.0-master
+    k8s="$(cd "$mod" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
     minor="${k8s#v1.}"; minor="${minor%%.*}"
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       ldflags+=" -X $p.gitVersion=$k8s -X $p.gitMajor=1 -X $p.gitMinor=$minor"
       ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
     done
   else
-    k8s="$(cd "$here/$t" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)"
+    k8s="$(cd "$mod" && go list -m -f '{{.Path}} {{.Version}}' all 2>/dev/null | awk -v p="$pkg" 'index(p, $1) == 1 && length($1) > length(best) {best = $1; v = $2} END {print v}')"
   fi
   est="$(estimate "$name")"; b0=$(date +%s)
   line() { echo "building $name $k8s ($n/$total): $(fmt $(($(date +%s) - b0))) elapsed, ~$(fmt $((est > $(date +%s) - b0 ? est - ($(date +%s) - b0) : 0))) left; all: $(fmt $(($(date +%s) - start)))"; }
   echo "k8s-bins: $(line)" >&2; line >"$root/progress"
-  (cd "$here/$t" && nice -n 10 go build -ldflags="$ldflags" -o "$d/bin/$name.tmp" "$pkg") &
+  (cd "$mod" && nice -n 10 go build -ldflags="$ldflags" -o "$bin/$name.tmp" "$pkg") &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     kill -0 "$pid" 2>/dev/null && { echo "k8s-bins: $(line)" >&2; line >"$root/progress"; }
   done
   wait "$pid"
-  mv "$d/bin/$name.tmp" "$d/bin/$name"
+  mv "$bin/$name.tmp" "$bin/$name"
   took=$(($(date +%s) - b0))
   printf '%s\t%s\t%s\t%s\n' "$name" "$cache_state" "$took" "$k8s" >>"$root/build-times.tsv"
   echo "k8s-bins: built $name $k8s in $(fmt $took) (Go cache $cache_state at start)" >&2

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.conftest import service_env, stop, wait_for
+from tests.e2e.conftest import service_env, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("etcd", "v1.36", "v1.37")
@@ -80,17 +80,22 @@ def manager(transactional_db, planes_dir, tmp_path, settings):
 
 
 def reconcile_until(cluster_id, predicate, timeout: float = 120, what: str = "cluster"):
-    """Run the cluster reconciler (in this process, as a worker would) until
-    ``predicate(cluster)`` holds; returns the cluster."""
+    """Run the cluster reconciler (in this process, as a worker would, honouring the delay it
+    asks for, at most 1 s) until ``predicate(cluster)`` holds; returns the cluster."""
     from clusters.models import Cluster
     from clusters.reconcile import reconcile_cluster
 
-    def step():
-        reconcile_cluster(cluster_id)
+    deadline = time.monotonic() + timeout
+    while True:
+        delay = reconcile_cluster(cluster_id)
         cluster = Cluster.objects.get(pk=cluster_id)
-        return cluster if predicate(cluster) else None
-
-    return wait_for(step, timeout=timeout, interval=0.3, what=what)
+        if predicate(cluster):
+            return cluster
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out waiting for {what}: {cluster.phase} {cluster.conditions}"
+            )
+        time.sleep(min(delay if delay is not None else 0.3, 1.0))
 
 
 def condition(cluster, type_: str) -> dict:

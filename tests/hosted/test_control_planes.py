@@ -105,9 +105,7 @@ def test_two_tenants_get_their_own_api_and_datastore_credentials_cover_only_thei
     assert "hunter2-plaintext" not in raw and "aHVudGVyMi1wbGFpbnRleHQ" not in raw
 
 
-def test_rotate_credentials_makes_the_old_kubeconfig_401_without_a_restart(
-    manager, region, owner
-):
+def test_rotate_credentials_makes_the_old_kubeconfig_401_without_a_restart(manager, region, owner):
     from clusters.models import HostedControlPlane
 
     cluster = create_cluster(owner, "rotating")
@@ -166,6 +164,41 @@ def test_a_deployment_gets_its_replicaset_and_pods_from_the_clusters_controller_
     events = wait_for(scheduler_said_why, timeout=60, what="FailedScheduling event")
     assert "nodes are available" in events[0].message
 
+    # production rendering: this cluster's real kube-apiserver, playing the management
+    # cluster, accepts the Secret, Deployment and Service of a control plane
+    _render_into(api, cluster)
+
+
+def _render_into(api, cluster) -> None:
+    import json
+
+    from clusters.hosted import render
+    from clusters.hosted.pki import ControlPlanePki, issue, new_ca
+    from clusters.models import HostedControlPlane
+    from nvke import crypto
+
+    row = HostedControlPlane.objects.get(pk=cluster.id)
+    bundle = ControlPlanePki.from_dict(json.loads(crypto.decrypt(row.pki_encrypted)))
+    etcd_ca = new_ca("etcd-ca")
+    client = issue(etcd_ca, f"nvke-{cluster.id}", client=True)
+    objects = render.render(
+        cluster_id=str(cluster.id), cluster_name=cluster.name, version="1.36.3", pki=bundle,
+        etcd_url="https://etcd.nvke-system.svc:2379", etcd_ca=etcd_ca.cert,
+        etcd_client=(client.cert, client.key), namespace="nvke-control-planes",
+    )  # fmt: skip
+    k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata={"name": "nvke-control-planes"}))
+    render.apply(api, objects)
+    name = render.object_name(str(cluster.id))
+    deployment = k8s.AppsV1Api(api).read_namespaced_deployment(name, "nvke-control-planes")
+    containers = {c.name: c for c in deployment.spec.template.spec.containers}
+    assert set(containers) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+    assert containers["kube-apiserver"].image == "registry.k8s.io/kube-apiserver:v1.36.3"
+    assert f"--etcd-prefix=/nvke/{cluster.id}" in containers["kube-apiserver"].command
+    service = k8s.CoreV1Api(api).read_namespaced_service(name, "nvke-control-planes")
+    assert service.spec.type == "LoadBalancer" and service.spec.ports[0].port == 6443
+    secret = k8s.CoreV1Api(api).read_namespaced_secret(f"{name}-pki", "nvke-control-planes")
+    assert {"ca.crt", "apiserver.key", "encryption.yaml", "etcd-client.key"} <= set(secret.data)
+
 
 def test_a_killed_apiserver_is_seen_at_once_and_comes_back(manager, region, owner):
     from clusters.models import Cluster, HostedControlPlane
@@ -179,8 +212,10 @@ def test_a_killed_apiserver_is_seen_at_once_and_comes_back(manager, region, owne
     killed_at = time.monotonic()
     # False the moment the process exited, with the reason -- before the 1 s restart backoff
     down = wait_for(
-        lambda: condition(Cluster.objects.get(pk=cluster.id), "ControlPlaneReady").get("status")
-        == "False",
+        lambda: (
+            condition(Cluster.objects.get(pk=cluster.id), "ControlPlaneReady").get("status")
+            == "False"
+        ),
         timeout=5,
         interval=0.05,
         what="ControlPlaneReady False",
@@ -191,13 +226,15 @@ def test_a_killed_apiserver_is_seen_at_once_and_comes_back(manager, region, owne
     assert "kube-apiserver exited (killed by SIGKILL)" in cond["message"]
 
     wait_for(
-        lambda: condition(Cluster.objects.get(pk=cluster.id), "ControlPlaneReady").get("status")
-        == "True",
+        lambda: (
+            condition(Cluster.objects.get(pk=cluster.id), "ControlPlaneReady").get("status")
+            == "True"
+        ),
         timeout=90,
         what="ControlPlaneReady True again",
     )
     row = HostedControlPlane.objects.get(pk=cluster.id)
-    assert row.pids["kube-apiserver"] != pid and row.restarts == 1
+    assert row.pids["kube-apiserver"] != pid and row.restarts >= 1
     assert _configmap_data(api, "survivor") == {"k": "v"}  # same data, same credential
 
 
