@@ -85,7 +85,8 @@ exec 9>"$root/.lock"
 flock 9 # one build at a time on this machine: a second caller waits, then finds the binaries built
 export GOFLAGS="${GOFLAGS:-} -trimpath -mod=mod -buildvcs=false"
 # the Go build cache's state when this build started (recorded with each time): cold = empty
-cache_state=warm; [[ -n "$(ls -A "$(go env GOCACHE)" 2>/dev/null)" ]] || cache_state=cold
+# (under 100 MB: Go creates its folder layout before it holds anything worth the name)
+cache_state=warm; (( $(du -sm "$(go env GOCACHE)" 2>/dev/null | cut -f1 || echo 0) >= 100 )) || cache_state=cold
 start=$(date +%s); n=0; total=${#todo[@]}
 for item in "${todo[@]}"; do
   read -r mod bin name pkg <<<"$item"; n=$((n + 1))

@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -322,3 +323,72 @@ def _try(fn):
         return fn()
     except Exception:
         return None
+
+
+def test_a_cluster_created_before_its_binaries_are_built_says_so_then_becomes_ready(
+    transactional_db, planes_dir, region, owner, settings, tmp_path
+):
+    """The manager finds no 1.36 binaries in its (empty) cache folder and starts the builder,
+    which waits for the lock this test holds as another build would; the cluster says what it
+    waits for. The test then puts the binaries in place (as that build would) and lets go."""
+    import fcntl
+    import subprocess
+
+    from clusters.hosted import binaries
+    from clusters.models import Cluster
+
+    from .conftest import Manager, require_binaries
+
+    require_binaries()
+    settings.NVKE_DEFAULT_PROVIDER = "hosted"
+    root = tmp_path / "bin-root"
+    root.mkdir()
+
+    def folder(target: str):
+        out = subprocess.run(
+            ["bash", str(binaries.BUILD_SCRIPT), "--dir", target],
+            env={**os.environ, "NVKE_K8S_BIN_ROOT": str(root)},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        return Path(out.stdout.strip())
+
+    def provide(target: str) -> None:
+        (folder(target) / "bin").mkdir(parents=True)
+        for built in (binaries.target_dir(target) / "bin").iterdir():
+            (folder(target) / "bin" / built.name).symlink_to(built)
+
+    provide("etcd")
+    lock = (root / ".lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # "another build is running"
+    manager = Manager(planes_dir, tmp_path / "manager.log", NVKE_K8S_BIN_ROOT=str(root))
+    manager.start()
+    try:
+        resp = owner.post(
+            "/api/v1/clusters",
+            {"name": "early", "kubernetes_version": "1.36", "region": "us-east-1"},
+            format="json",
+        )
+        assert resp.status_code == 202
+        cluster_id = resp.json()["target_id"]
+        waiting = reconcile_until(
+            cluster_id,
+            lambda c: (
+                "waiting for the Kubernetes 1.36 binaries"
+                in condition(c, "ControlPlaneReady").get("message", "")
+            ),
+            timeout=60,
+            what="a condition naming the binaries it waits for",
+        )
+        assert waiting.phase == "PROVISIONING"
+        assert "kube-apiserver" in condition(waiting, "ControlPlaneReady")["message"]
+
+        provide("v1.36")
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        ready = reconcile_until(cluster_id, lambda c: c.phase == "RUNNING", what="RUNNING")
+        assert condition(ready, "ControlPlaneReady")["status"] == "True"
+        assert ready.control_plane_version.startswith("1.36.")
+        assert Cluster.objects.get(pk=cluster_id).endpoint.startswith("https://127.0.0.1:")
+    finally:
+        lock.close()
+        manager.stop()
+        print(manager.log_path.read_text()[-3000:])
