@@ -145,7 +145,8 @@ class Etcd:
                 *args,
             ],
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",  # values are bytes (a Secret's is ciphertext)
             timeout=timeout,
         )
         if out.returncode != 0:

@@ -242,6 +242,7 @@ class ControlPlaneManager:
             except Exception as exc:
                 log.exception("control plane %s", row.pk)
                 status.record(row.pk, ready=False, message=f"control-plane manager: {exc}")
+        self._write_scrape_config(rows)
         if time.monotonic() - self.last_sweep > ORPHAN_SWEEP_S:
             self.last_sweep = time.monotonic()
             self._sweep_orphans({str(r.pk) for r in rows})
@@ -423,6 +424,41 @@ class ControlPlaneManager:
             for path in folder.iterdir():
                 if path.name not in known and path.name not in self.planes:
                     shutil.rmtree(path, ignore_errors=True)
+
+    def _write_scrape_config(self, rows: list[HostedControlPlane]) -> None:
+        """``<data dir>/prometheus.yml``: one Prometheus scrape job per running control plane
+        (its kube-apiserver's ``/metrics``, trusting its CA, as ``system:monitoring``)."""
+        jobs = []
+        for row in rows:
+            if row.desired != HostedControlPlane.Desired.RUNNING or str(row.pk) not in self.planes:
+                continue
+            files = self.planes[str(row.pk)].files
+            jobs.append(
+                {
+                    "job_name": f"kube-apiserver-{row.pk}",
+                    "scheme": "https",
+                    "static_configs": [
+                        {
+                            "targets": [f"127.0.0.1:{row.port}"],
+                            "labels": {
+                                "cluster_id": str(row.pk),
+                                "cluster": row.cluster.name,
+                                "tenant_id": str(row.cluster.tenant_id),
+                            },
+                        }
+                    ],
+                    "tls_config": {
+                        "ca_file": str(files.path("ca.crt")),
+                        "cert_file": str(files.path("monitoring.crt")),
+                        "key_file": str(files.path("monitoring.key")),
+                    },
+                }
+            )
+        text = json.dumps({"scrape_configs": jobs}, indent=1)  # JSON is YAML
+        path = self.data_dir / "prometheus.yml"
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
 
     def _build(self, targets: list[str]) -> None:
         if self.build is not None and self.build.poll() is None:

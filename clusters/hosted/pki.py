@@ -6,7 +6,8 @@ Service), the client certificates of the kube-controller-manager and kube-schedu
 (``system:kube-controller-manager`` / ``system:kube-scheduler``, which Kubernetes' default RBAC
 binds) and of NVKE itself (``nvke:control-plane-manager`` in ``system:masters``: the break-glass
 identity NVKE uses to mint tenant credentials, like kubeadm's ``super-admin.conf``; it is never
-handed to a tenant); a service-account signing key pair; and a secretbox key for Secrets at
+handed to a tenant) and of NVKE's metrics scraper (``system:monitoring``, which the default RBAC
+allows ``/metrics``); a service-account signing key pair; and a secretbox key for Secrets at
 rest. The datastore's certificates are the datastore's (:mod:`clusters.hosted.etcd`).
 """
 
@@ -172,6 +173,8 @@ class ControlPlanePki:
     controller_manager: KeyPair
     scheduler: KeyPair
     nvke_admin: KeyPair
+    #: read-only scrape identity (group ``system:monitoring``: ``/metrics``, ``/livez`` ...)
+    monitoring: KeyPair
     service_account_key: str
     service_account_pub: str
     encryption_key: str
@@ -183,7 +186,7 @@ class ControlPlanePki:
     @classmethod
     def from_dict(cls, data: dict) -> ControlPlanePki:
         """The inverse of :meth:`to_dict`."""
-        pairs = ("ca", "apiserver", "controller_manager", "scheduler", "nvke_admin")
+        pairs = ("ca", "apiserver", "controller_manager", "scheduler", "nvke_admin", "monitoring")
         return cls(**{k: (KeyPair(**v) if k in pairs else v) for k, v in data.items()})
 
 
@@ -202,6 +205,7 @@ def new_control_plane_pki(cluster_name: str, server_names: tuple[str, ...]) -> C
         nvke_admin=issue(
             ca, "nvke:control-plane-manager", organizations=("system:masters",), client=True
         ),
+        monitoring=issue(ca, "nvke:monitoring", organizations=("system:monitoring",), client=True),
         service_account_key=_pem_key(sa_key),
         service_account_pub=sa_key.public_key()
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)

@@ -52,6 +52,8 @@ class ControlPlaneFiles:
             "sa.key": pki.service_account_key,
             "sa.pub": pki.service_account_pub,
             "encryption.yaml": encryption_config(pki.encryption_key),
+            "monitoring.crt": pki.monitoring.cert,
+            "monitoring.key": pki.monitoring.key,
             "controller-manager.kubeconfig": kubeconfig(
                 name=name, server=server, ca_cert=pki.ca.cert, client=pki.controller_manager
             ),

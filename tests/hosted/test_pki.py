@@ -52,7 +52,8 @@ def test_component_identities_are_the_ones_kubernetes_rbac_binds() -> None:
     assert subject(bundle.controller_manager.cert) == ("system:kube-controller-manager", [])
     assert subject(bundle.scheduler.cert) == ("system:kube-scheduler", [])
     assert subject(bundle.nvke_admin.cert) == ("nvke:control-plane-manager", ["system:masters"])
-    for pair in (bundle.controller_manager, bundle.scheduler, bundle.nvke_admin):
+    assert subject(bundle.monitoring.cert) == ("nvke:monitoring", ["system:monitoring"])
+    for pair in (bundle.controller_manager, bundle.scheduler, bundle.nvke_admin, bundle.monitoring):
         usage = _cert(pair.cert).extensions.get_extension_for_class(x509.ExtendedKeyUsage)
         assert list(usage.value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     assert isinstance(_cert(bundle.ca.cert).public_key(), ec.EllipticCurvePublicKey)
