@@ -16,7 +16,6 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.e2e.conftest import wait_for
-
 from tests.hosted.conftest import (
     api_client,
     condition,
@@ -173,7 +172,8 @@ def test_a_deployment_gets_its_replicaset_and_pods_from_the_clusters_controller_
         return [e for e in events if e.reason == "FailedScheduling"]
 
     events = wait_for(scheduler_said_why, timeout=60, what="FailedScheduling event")
-    assert "nodes are available" in events[0].message
+    assert events[0].message == "no nodes available to schedule pods"
+    assert events[0].source.component == "default-scheduler"
 
     # its /metrics is a documented scrape target: the job in <data dir>/prometheus.yml works
     _scrape(manager, cluster)
@@ -367,7 +367,6 @@ def test_a_cluster_created_before_its_binaries_are_built_says_so_then_becomes_re
 
     from clusters.hosted import binaries
     from clusters.models import Cluster
-
     from tests.hosted.conftest import Manager
 
     require_binaries(("etcd", "v1.36"))
