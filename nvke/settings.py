@@ -360,7 +360,9 @@ NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = env.float(
     "NVKE_SIMULATED_CONTROL_PLANE_DELAY_S", default=2.0
 )
 NVKE_SIMULATED_NODE_DELAY_S = env.float("NVKE_SIMULATED_NODE_DELAY_S", default=2.0)
-NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="simulated")
+# Provider of new clusters: "hosted" (NVKE runs each control plane: clusters/hosted/), or
+# "clusterapi"; "simulated" (no Kubernetes at all) is a test tool, the test suite's default.
+NVKE_DEFAULT_PROVIDER = env("NVKE_DEFAULT_PROVIDER", default="hosted")
 # Hosted control planes (clusters/hosted/): the folder of the shared etcd and each control
 # plane's files (certificates 0600, logs); kube-apiserver ports are allocated from
 # NVKE_HOSTED_PORT_RANGE ("first-last", inclusive) and kept per cluster; NVKE_K8S_BIN_ROOT

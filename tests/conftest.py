@@ -15,6 +15,9 @@ from pathlib import Path
 # Servers and workers the tests start (gunicorn, celery) inherit this: the suite runs on the
 # development SECRET_KEY (nvke/secrets_check.py refuses that outside development).
 os.environ.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
+# Tests create clusters on the `simulated` provider (no Kubernetes) unless they ask for
+# `hosted` (tests/hosted, the make-run tour); processes they start inherit it.
+os.environ.setdefault("NVKE_DEFAULT_PROVIDER", "simulated")
 
 import pytest
 
@@ -29,6 +32,7 @@ def pytest_configure(config):
     try:
         settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 0
         settings.NVKE_SIMULATED_NODE_DELAY_S = 0
+        settings.NVKE_DEFAULT_PROVIDER = os.environ["NVKE_DEFAULT_PROVIDER"]
         # the SIMULATED hosts' hardware state of this run (clusters/providers/simhosts.py)
         settings.NVKE_SIMULATED_HOSTS_DIR = tempfile.mkdtemp(prefix="nvke-simulated-hosts-")
     except ImproperlyConfigured:  # run without Django (agent tests with -p no:django)
