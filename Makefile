@@ -22,6 +22,7 @@ run: install
 	$(PY) -m nvke.embedded run
 
 test: install
+	deploy/k8s/build.sh > /dev/null  # hosted control planes' binaries (built once: k8s-bins)
 	deploy/capi-testbed/build.sh > /dev/null  # tests/clusterapi's binaries (built once: capi-bins)
 	LOG_LEVEL=$${LOG_LEVEL:-WARNING} $(PY) -m pytest $(PYTEST_ARGS)
 
@@ -59,6 +60,14 @@ fuzz: install
 soak: install
 	NVKE_SOAK_OUTAGE_S=$${NVKE_SOAK_OUTAGE_S:-600} NVKE_SOAK_AGENTS=$${NVKE_SOAK_AGENTS:-5} \
 	$(PY) -m pytest tests/fleet/test_soak.py -q -s -p no:cacheprovider --timeout 1800
+
+# Hosted control planes' binaries: kube-apiserver, kube-controller-manager, kube-scheduler and
+# kubectl per supported minor (deploy/k8s/v1.*/go.mod) and one etcd + etcdctl, built once from
+# the Go module proxy into ~/.cache/nvke/k8s/<target>-<hash> with progress per binary.
+# tests/hosted needs them (it never builds; it skips without them, and fails under CI=true).
+.PHONY: k8s-bins
+k8s-bins:
+	deploy/k8s/build.sh
 
 # Cluster API testbed binaries (kube-apiserver, etcd, Cluster API controllers, CAPD) built once
 # from deploy/capi-testbed/go.mod into $NVKE_CAPI_BIN_DIR (default ~/.cache/nvke/capi-<hash>);

@@ -73,6 +73,55 @@ class Cluster(models.Model):
         return self.name
 
 
+class HostedControlPlane(models.Model):
+    """The desired and observed state of one hosted control plane (provider ``hosted``).
+
+    One row per cluster. Desired state (written by the provider, in a Celery worker):
+    ``version`` (the Kubernetes version to run, ``"1.36"`` or ``"1.36.3"``), ``desired``
+    (``running`` | ``deleted``), ``port`` (kube-apiserver's port on 127.0.0.1, allocated once
+    and kept across restarts) and the PKI (``pki_encrypted``: Fernet-encrypted JSON of
+    :class:`clusters.hosted.pki.ControlPlanePki`). Observed state (written only by the
+    control-plane manager, the one owner of the processes): ``state``, ``ready`` (from
+    kube-apiserver's ``/readyz``), ``running_version`` (``/version``'s gitVersion without the
+    ``v``), ``message`` (why not ready, in words), ``pids``, ``restarts``, ``rss_bytes`` (the
+    three processes' resident memory) and ``observed_at``.
+    """
+
+    class Desired(models.TextChoices):
+        RUNNING = "running"
+        DELETED = "deleted"
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # no manager has looked at it yet
+        WAITING_FOR_BINARIES = "waiting-for-binaries"
+        STARTING = "starting"
+        RUNNING = "running"
+        RESTARTING = "restarting"  # a process exited; it is started again after a backoff
+        DELETED = "deleted"  # processes stopped, datastore prefix and files removed
+
+    cluster = models.OneToOneField(
+        Cluster, on_delete=models.CASCADE, primary_key=True, related_name="hosted_control_plane"
+    )
+    version = models.CharField(max_length=16)
+    desired = models.CharField(max_length=16, choices=Desired.choices, default=Desired.RUNNING)
+    port = models.PositiveIntegerField(unique=True)
+    pki_encrypted = models.TextField()
+    #: the cluster CA's certificate (public, PEM): what a kubeconfig trusts
+    ca_cert = models.TextField()
+    state = models.CharField(max_length=24, choices=State.choices, default=State.PENDING)
+    ready = models.BooleanField(default=False)
+    running_version = models.CharField(max_length=32, blank=True)
+    message = models.TextField(blank=True)
+    pids = models.JSONField(default=dict, blank=True)
+    restarts = models.PositiveIntegerField(default=0)
+    rss_bytes = models.BigIntegerField(default=0)
+    observed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"control plane of {self.cluster_id} ({self.state})"
+
+
 class Operation(models.Model):
     """A long-running change, like a GKE operation: every mutating call answers 202 with one.
 
@@ -205,6 +254,7 @@ def cancel_operations(target_id: uuid.UUID, reason: str, now: datetime | None = 
 
 __all__ = [
     "Cluster",
+    "HostedControlPlane",
     "Operation",
     "OperationStatus",
     "OperationType",

@@ -343,6 +343,9 @@ RESYNC_INTERVAL_S = _nvke["NVKE_RESYNC_INTERVAL_S"]
 NVKE_SIMULATED_HOSTS_DIR = _nvke["NVKE_SIMULATED_HOSTS_DIR"] or str(
     BASE_DIR / _nvke["NVKE_DATA_DIR"] / "simulated-hosts"
 )
+NVKE_CONTROL_PLANES_DIR = _nvke["NVKE_CONTROL_PLANES_DIR"] or str(
+    BASE_DIR / _nvke["NVKE_DATA_DIR"] / "control-planes"
+)
 NVKE_BOOTSTRAP_TOKEN_TTL = timedelta(hours=_nvke["NVKE_BOOTSTRAP_TOKEN_TTL_HOURS"])
 
 # Structured JSON logs (structlog through the stdlib logging tree, so Django's, Celery's and

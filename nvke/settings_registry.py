@@ -587,8 +587,34 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "NVKE_DEFAULT_PROVIDER",
         "str",
-        "simulated",
-        "Provider of a cluster created without one: simulated or clusterapi.",
+        "hosted",
+        "Provider of a cluster created without one: hosted (NVKE runs each tenant's control "
+        "plane: clusters/hosted/), clusterapi, or simulated (no Kubernetes at all; a test tool, "
+        "the test suite's default).",
+        PROV,
+    ),
+    _s(
+        "NVKE_CONTROL_PLANES_DIR",
+        "str",
+        "",
+        "Folder of the shared etcd and each hosted control plane's files (certificates 0600, "
+        "logs); empty: NVKE_DATA_DIR/control-planes.",
+        PROV,
+    ),
+    _s(
+        "NVKE_HOSTED_PORT_RANGE",
+        "str",
+        "16400-16999",
+        "kube-apiserver ports of hosted control planes are allocated from this range "
+        "(first-last, inclusive) and kept per cluster.",
+        PROV,
+    ),
+    _s(
+        "NVKE_K8S_BIN_ROOT",
+        "str",
+        "",
+        "Folder of the Kubernetes binaries built by deploy/k8s/build.sh (empty: "
+        "~/.cache/nvke/k8s).",
         PROV,
     ),
     _s(

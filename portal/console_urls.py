@@ -16,6 +16,7 @@ urlpatterns = [
     path("defrag/runs", console_defrag.defrag_start, name="defrag-start"),
     path("defrag/runs/<uuid:run_id>", console_defrag.defrag_run, name="defrag-run"),
     path("xids", console.xid_list, name="xids"),
+    path("control-planes", console.control_plane_list, name="control-planes"),
     path("tenants", console.tenant_list, name="tenants"),
     path("tenants/<uuid:tenant_id>", console.tenant_detail, name="tenant"),
     path("prices", console.price_list, name="prices"),

@@ -17,6 +17,9 @@ from pathlib import Path
 os.environ.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
 # Links in mail are built from it (nvke/public_url.py): Django's test client's host.
 os.environ.setdefault("NVKE_PUBLIC_URL", "http://testserver")
+# Tests create clusters on the `simulated` provider (no Kubernetes) unless they ask for
+# `hosted` (tests/hosted, the make-run tour); processes they start inherit it.
+os.environ.setdefault("NVKE_DEFAULT_PROVIDER", "simulated")
 
 import pytest
 
@@ -31,6 +34,7 @@ def pytest_configure(config):
     try:
         settings.NVKE_SIMULATED_CONTROL_PLANE_DELAY_S = 0
         settings.NVKE_SIMULATED_NODE_DELAY_S = 0
+        settings.NVKE_DEFAULT_PROVIDER = os.environ["NVKE_DEFAULT_PROVIDER"]
         # the SIMULATED hosts' hardware state of this run (clusters/providers/simhosts.py)
         settings.NVKE_SIMULATED_HOSTS_DIR = tempfile.mkdtemp(prefix="nvke-simulated-hosts-")
         # settings may be read before this module set the variable above

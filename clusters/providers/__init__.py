@@ -15,6 +15,10 @@ def get_provider(name: str) -> Provider:
         from .simulated import SimulatedProvider
 
         return SimulatedProvider()
+    if name == "hosted":
+        from .hosted import HostedProvider
+
+        return HostedProvider()
     if name == "clusterapi":
         from .clusterapi import ClusterApiProvider
 

@@ -1,4 +1,8 @@
-"""The ``simulated`` provider (the embedded default) — SIMULATED INFRASTRUCTURE.
+"""The ``simulated`` provider — a TEST TOOL: SIMULATED INFRASTRUCTURE, no Kubernetes at all.
+
+Clusters on it get no API (their kubeconfig names an unreachable ``*.simulated.nvke.invalid``
+endpoint); the default is ``hosted``, which runs real control planes and inherits this
+class's simulated machines. The test suite uses it where a test needs no Kubernetes.
 
 It simulates only the infrastructure: a control plane that becomes ready after
 ``NVKE_SIMULATED_CONTROL_PLANE_DELAY_S`` and machines that boot after

@@ -21,21 +21,10 @@ mkdir -p "$dir/bin" "$dir/crds"
 cd "$here"
 start=$(date +%s)
 export GOFLAGS="${GOFLAGS:-} -trimpath -mod=mod"
-for i in "${!bins[@]}"; do
-  [[ -x "$dir/bin/${bins[$i]}" ]] && continue
-  echo "capi-bins: building ${bins[$i]} (${pkgs[$i]})" >&2
-  ldflags='-s -w'
-  if [[ ${bins[$i]} == kube-apiserver ]]; then
-    # what Kubernetes' own build stamps: Cluster API refuses a server without a version
-    k8s="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"; minor="${k8s#v1.}"; minor="${minor%%.*}"
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $pkg.gitVersion=$k8s -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-      ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-    done
-  fi
-  go build -ldflags="$ldflags" -o "$dir/bin/${bins[$i]}.tmp" "${pkgs[$i]}"
-  mv "$dir/bin/${bins[$i]}.tmp" "$dir/bin/${bins[$i]}"
-done
+# one builder (flags, version stamp, progress, lock) and one Go build cache for every
+# Kubernetes binary NVKE builds: deploy/k8s/build.sh
+pairs=(); for i in "${!bins[@]}"; do pairs+=("${bins[$i]}=${pkgs[$i]}"); done
+"$here/../k8s/build.sh" --module "$here" --out "$dir/bin" "${pairs[@]}" >/dev/null
 # CRDs and webhook configurations from the same module versions the controllers were built from.
 capi="$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"
 capt="$(go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api/test)"

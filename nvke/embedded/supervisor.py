@@ -196,7 +196,10 @@ def _gunicorn_extra_args() -> list[str]:
 def default_processes(
     *, data_dir: Path, port: int, agents: Iterable[AgentSpec] = ()
 ) -> list[ProcessSpec]:
-    """web (gunicorn), worker, webhooks (the delivery worker) and beat (Celery), and one
+    """web (gunicorn), worker, webhooks (the delivery worker) and beat (Celery), the
+    control-plane manager (the one owner of every hosted control plane's processes:
+    kube-apiserver, controller-manager, scheduler and the shared etcd are its children, in
+    ``<data dir>/control-planes``), and one
     ``agent-<name>`` per agent."""
     celery = venv_command("celery", "celery")
     web = [
@@ -225,11 +228,16 @@ def default_processes(
         "--loglevel", "INFO",
         "--schedule", str(data_dir / "celerybeat-schedule"),
     ]  # fmt: skip
+    control_planes = [
+        sys.executable, "manage.py", "run_control_planes",
+        "--data-dir", str(data_dir / "control-planes"),
+    ]  # fmt: skip
     specs = [
         ProcessSpec("web", tuple(web)),
         ProcessSpec("worker", tuple(worker), restart=True),
         ProcessSpec("webhooks", tuple(webhooks), restart=True),
         ProcessSpec("beat", tuple(beat), restart=True),
+        ProcessSpec("control-planes", tuple(control_planes), restart=True),
     ]
     agent = venv_command("nvke-agent", "nvke_agent")
     taken = {s.name for s in specs}

@@ -28,7 +28,7 @@ from billing.reports import usage_rows
 from billing.tasks import build_tenant_invoices
 from catalog.models import GpuModel
 from clusters.choices import Phase
-from clusters.models import Cluster
+from clusters.models import Cluster, HostedControlPlane
 from fleet import health as fleet_health
 from fleet import services as fleet_services
 from fleet import shared_placement
@@ -332,6 +332,20 @@ def xid_list(request: HttpRequest) -> HttpResponse:
         {"form": form, "page": page, "rows": rows, "query": query.urlencode()},
         status=400 if form.errors else 200,
     )
+
+
+# ------------------------------------------------------------------------------ control planes
+
+
+@console_page
+def control_plane_list(request: HttpRequest) -> HttpResponse:
+    """Every hosted control plane: cluster, tenant, version (wanted / running), endpoint,
+    state, whether kube-apiserver's /readyz answers, restarts, resident memory of its three
+    processes and the manager's last word, as the control-plane manager observed them."""
+    rows = HostedControlPlane.objects.select_related("cluster", "cluster__tenant").order_by(
+        "cluster__tenant__name", "cluster__name"
+    )
+    return render(request, "portal/console/control_planes.html", {"rows": rows})
 
 
 # ------------------------------------------------------------------------------ tenants

@@ -39,7 +39,11 @@ class MakeRun:
         self.data = tmp / "data"
         self.log_path = tmp / "run.log"
         self.env = {k: v for k, v in os.environ.items() if k not in SERVICE_ENV}
-        self.env.update(NVKE_DATA_DIR=str(self.data), PORT="0", PYTHONUNBUFFERED="1")
+        # the default provider: the tour's cluster gets a real API (tests/hosted's binaries)
+        self.env.update(
+            NVKE_DATA_DIR=str(self.data), PORT="0", PYTHONUNBUFFERED="1",
+            NVKE_DEFAULT_PROVIDER="hosted",
+        )  # fmt: skip
         self.log = self.log_path.open("w")
         self.proc = subprocess.Popen(
             ["make", "run"],
@@ -90,6 +94,9 @@ class MakeRun:
 
 @pytest.fixture(scope="module")
 def make_run(tmp_path_factory):
+    from tests.hosted.conftest import require_binaries
+
+    require_binaries(("etcd", "v1.36"))
     run = MakeRun(tmp_path_factory.mktemp("make-run"))
     try:
         wait_for(
@@ -120,6 +127,8 @@ def test_make_run_serves_the_readme_tour(make_run):
     assert "GPU-513536b6-7d19-9063-b049-1e69664bb298" in out
     assert "NVIDIA RTX 4000 SFF Ada Generation" in out  # refused, naming the product
     assert "1g.18gb" in out and "1g.20gb" in out  # the refusal lists valid profiles
+    assert "Server Version: v1.36.3" in out  # kubectl against the cluster's own API
+    assert re.search(r"^kube-system +Active", out, re.M)  # kubectl get namespaces
     assert "DELETE_CLUSTER" in out
     assert out.rstrip().splitlines()[-2] == "AVAILABLE"
     hosts = requests.get(

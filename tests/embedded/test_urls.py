@@ -80,7 +80,12 @@ def test_process_commands_exec_the_programs_from_this_virtualenv(tmp_path: Path)
         for s in default_processes(data_dir=tmp_path, port=8123, agents=load_agents(tmp_path))
     }
 
-    assert list(specs) == ["web", "worker", "webhooks", "beat", "agent-gpu-a", "agent-gpu-b"]
+    assert list(specs) == [
+        "web", "worker", "webhooks", "beat", "control-planes", "agent-gpu-a", "agent-gpu-b"
+    ]  # fmt: skip
+    control_planes = specs["control-planes"]
+    assert control_planes.restart and "run_control_planes" in control_planes.argv
+    assert control_planes.argv[-1] == str(tmp_path / "control-planes")
     web = specs["web"].argv
     assert web[web.index("--bind") + 1] == "127.0.0.1:8123"
     # no gunicorn access log: one JSON line per request comes from the application

@@ -69,6 +69,7 @@ PAGES = {
     "console:host-action": "console",
     "console:host-confirm": "console",
     "console:xids": "console",
+    "console:control-planes": "console",
     "console:tenants": "console",
     "console:tenant": "console",
     "console:prices": "console",
@@ -171,6 +172,7 @@ def test_tenant_users_get_404_on_every_console_page(alice_client, h100_host, ten
     urls += ["/console/tenants", f"/console/tenants/{tenant_a.id}", "/console/prices"]
     urls += ["/console/defrag", f"/console/defrag/runs/{tenant_a.id}"]
     urls += ["/console/xids", f"/console/hosts/{h100_host.id}/confirm/retire"]
+    urls += ["/console/control-planes"]
     urls += [f"/console/hosts/{h100_host.id}?fragment=live"]
     for url in urls:
         assert alice_client.get(url).status_code == 404, url

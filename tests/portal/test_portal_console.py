@@ -346,3 +346,25 @@ def test_portal_demo_writes_its_passwords_into_nvke_data_dir(catalog, tmp_path, 
     call_command("portal_demo", "--data-dir", str(other), stdout=io.StringIO())
     assert not (other / "portal-demo-password").exists()  # logins exist: files not rewritten
     assert other.is_dir()
+
+
+def test_the_control_planes_page_lists_each_hosted_control_plane_as_observed(ops_client, tenant_a):
+    from clusters.models import Cluster, HostedControlPlane
+
+    cluster = Cluster.objects.create(
+        tenant=tenant_a, name="llm", kubernetes_version="1.37", region="us-east-1",
+        provider="hosted",
+    )  # fmt: skip
+    HostedControlPlane.objects.create(
+        cluster=cluster, version="1.37", port=16423, pki_encrypted="x", ca_cert="-",
+        state="restarting", ready=False, running_version="1.36.3", restarts=2,
+        rss_bytes=437 * 2**20,
+        message="kube-apiserver exited (killed by SIGKILL); restarting in 2 s (restart 2)",
+    )  # fmt: skip
+    html = ops_client.get("/console/control-planes").content.decode()
+    row = section(html, "control-planes")
+    assert "llm" in row and "tenant-a" in row
+    assert "https://127.0.0.1:16423" in row
+    assert "(runs 1.36.3)" in row and "restarting" in row and "not ready" in row
+    assert "437 MiB" in row
+    assert "killed by SIGKILL" in row

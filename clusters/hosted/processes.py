@@ -1,0 +1,145 @@
+"""The files and command lines of one hosted control plane's three processes.
+
+kube-apiserver runs as kubeadm runs it (``Node,RBAC`` authorization, the default admission
+plugins plus ``NodeRestriction``, bootstrap tokens, service-account keys of its own, Secrets
+encrypted at rest with the cluster's key) on 127.0.0.1:<port>, storing in the shared etcd
+under the cluster's prefix with the cluster's own etcd credential. The controller-manager and
+scheduler talk to it with their own client certificates (kubeconfig files) and serve nothing
+(``--secure-port=0``: one port per cluster; kube-apiserver's ``/metrics`` is the scrape
+target). Files live in ``<data dir>/control-planes/<cluster id>/``, secrets mode 0600.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .etcd import prefix, write_secret
+from .pki import SERVICE_CIDR, ControlPlanePki, encryption_config, kubeconfig
+
+#: the three processes of a control plane, in start order
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+@dataclass(frozen=True)
+class EtcdEndpoint:
+    """How one cluster's kube-apiserver reaches the datastore: URL, CA file, and the cluster's
+    own client certificate and key files."""
+
+    url: str
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True)
+class ControlPlaneFiles:
+    """The files of one control plane under ``home``."""
+
+    home: Path
+
+    def path(self, name: str) -> Path:
+        return self.home / name
+
+    def write(self, *, name: str, port: int, pki: ControlPlanePki) -> None:
+        """Write every file (idempotent: the same inputs give the same files)."""
+        server = f"https://127.0.0.1:{port}"
+        files = {
+            "ca.crt": pki.ca.cert,
+            "ca.key": pki.ca.key,  # the controller-manager signs CSRs (kubelet certificates)
+            "apiserver.crt": pki.apiserver.cert,
+            "apiserver.key": pki.apiserver.key,
+            "sa.key": pki.service_account_key,
+            "sa.pub": pki.service_account_pub,
+            "encryption.yaml": encryption_config(pki.encryption_key),
+            "monitoring.crt": pki.monitoring.cert,
+            "monitoring.key": pki.monitoring.key,
+            "controller-manager.kubeconfig": kubeconfig(
+                name=name, server=server, ca_cert=pki.ca.cert, client=pki.controller_manager
+            ),
+            "scheduler.kubeconfig": kubeconfig(
+                name=name, server=server, ca_cert=pki.ca.cert, client=pki.scheduler
+            ),
+        }
+        for filename, text in files.items():
+            path = self.path(filename)
+            if not path.exists() or path.read_text() != text:
+                write_secret(path, text)
+
+
+def argv(
+    component: str,
+    *,
+    binary: Path,
+    cluster_id: str,
+    cluster_name: str,
+    port: int,
+    files: ControlPlaneFiles,
+    etcd: EtcdEndpoint,
+) -> list[str]:
+    """The command line of ``component`` (one of :data:`COMPONENTS`)."""
+    f = files.path
+    if component == "kube-apiserver":
+        return [
+            str(binary),
+            "--advertise-address=127.0.0.1",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            "--allow-privileged=true",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--enable-bootstrap-token-auth=true",
+            f"--client-ca-file={f('ca.crt')}",
+            f"--tls-cert-file={f('apiserver.crt')}",
+            f"--tls-private-key-file={f('apiserver.key')}",
+            f"--etcd-servers={etcd.url}",
+            f"--etcd-cafile={etcd.ca_file}",
+            f"--etcd-certfile={etcd.cert_file}",
+            f"--etcd-keyfile={etcd.key_file}",
+            f"--etcd-prefix={prefix(cluster_id)}",
+            # the apiserver's compaction key is outside every prefix: etcd compacts itself
+            "--etcd-compaction-interval=0",
+            f"--encryption-provider-config={f('encryption.yaml')}",
+            f"--service-account-issuer=https://127.0.0.1:{port}",
+            f"--service-account-key-file={f('sa.pub')}",
+            f"--service-account-signing-key-file={f('sa.key')}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+            # several apiservers share 127.0.0.1 and a loopback address is no valid endpoint
+            # of the `kubernetes` Service; its endpoints are NVKE's to publish
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ]
+    if component == "kube-controller-manager":
+        kubeconfig_file = f("controller-manager.kubeconfig")
+        return [
+            str(binary),
+            f"--kubeconfig={kubeconfig_file}",
+            f"--authentication-kubeconfig={kubeconfig_file}",
+            f"--authorization-kubeconfig={kubeconfig_file}",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--leader-elect=false",
+            f"--cluster-name={cluster_name}",
+            f"--cluster-signing-cert-file={f('ca.crt')}",
+            f"--cluster-signing-key-file={f('ca.key')}",
+            f"--root-ca-file={f('ca.crt')}",
+            f"--service-account-private-key-file={f('sa.key')}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--use-service-account-credentials=true",
+            "--controllers=*,bootstrapsigner,tokencleaner",
+            "--profiling=false",
+        ]
+    if component == "kube-scheduler":
+        kubeconfig_file = f("scheduler.kubeconfig")
+        return [
+            str(binary),
+            f"--kubeconfig={kubeconfig_file}",
+            f"--authentication-kubeconfig={kubeconfig_file}",
+            f"--authorization-kubeconfig={kubeconfig_file}",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--leader-elect=false",
+            "--profiling=false",
+        ]
+    raise ValueError(f"unknown control-plane component {component!r}")
