@@ -35,8 +35,9 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType, TargetType
+from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType
 from clusters.models import Operation, finish_operation
+from clusters.operations import start_operation
 from clusters.providers.base import NodePoolSpec, Provider
 from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
@@ -103,15 +104,13 @@ def ensure_operation(pool: NodePool, now: datetime, *, requested_by: str) -> Ope
     ).first()
     if op is None:
         pending = pool.nodes.filter(move_state__in=MOVING_STATES).count()
-        op = Operation.objects.create(
-            tenant_id=pool.tenant_id,
-            cluster_id=pool.cluster_id,
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.HOST_MAINTENANCE,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
-            requested_by=requested_by[:100],
-            progress={"done": 0, "total": pending, "stage": "pending"},
-            created_at=now,
+            requested_by=requested_by,
+            total=pending,
+            enqueue=False,  # the caller wakes the reconciler (or is it)
+            now=now,
         )
     return op
 

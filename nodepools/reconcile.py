@@ -65,10 +65,10 @@ from clusters.choices import OperationType, Phase
 from clusters.models import Cluster, cancel_operations, finish_operation, progress_operation
 from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
-from nvke.conditions import set_condition
+from nvke.conditions import save_conditions, set_condition
 
 from . import host_moves, observed, readiness, shared
-from .choices import NodePhase
+from .choices import LIVE_NODE_PHASES, NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
 from .repair import (
@@ -79,7 +79,7 @@ from .repair import (
     replacement_waits,
     step_repair,
 )
-from .services import release_pool_quota
+from .services import request_deletion
 from .signals import node_ready, node_released
 from .specs import node_spec, nodepool_spec
 from .upgrade_steps import step_upgrade, upgrade_surge
@@ -87,7 +87,6 @@ from .upgrade_steps import step_upgrade, upgrade_surge
 log = logging.getLogger(__name__)
 
 WAIT_FOR_CLUSTER_S = 1.0
-LIVE_NODE_PHASES = [p for p in NodePhase.values if p not in (NodePhase.DELETING, NodePhase.DELETED)]
 
 
 def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) -> float | None:
@@ -118,13 +117,13 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
 
 def _wait_for_cluster(pool: NodePool, now: datetime) -> float:
     message = f"waiting for the cluster's control plane ({pool.cluster.phase})"
-    _set_conditions(pool, now, ("Ready", False, "WaitingForControlPlane", message))
+    save_conditions(pool, now, ("Ready", False, "WaitingForControlPlane", message))
     progress_operation(pool.id, stage="waiting-for-control-plane", total=pool.node_count, now=now)
     return WAIT_FOR_CLUSTER_S
 
 
 def _step_ensure(pool: NodePool, now: datetime) -> float | None:
-    live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    live = list(pool.nodes.live().order_by("created_at", "name"))
     if _release_replaced(pool, live, now):
         return 0.0  # the next step creates their successors
     # nodes moving off a draining host do not count: their replacements are placed first
@@ -153,7 +152,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return _fail(pool, "observed_state_mismatch", failed, retryable=True, now=now)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     if waits:
-        _set_conditions(
+        save_conditions(
             pool,
             now,
             ("Ready", False, "NodesProvisioning", f"{ready} of {pool.node_count} nodes ready"),
@@ -271,7 +270,7 @@ def _step_failed(pool: NodePool, now: datetime) -> float | None:
     """
     if pool.cluster.phase != Phase.RUNNING:
         return None  # its nodes are looked at once the control plane is back (beat's resync)
-    live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    live = list(pool.nodes.live().order_by("created_at", "name"))
     unplaced, placed = placed_replacements(pool, live)
     if unplaced:
         try:
@@ -287,7 +286,7 @@ def _step_failed(pool: NodePool, now: datetime) -> float | None:
     spec = nodepool_spec(pool)
     waits, unverified, failed = _bring_up(pool, placed, provider, spec, now)
     if placed:
-        _set_conditions(pool, now, _verified([failed] if failed else unverified))
+        save_conditions(pool, now, _verified([failed] if failed else unverified))
     if failed is not None or waits:
         readiness.write_readiness(pool, live, now)
     if failed is not None:
@@ -423,7 +422,7 @@ def _release_replaced(pool: NodePool, live: list[Node], now: datetime) -> bool:
     gone = [by_id[r.node_id] for r in replaced if r.node_id in by_id]
     release_nodes(pool, gone, now)
     message = "; ".join(f"{by_id[r.node_id].name}: {r.reason}" for r in replaced)
-    _set_conditions(pool, now, ("MachinesReplaced", True, "InfrastructureReplaced", message))
+    save_conditions(pool, now, ("MachinesReplaced", True, "InfrastructureReplaced", message))
     return True
 
 
@@ -570,7 +569,7 @@ def _rollout_node(
         pool, node, observed.expectation(pool), what="after the isolation change", now=now
     )
     if verdict == observed.WAITING:
-        _set_conditions(pool, now, _verified([problem]))
+        save_conditions(pool, now, _verified([problem]))
         return OBSERVED_POLL_S
     if verdict == observed.FAILED:
         return _node_config_failed(pool, node, problem.split(": ", 1)[-1], now)
@@ -578,7 +577,7 @@ def _rollout_node(
     problem = validate_layout(pool, node, layout)
     if problem is not None:
         return _node_config_failed(pool, node, problem, now)
-    _set_conditions(pool, now, _verified([]))
+    save_conditions(pool, now, _verified([]))
     node.phase = NodePhase.READY
     node.config_state = ""
     node.applied_config = desired
@@ -768,7 +767,7 @@ def _fail(pool: NodePool, code: str, message: str, retryable: bool, now: datetim
     pool.observed_generation = pool.generation
     pool.conditions = set_condition(pool.conditions, "Ready", False, _reason(code), message, now)
     # NodesReady as the next steps read it (_step_failed): the nodes it has, those not placed
-    live = list(pool.nodes.filter(phase__in=LIVE_NODE_PHASES).order_by("created_at", "name"))
+    live = list(pool.nodes.live().order_by("created_at", "name"))
     pool.conditions = set_condition(
         pool.conditions, *readiness.nodes_ready(readiness.readiness(pool, live)), now
     )
@@ -790,12 +789,7 @@ def _step_delete(pool: NodePool, now: datetime) -> float | None:
         # pool's reservation is released exactly once, by whoever first sets
         # ``deletion_requested_at`` under the pool's row lock (here, the receiver or
         # ``delete_nodepool``), so no path that ends a pool keeps its quota.
-        release_pool_quota(pool)
-        cancel_operations(pool.id, "superseded by the cluster's deletion", now)
-        pool.deletion_requested_at = now
-        pool.generation += 1
-        pool.phase = Phase.DELETING
-        pool.save(update_fields=["deletion_requested_at", "generation", "phase", "updated_at"])
+        request_deletion(pool, "superseded by the cluster's deletion", now)
     if pool.phase != Phase.DELETING:
         pool.phase = Phase.DELETING
         pool.save(update_fields=["phase", "updated_at"])
@@ -854,9 +848,9 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     if ready:
         release_nodes(pool, ready, now)
     if blocked:
-        _set_conditions(pool, now, ("ScaleDownBlocked", True, "DrainBlocked", "; ".join(blocked)))
+        save_conditions(pool, now, ("ScaleDownBlocked", True, "DrainBlocked", "; ".join(blocked)))
         return 2.0
-    _set_conditions(pool, now, ("ScaleDownBlocked", False, "Drained", ""))
+    save_conditions(pool, now, ("ScaleDownBlocked", False, "Drained", ""))
     return 0.0
 
 
@@ -906,15 +900,6 @@ def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
         node.save(update_fields=["phase", "released_at"])
         if was_ready:
             node_released.send(sender=Node, node=node)
-
-
-def _set_conditions(pool: NodePool, now: datetime, *conds: tuple) -> None:
-    conditions = pool.conditions
-    for type_, status, reason, message in conds:
-        conditions = set_condition(conditions, type_, status, reason, message, now)
-    if conditions != pool.conditions:
-        pool.conditions = conditions
-        pool.save(update_fields=["conditions", "updated_at"])
 
 
 def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:

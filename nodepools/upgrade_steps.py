@@ -14,7 +14,7 @@ from clusters.maintenance import next_window_start, waiting_message
 from clusters.models import finish_operation, progress_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
-from nvke.conditions import set_condition
+from nvke.conditions import save_conditions, set_condition
 
 from . import observed
 from .choices import NodePhase
@@ -87,7 +87,7 @@ def step_upgrade(
     )
     if opens != now:
         message = waiting_message(pool.cluster.maintenance_policy, opens, now)
-        _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
+        save_conditions(pool, now, ("Upgrading", True, "WaitingForMaintenanceWindow", message))
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
         return min((opens - now).total_seconds(), 60.0) if opens else 60.0
     slots = max(int(pool.upgrade.get("max_unavailable") or 0), 1)
@@ -116,7 +116,7 @@ def step_upgrade(
     )
     waiting = [n.observed_problem for n in busy if n.observed_problem]
     message = "; ".join([f"{_done(pool)} of {total} nodes", *waiting])
-    _condition(pool, now, "Upgrading", True, "RollingUpgrade", message)
+    save_conditions(pool, now, ("Upgrading", True, "RollingUpgrade", message))
     return min(waits) if waits else 0.0
 
 
@@ -206,7 +206,7 @@ def _roll_back(
     error = {"code": "upgrade_verification_failed", "message": problem, "retryable": False}
     pool.upgrade = {**pool.upgrade, "state": "failed", "error": error}
     pool.save(update_fields=["upgrade", "updated_at"])
-    _condition(pool, now, "UpgradeBlocked", True, "UpgradeVerificationFailed", problem)
+    save_conditions(pool, now, ("UpgradeBlocked", True, "UpgradeVerificationFailed", problem))
     previous = _previous(pool)
     observed.start_wait(node, now)
     provider.upgrade_node(
@@ -295,8 +295,8 @@ def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime)
         "blocked": {"node": node.name, "pods": pods, "reason": why},
     }
     pool.save(update_fields=["upgrade", "updated_at"])
-    _condition(
-        pool, now, "UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message
+    save_conditions(
+        pool, now, ("UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message)
     )
     progress_operation(
         pool.id, stage=f"paused: {message}", done=_done(pool), total=pool.node_count, now=now
@@ -337,12 +337,3 @@ def _finish_failed(
 
 def _done(pool: NodePool) -> int:
     return int(pool.upgrade.get("done", 0)) if pool.upgrade else 0
-
-
-def _condition(
-    pool: NodePool, now: datetime, type_: str, status: bool, reason: str, message: str
-) -> None:
-    conditions = set_condition(pool.conditions, type_, status, reason, message, now)
-    if conditions != pool.conditions:
-        pool.conditions = conditions
-        pool.save(update_fields=["conditions", "updated_at"])
