@@ -14,7 +14,7 @@ worker loses nothing) and moves each node on a draining host, one transition per
    :data:`SHORT_RETRY_S` seconds until capacity comes back.
 2. ``draining`` (once no node of the pool is provisioning, i.e. the replacement is READY): the
    node is cordoned and drained by the rules of node upgrades
-   (:func:`nodepools.upgrade_steps.drain_outcome`): pods that block it are waited for up to
+   (:func:`nodepools.disruption.drain`, pause policy): pods that block it are waited for up to
    ``NVKE_HOST_DRAIN_TIMEOUT_S``, then the move pauses on that node (``drain-blocked``,
    condition ``HostDrainBlocked`` naming the pods) until the operator drains the host again
    with ``force`` (which evicts them, ignoring their budgets — never the default).
@@ -42,9 +42,9 @@ from clusters.providers.base import NodePoolSpec, Provider
 from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
 
+from . import disruption
 from .choices import NodePhase
 from .models import Node, NodePool
-from .upgrade_steps import BLOCKED, DRAINED, drain_outcome
 
 REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-blocked", "moved"
 MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
@@ -215,13 +215,14 @@ def step_moves(
             node.phase = NodePhase.DRAINING
             node.drain_started_at = now
             node.save(update_fields=["move_state", "phase", "drain_started_at"])
-        outcome, pods = drain_outcome(provider, spec, node, forced, timeout, now)
-        if outcome == DRAINED:
+        policy = disruption.DrainPolicy(timeout_s=timeout, on_timeout="pause", force=forced)
+        result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
+        if result.drained:
             released.append(node)
-        elif outcome == BLOCKED:
+        elif result.outcome in (disruption.BLOCKED, disruption.FAILED):
             node.move_state = DRAIN_BLOCKED
             node.save(update_fields=["move_state"])
-            blocked.append(f"{node.name}: {', '.join(pods)}")
+            blocked.append(f"{node.name}: {', '.join(result.blockers)}")
         else:
             waiting = True
     if released:

@@ -67,7 +67,7 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity, NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
-from . import host_moves, observed, readiness, shared
+from . import disruption, host_moves, observed, readiness, shared
 from .choices import LIVE_NODE_PHASES, NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -142,8 +142,9 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     elif len(counted) < desired:  # only surge nodes are missing: without capacity, do without
         return _scale_up(pool, counted, now, count=desired, surge=True)
     elif len(counted) > desired:
-        # scale-down rule: the newest nodes go first (surge nodes at the end of an upgrade)
-        surplus = sorted(counted, key=lambda n: (n.created_at, n.name))[desired:]
+        # scale-down rule (disruption.removal_order): unhealthy nodes first, then the newest
+        # (surge nodes at the end of an upgrade)
+        surplus = disruption.removal_order(counted)[: len(counted) - desired]
         return _drain_then_release(pool, surplus, now)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
@@ -529,6 +530,8 @@ def _abort_rollout(pool: NodePool, code: str, message: str, now: datetime) -> fl
 
 #: back-off after a retryable provider error during a rollout (s)
 PROVIDER_RETRY_S = 5.0
+#: an isolation change waits for the pods that block a node's drain, without a deadline
+ISOLATION_DRAIN = disruption.DrainPolicy(timeout_s=float("inf"), on_timeout="pause")
 
 
 def _rollout_node(
@@ -542,16 +545,16 @@ def _rollout_node(
     now: datetime,
 ) -> float:
     """Drain -> reconfigure -> validate, one transition per call (see the module docstring)."""
-    if not node.config_state:  # 1. cordon and drain
-        provider.drain_node(spec, node_spec(node))  # starts it; done when it returns True
-        node.phase = NodePhase.DRAINING
+    backend = disruption.backend_for(provider, spec)
+    if not node.config_state:  # 1. cordon
+        disruption.cordon(node, backend, now)
         node.config_state = "draining"
-        node.save(update_fields=["phase", "config_state"])
+        node.save(update_fields=["config_state"])
         _progress(pool, f"{stage_prefix}: draining {node.name}", total, now)
         return 0.0
-    if node.config_state == "draining":  # 2. repartition / reconfigure
-        if not provider.drain_node(spec, node_spec(node)):
-            return 1.0
+    if node.config_state == "draining":  # 2. drain, then repartition / reconfigure
+        if not disruption.drain(node, ISOLATION_DRAIN, backend, now).drained:
+            return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
         observed.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))
         node.phase = NodePhase.CORDONED
@@ -830,21 +833,17 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     condition ``ScaleDownBlocked`` naming them meanwhile."""
     from django.conf import settings
 
-    provider = get_provider(pool.cluster.provider)
-    spec = nodepool_spec(pool)
-    timeout = settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S
+    backend = disruption.backend_for(get_provider(pool.cluster.provider), nodepool_spec(pool))
+    policy = disruption.DrainPolicy(
+        timeout_s=settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S, on_timeout="evict"
+    )
     ready, blocked = [], []
     for node in surplus:
-        if node.phase != NodePhase.DRAINING:
-            node.phase = NodePhase.DRAINING
-            node.drain_started_at = now
-            node.save(update_fields=["phase", "drain_started_at"])
-        pods = provider.drain_blockers(spec, node_spec(node))
-        waited = (now - (node.drain_started_at or now)).total_seconds()
-        if pods and waited < timeout:
-            blocked.append(f"{node.name}: {', '.join(pods)}")
-        else:
+        result = disruption.drain(node, policy, backend, now)
+        if result.drained:
             ready.append(node)
+        else:
+            blocked.append(f"{node.name}: {', '.join(result.blockers)}")
     if ready:
         release_nodes(pool, ready, now)
     if blocked:

@@ -278,12 +278,16 @@ def create_nodepool(
         placement=placement,
     )
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update(of=("self",), no_key=True).get(pk=cluster.pk)
+        clusters = Cluster.objects.all()
+        if not dry_run:  # a dry run writes nothing: it takes no lock and waits for no one
+            clusters = clusters.select_for_update(of=("self",), no_key=True)
+        cluster = clusters.get(pk=cluster.pk)
         if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
             )
-        ensure_no_active_operation(cluster)
+        if not dry_run:  # the cluster's one-operation lock is for changes, never for a look
+            ensure_no_active_operation(cluster)
         if (
             NodePool.objects.filter(cluster=cluster, name=name)
             .exclude(phase=Phase.DELETED)
@@ -453,17 +457,21 @@ def update_isolation(
         placement=pool.placement,
     )
     with transaction.atomic():
-        pool = NodePool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
+        pools = NodePool.objects.all()
+        if not dry_run:  # a dry run writes nothing: it takes no lock and waits for no one
+            pools = pools.select_for_update(of=("self",))
+        pool = pools.get(pk=pool.pk)
         if pool.phase != Phase.RUNNING or pool.deletion_requested_at is not None:
             raise Conflict(
                 f"the node pool is {pool.phase}; its isolation can change when it is RUNNING",
                 code="nodepool_not_running",
             )
-        ensure_no_active_operation(
-            Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
-        )
-        busy = active_operation(pool.id)
-        if busy is not None or pool.rollout:
+        if not dry_run:  # the cluster's one-operation lock is for changes, never for a look
+            ensure_no_active_operation(
+                Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
+            )
+        busy = None if dry_run else active_operation(pool.id)
+        if not dry_run and (busy is not None or pool.rollout):
             raise Conflict(
                 "another operation is running on this node pool"
                 + (f" ({busy.type} {busy.id})" if busy else ""),

@@ -16,7 +16,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
-from . import observed
+from . import disruption, observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
@@ -131,12 +131,15 @@ def _step_node(
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
-        forced = pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name
-        timeout_s = int(pool.upgrade.get("drain_timeout_s", 600))
-        outcome, blockers = drain_outcome(provider, spec, node, forced, timeout_s, now)
-        if outcome == BLOCKED:
-            return _pause(pool, node, "drain blocked", blockers, now)
-        if outcome == WAITING:
+        policy = disruption.DrainPolicy(
+            timeout_s=int(pool.upgrade.get("drain_timeout_s", 600)),
+            on_timeout="pause",
+            force=bool(pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name),
+        )
+        result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
+        if result.outcome in (disruption.BLOCKED, disruption.FAILED):
+            return _pause(pool, node, "drain blocked", result.blockers, now)
+        if result.outcome == disruption.WAITING:
             return DRAIN_POLL_S
         observed.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
@@ -251,36 +254,6 @@ def _rollback_failed(pool: NodePool, node: Node, problem: str, now: datetime) ->
     node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
     request_repair(node.id, action="replace", reason=f"upgrade rollback failed: {problem}", at=now)
     return 0.0
-
-
-#: outcomes of :func:`drain_outcome`
-DRAINED, WAITING, BLOCKED = "drained", "waiting", "blocked"
-
-
-def drain_outcome(
-    provider: Provider,
-    spec: NodePoolSpec,
-    node: Node,
-    forced: bool,
-    timeout_s: float,
-    now: datetime,
-) -> tuple[str, list[str]]:
-    """One look at a cordoned node's drain, by the rules every drain of NVKE follows (node
-    upgrades, host drains): ``(DRAINED, [])`` once no pod blocks it — or at once with
-    ``forced``, which evicts the blockers ignoring their budgets (never the default);
-    ``(WAITING, pods)`` while pods block it for less than ``timeout_s`` since
-    ``node.drain_started_at``; ``(BLOCKED, pods)`` after that (the caller pauses and names
-    them). Pods are named ``namespace/name (why)`` as the provider reports them.
-    """
-    blockers = [] if forced else provider.drain_blockers(spec, node_spec(node))
-    if not blockers:
-        if not forced:
-            provider.drain_node(spec, node_spec(node))
-        return DRAINED, []
-    started = node.drain_started_at or now
-    if now - started >= timedelta(seconds=timeout_s):
-        return BLOCKED, blockers
-    return WAITING, blockers
 
 
 def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime) -> float:
