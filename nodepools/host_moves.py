@@ -45,6 +45,7 @@ from nvke.conditions import get_condition, set_condition
 from . import disruption
 from .choices import NodePhase
 from .models import Node, NodePool
+from .step_result import SHORT, STOP
 
 REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-blocked", "moved"
 MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
@@ -52,8 +53,6 @@ MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
 SHORT_RETRY_S = 30.0
 #: how often a blocked drain is looked at again (s)
 DRAIN_POLL_S = 2.0
-#: what ``_scale_up`` returns when the pool may run short instead of failing
-SHORT = -2.0
 
 
 def draining_hosts(host_ids: set) -> dict:
@@ -192,7 +191,7 @@ def step_moves(
     """Drain and release the moving nodes (called once no node of the pool provisions).
 
     Returns None when no node moves (the pool's HOST_MAINTENANCE operation is then DONE),
-    a delay to come back, or ``STOP`` (-1) while every moving node is blocked.
+    a delay to come back, or ``STOP`` while every moving node is blocked.
     """
     from .reconcile import release_nodes
 
@@ -235,7 +234,7 @@ def step_moves(
         return 0.0
     if waiting:
         return DRAIN_POLL_S
-    return -1.0  # every moving node is blocked: wait for a forced drain (or the resync)
+    return STOP  # every moving node is blocked: wait for a forced drain (or the resync)
 
 
 def _blocked_text(node: Node, provider: Provider, spec: NodePoolSpec) -> str:

@@ -224,7 +224,7 @@ def replacement_short(
     """No capacity for the replacements of ``pending``: the pool runs short (DEGRADED,
     ``CapacityShort``, :func:`nodepools.host_moves.capacity_short`) instead of failing,
     ``RepairPending`` says what waits and why, and the REPAIR_NODES operation stays RUNNING;
-    the reconciler retries every ``SHORT_RETRY_S``. Returns ``host_moves.SHORT``."""
+    the reconciler retries every ``SHORT_RETRY_S``. Returns :data:`nodepools.step_result.SHORT`."""
     from . import host_moves
 
     short = host_moves.capacity_short(

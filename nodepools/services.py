@@ -437,11 +437,20 @@ def update_isolation(
     fails validation.
 
     Raises InvalidInput (isolation / driver codes), Conflict ``nodepool_not_running`` (the pool
-    is being created, deleted, or has another operation running) or ``isolation_unchanged``.
+    is being created, deleted, or has another operation running), ``isolation_unchanged`` or
+    ``isolation_change_not_supported`` (a shared pool, from or to: not built).
     ``dry_run`` returns a :class:`DryRun` and writes nothing.
     """
     model = pool.gpu_model
     policy = validate_isolation(model, isolation)
+    if is_shared_policy(pool.isolation) or is_shared_policy(policy):
+        # not built (README "Shared hosts"): refused before anything is touched, dry run too
+        raise Conflict(
+            "isolation changes of shared (tenancy: shared) MIG or vGPU pools are not supported "
+            "yet; create a new pool with the isolation you want and delete this one",
+            code="isolation_change_not_supported",
+            field="isolation",
+        )
     validate_driver(
         model,
         driver_version=pool.driver_version or None,

@@ -20,8 +20,8 @@ from . import disruption, observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
+from .step_result import STOP
 
-STOP = -1.0
 DRAIN_POLL_S = 2.0
 
 
@@ -103,7 +103,7 @@ def step_upgrade(
             result = _step_node(pool, node, provider, spec, target, now)
         except ProviderError as exc:
             return _pause(pool, node, f"the infrastructure provider failed: {exc}", [], now)
-        if result == STOP:
+        if result is STOP:
             return STOP
         if result is not None:
             waits.append(result)

@@ -148,3 +148,39 @@ def test_dry_runs_are_answered_while_an_operation_holds_the_cluster(owner, pool)
         format="json",
     )
     assert (created.status_code, created.json()["dry_run"]) == (200, True)
+
+
+def test_an_isolation_change_of_a_shared_mig_pool_is_409_before_anything_is_touched(
+    owner, make_host, operator
+):
+    """The new user's sequence: a PATCH of a shared MIG pool's isolation (not built) answered
+    202, then failed with isolation_rollback_failed and left a node NOT_READY for good."""
+    from nodepools.models import Node, NodePool
+    from tests.nodepools.test_shared_hosts import make_cluster, make_pool, shared
+
+    host = make_host("h100-sxm5-80gb", gpus=2, hostname="hv-shared-9")
+    operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json")
+    cluster = make_cluster(owner, "sh")
+    pool_id = make_pool(owner, cluster, "mig1g", shared("1g.10gb"))
+    drive_pool(pool_id)
+    before = NodePool.objects.get(pk=pool_id)
+    url = f"/api/v1/clusters/{cluster}/nodepools/{pool_id}"
+    for suffix in ("", "?dry_run=true"):
+        resp = owner.patch(f"{url}{suffix}", {"isolation": shared("2g.20gb")}, format="json")
+        assert (resp.status_code, resp.json()["code"]) == (409, "isolation_change_not_supported")
+        assert "shared" in resp.json()["detail"]
+    after = NodePool.objects.get(pk=pool_id)
+    assert (after.isolation, after.generation, after.phase, after.rollout) == (
+        before.isolation,
+        before.generation,
+        "RUNNING",
+        {},
+    )
+    assert list(Node.objects.filter(nodepool_id=pool_id).values_list("phase", flat=True)) == [
+        "READY"
+    ]
+    from clusters.models import Operation
+
+    assert list(Operation.objects.filter(target_id=pool_id).values_list("type", flat=True)) == [
+        "CREATE_NODE_POOL"
+    ]
