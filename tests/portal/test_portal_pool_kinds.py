@@ -20,8 +20,8 @@ def test_a_shared_pool_page_offers_no_isolation_change_and_a_dedicated_one_does(
     make_host("h100-sxm5-80gb", gpus=8, hostname="dedicated-portal")
     cluster = make_cluster(owner, "kinds")
     shared_pool = make_pool(owner, cluster, "mig1g", shared("1g.10gb"))
-    dedicated_pool = make_pool(owner, cluster, "whole", {"mode": "exclusive"}, gpus=8)
     drive_pool(shared_pool)
+    dedicated_pool = make_pool(owner, cluster, "whole", {"mode": "exclusive"}, gpus=8)
     drive_pool(dedicated_pool)
     form = 'action="/clusters/{c}/nodepools/{p}/isolation"'
     page = alice_client.get(f"/clusters/{cluster}/nodepools/{shared_pool}").content.decode()
