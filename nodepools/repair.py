@@ -44,7 +44,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions
 
-from . import observed
+from . import disruption, observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
@@ -98,7 +98,7 @@ def step_repair(
     _ensure_operation(pool, len(unhealthy), now)
     node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
     if node.repair_action == "reboot" and node.repair_state == "requested":
-        provider.drain_node(spec, _spec(node))
+        disruption.backend_for(provider, spec).evict(node, force=False)  # the one path
         observed.start_wait(node, now)  # back in service only on a report after the reboot
         try:
             provider.reboot_node(spec, _spec(node))

@@ -15,6 +15,7 @@ from clusters.models import cancel_operations, finish_operation, progress_operat
 from clusters.providers import ProviderError, get_provider
 from nvke.conditions import set_condition
 
+from .. import disruption
 from ..choices import NodePhase
 from ..models import Node, NodePool
 from ..services import request_deletion
@@ -92,13 +93,16 @@ def _delete_attempt_failed(
 
 
 def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
-    """Drain the nodes, delete their machines (GPUs back to the fleet), close their allocation."""
+    """Evict the nodes' pods (:mod:`nodepools.disruption`'s backend), delete their machines
+    (GPUs back to the fleet), close their allocation. The last act of every disruption
+    (scale-down, moves, repair's replacement, deletion)."""
     provider = get_provider(pool.cluster.provider)
+    backend = disruption.backend_for(provider, nodepool_spec(pool))
     for node in nodes:
         if node.phase in (NodePhase.READY, NodePhase.DRAINING):
             # a provider that cannot drain: the machine deletion evicts the pods
             with contextlib.suppress(ProviderError):
-                provider.drain_node(nodepool_spec(pool), node_spec(node))
+                backend.evict(node, force=False)
     provider.delete_machines(nodepool_spec(pool), [node_spec(n) for n in nodes])
     from fleet.observed import set_host_warning
 
