@@ -15,6 +15,7 @@ from tenants.principal import Principal
 from . import maintenance, versions
 from .choices import ACTIVE_OPERATION_STATUSES, GONE_PHASES, OperationType, Phase, TargetType
 from .models import Cluster, Operation, active_operation, cancel_operations
+from .operations import Audit, start_operation
 from .signals import collect_node_versions, operation_cancelled
 
 
@@ -84,17 +85,8 @@ def create_cluster(
             principal,
             cluster,
             OperationType.CREATE_CLUSTER,
-            progress={"done": 0, "total": 1, "stage": "pending"},
+            audit_event=Audit("cluster.create", after=spec_of(cluster)),
         )
-        audit.record(
-            actor=principal.label,
-            action="cluster.create",
-            target_type="cluster",
-            target_id=cluster.id,
-            tenant=principal.tenant,
-            after=spec_of(cluster),
-        )
-        _enqueue(cluster.id)
     return op
 
 
@@ -142,18 +134,13 @@ def delete_cluster(*, principal: Principal, cluster: Cluster) -> Operation:
             principal,
             cluster,
             OperationType.DELETE_CLUSTER,
-            progress={"done": 0, "total": 2, "stage": "pending"},
+            total=2,
+            audit_event=Audit(
+                "cluster.delete",
+                before={"phase": previous_phase},
+                after={"phase": Phase.DELETING.value},
+            ),
         )
-        audit.record(
-            actor=principal.label,
-            action="cluster.delete",
-            target_type="cluster",
-            target_id=cluster.id,
-            tenant_id=cluster.tenant_id,
-            before={"phase": previous_phase},
-            after={"phase": Phase.DELETING.value},
-        )
-        _enqueue(cluster.id)
     return op
 
 
@@ -185,9 +172,10 @@ def ensure_no_active_operation(cluster: Cluster) -> None:
 
 
 def _op(principal: Principal, cluster: Cluster, type_: str, **fields) -> Operation:
-    return Operation.objects.create(
-        tenant=cluster.tenant,
-        cluster=cluster,
+    """:func:`clusters.operations.start_operation` for the cluster itself."""
+    return start_operation(
+        tenant_id=cluster.tenant_id,
+        cluster_id=cluster.id,
         type=type_,
         target_type=TargetType.CLUSTER,
         target_id=cluster.id,
@@ -235,35 +223,22 @@ def update_cluster(
             cluster.phase = Phase.RECONCILING
             fields += ["kubernetes_version", "generation", "phase"]
         cluster.save(update_fields=fields)
+        event = Audit(
+            "cluster.update",
+            before=before,
+            after={**spec_of(cluster), "maintenance_policy": cluster.maintenance_policy},
+        )
         if upgrade:
-            op = _op(
-                principal,
-                cluster,
-                OperationType.UPGRADE_CONTROL_PLANE,
-                progress={"done": 0, "total": 1, "stage": "pending"},
-            )
-            _enqueue(cluster.id)
-        else:
-            now = timezone.now()
+            op = _op(principal, cluster, OperationType.UPGRADE_CONTROL_PLANE, audit_event=event)
+        else:  # one instant: it started when it was created, not before
             op = _op(
                 principal,
                 cluster,
                 OperationType.UPDATE_CLUSTER,
-                status="DONE",
-                created_at=now,  # one instant: it started when it was created, not before
-                started_at=now,
-                finished_at=now,
-                progress={"done": 1, "total": 1, "stage": "done"},
+                audit_event=event,
+                done=True,
+                now=timezone.now(),
             )
-        audit.record(
-            actor=principal.label,
-            action="cluster.update",
-            target_type="cluster",
-            target_id=cluster.id,
-            tenant_id=cluster.tenant_id,
-            before=before,
-            after={**spec_of(cluster), "maintenance_policy": cluster.maintenance_policy},
-        )
     return op
 
 
@@ -300,16 +275,8 @@ def rotate_credentials(*, principal: Principal, cluster: Cluster) -> Operation:
             principal,
             cluster,
             OperationType.ROTATE_CREDENTIALS,
-            progress={"done": 0, "total": 1, "stage": "pending"},
+            audit_event=Audit("cluster.rotate_credentials"),
         )
-        audit.record(
-            actor=principal.label,
-            action="cluster.rotate_credentials",
-            target_type="cluster",
-            target_id=cluster.id,
-            tenant_id=cluster.tenant_id,
-        )
-        _enqueue(cluster.id)
     return op
 
 

@@ -121,8 +121,8 @@ def set_autoscaling(*, principal: Principal, pool: NodePool, autoscaling: Any):
     from django.db import transaction
     from django.utils import timezone
 
-    from clusters.choices import OperationType, TargetType
-    from clusters.models import Operation
+    from clusters.choices import OperationType
+    from clusters.operations import start_operation
     from tenants import audit
 
     from .scaling import set_node_pool_size
@@ -148,17 +148,12 @@ def set_autoscaling(*, principal: Principal, pool: NodePool, autoscaling: Any):
             )
             if clamped != locked.node_count:
                 return set_node_pool_size(principal=principal, pool=locked, node_count=clamped)
-        now = timezone.now()
-        return Operation.objects.create(
-            tenant_id=locked.tenant_id,
-            cluster_id=locked.cluster_id,
+        # one instant: it started when it was created, not before
+        return start_operation(
+            **locked.operation_target(),
             type=OperationType.SET_NODE_POOL_SIZE,
-            target_type=TargetType.NODE_POOL,
-            target_id=locked.id,
             requested_by=principal.label,
-            status="DONE",
-            created_at=now,  # one instant: it started when it was created, not before
-            started_at=now,
-            finished_at=now,
-            progress={"done": locked.node_count, "total": locked.node_count, "stage": "done"},
+            total=locked.node_count,
+            done=True,
+            now=timezone.now(),
         )

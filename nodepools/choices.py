@@ -20,3 +20,11 @@ class IsolationMode(models.TextChoices):
     VGPU = "vgpu"
     TIME_SLICING = "time-slicing"
     MPS = "mps"
+
+
+#: the one definition of a live node: every phase but DELETING and DELETED (a node that is
+#: being released or is gone holds no place in its pool's count). ``Node.objects.live()``
+#: (:mod:`nodepools.querysets`) filters by it.
+LIVE_NODE_PHASES = tuple(
+    p for p in NodePhase.values if p not in (NodePhase.DELETING, NodePhase.DELETED)
+)

@@ -14,7 +14,7 @@ worker loses nothing) and moves each node on a draining host, one transition per
    :data:`SHORT_RETRY_S` seconds until capacity comes back.
 2. ``draining`` (once no node of the pool is provisioning, i.e. the replacement is READY): the
    node is cordoned and drained by the rules of node upgrades
-   (:func:`nodepools.upgrade_steps.drain_outcome`): pods that block it are waited for up to
+   (:func:`nodepools.disruption.drain`, pause policy): pods that block it are waited for up to
    ``NVKE_HOST_DRAIN_TIMEOUT_S``, then the move pauses on that node (``drain-blocked``,
    condition ``HostDrainBlocked`` naming the pods) until the operator drains the host again
    with ``force`` (which evicts them, ignoring their budgets — never the default).
@@ -35,15 +35,17 @@ from datetime import datetime
 from django.conf import settings
 from django.db import transaction
 
-from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType, TargetType
+from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType
 from clusters.models import Operation, finish_operation
+from clusters.operations import start_operation
 from clusters.providers.base import NodePoolSpec, Provider
 from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
 
+from . import disruption
 from .choices import NodePhase
 from .models import Node, NodePool
-from .upgrade_steps import BLOCKED, DRAINED, drain_outcome
+from .step_result import SHORT, STOP
 
 REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-blocked", "moved"
 MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
@@ -51,8 +53,6 @@ MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
 SHORT_RETRY_S = 30.0
 #: how often a blocked drain is looked at again (s)
 DRAIN_POLL_S = 2.0
-#: what ``_scale_up`` returns when the pool may run short instead of failing
-SHORT = -2.0
 
 
 def draining_hosts(host_ids: set) -> dict:
@@ -103,15 +103,13 @@ def ensure_operation(pool: NodePool, now: datetime, *, requested_by: str) -> Ope
     ).first()
     if op is None:
         pending = pool.nodes.filter(move_state__in=MOVING_STATES).count()
-        op = Operation.objects.create(
-            tenant_id=pool.tenant_id,
-            cluster_id=pool.cluster_id,
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.HOST_MAINTENANCE,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
-            requested_by=requested_by[:100],
-            progress={"done": 0, "total": pending, "stage": "pending"},
-            created_at=now,
+            requested_by=requested_by,
+            total=pending,
+            enqueue=False,  # the caller wakes the reconciler (or is it)
+            now=now,
         )
     return op
 
@@ -193,7 +191,7 @@ def step_moves(
     """Drain and release the moving nodes (called once no node of the pool provisions).
 
     Returns None when no node moves (the pool's HOST_MAINTENANCE operation is then DONE),
-    a delay to come back, or ``STOP`` (-1) while every moving node is blocked.
+    a delay to come back, or ``STOP`` while every moving node is blocked.
     """
     from .reconcile import release_nodes
 
@@ -216,13 +214,14 @@ def step_moves(
             node.phase = NodePhase.DRAINING
             node.drain_started_at = now
             node.save(update_fields=["move_state", "phase", "drain_started_at"])
-        outcome, pods = drain_outcome(provider, spec, node, forced, timeout, now)
-        if outcome == DRAINED:
+        policy = disruption.DrainPolicy(timeout_s=timeout, on_timeout="pause", force=forced)
+        result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
+        if result.drained:
             released.append(node)
-        elif outcome == BLOCKED:
+        elif result.outcome in (disruption.BLOCKED, disruption.FAILED):
             node.move_state = DRAIN_BLOCKED
             node.save(update_fields=["move_state"])
-            blocked.append(f"{node.name}: {', '.join(pods)}")
+            blocked.append(f"{node.name}: {', '.join(result.blockers)}")
         else:
             waiting = True
     if released:
@@ -235,7 +234,7 @@ def step_moves(
         return 0.0
     if waiting:
         return DRAIN_POLL_S
-    return -1.0  # every moving node is blocked: wait for a forced drain (or the resync)
+    return STOP  # every moving node is blocked: wait for a forced drain (or the resync)
 
 
 def _blocked_text(node: Node, provider: Provider, spec: NodePoolSpec) -> str:

@@ -9,9 +9,10 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters.choices import Phase
+from clusters.choices import Phase, TargetType
 
 from .choices import NodePhase
+from .querysets import NodeQuerySet
 
 
 class NodePool(models.Model):
@@ -92,6 +93,16 @@ class NodePool(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def operation_target(self) -> dict:
+        """The keyword arguments that name this pool to
+        :func:`clusters.operations.start_operation`: tenant, cluster and target."""
+        return {
+            "tenant_id": self.tenant_id,
+            "cluster_id": self.cluster_id,
+            "target_type": TargetType.NODE_POOL,
+            "target_id": self.id,
+        }
+
 
 class Node(models.Model):
     """A Kubernetes node of a pool, placed on (part of) a physical host.
@@ -159,6 +170,8 @@ class Node(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     ready_at = models.DateTimeField(null=True, blank=True)
     released_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NodeQuerySet.as_manager()
 
     class Meta:
         ordering = ["nodepool", "created_at", "name"]

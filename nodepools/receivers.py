@@ -8,7 +8,6 @@ from django.utils import timezone
 
 from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
-from clusters.models import cancel_operations
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
 from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
 from nvke.queueing import enqueue_once, send_on_commit
@@ -16,7 +15,7 @@ from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import collect_usage
 
 from .models import Node, NodePool
-from .services import release_pool_quota
+from .services import request_deletion
 
 
 @receiver(cluster_deleting)
@@ -41,12 +40,7 @@ def delete_pools_of_deleting_cluster(sender, cluster, **kwargs) -> int | list[st
             .first()
         )
         if locked is not None:
-            # operation rows before the quota row (see nodepools.services.delete_nodepool)
-            cancel_operations(pool.id, "superseded by the cluster's deletion", now)
-            release_pool_quota(locked)
-            NodePool.objects.filter(pk=pool.pk).update(
-                deletion_requested_at=now, phase=Phase.DELETING, generation=pool.generation + 1
-            )
+            request_deletion(locked, "superseded by the cluster's deletion", now)
         # a direct send: a pending countdown (e.g. a maintenance-window wait) must not delay it
         send_on_commit(reconcile_nodepool, pool.id)
     return len(pools)
@@ -83,7 +77,7 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
         return False
     send_on_commit(reconcile_nodepool, pool.id)
     if operation.type == OperationType.SET_NODE_POOL_SIZE:
-        live = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).count()
+        live = pool.nodes.live().count()
         if live != pool.node_count:
             from tenants import quotas
 
@@ -139,7 +133,7 @@ def follow_host_readiness(sender, host_id, new_state, **kwargs) -> int:
     from .choices import NodePhase
     from .tasks import reconcile_nodepool
 
-    nodes = Node.objects.filter(host_id=host_id).exclude(phase__in=["DELETING", "DELETED"])
+    nodes = Node.objects.live().filter(host_id=host_id)
     if new_state == "NOT_READY":
         changed = nodes.filter(phase=NodePhase.READY)
         pool_ids = set(changed.values_list("nodepool_id", flat=True))
@@ -168,9 +162,7 @@ def move_nodes_off_draining_host(sender, host_id, holder_ids, target_state, **kw
 
     hostname = Host.objects.filter(pk=host_id).values_list("hostname", flat=True).first() or ""
     pool_ids = set(
-        Node.objects.filter(pk__in=holder_ids)
-        .exclude(phase__in=["DELETING", "DELETED"])
-        .values_list("nodepool_id", flat=True)
+        Node.objects.live().filter(pk__in=holder_ids).values_list("nodepool_id", flat=True)
     )
     now = timezone.now()
     woken = 0

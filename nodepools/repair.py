@@ -37,13 +37,14 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from clusters.choices import OperationType, TargetType
+from clusters.choices import OperationType
 from clusters.models import Operation, active_operation, finish_operation, progress_operation
+from clusters.operations import start_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
-from nvke.conditions import set_condition
+from nvke.conditions import save_conditions
 
-from . import observed
+from . import disruption, observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
@@ -91,13 +92,13 @@ def step_repair(
             f"{len(unhealthy)} of {pool.node_count} nodes unhealthy, more than the "
             f"{max_unhealthy(pool)} that may be repaired at once: an operator must look"
         )
-        _condition(pool, now, "RepairsPaused", True, "TooManyUnhealthy", message)
+        save_conditions(pool, now, ("RepairsPaused", True, "TooManyUnhealthy", message))
         return None
-    _condition(pool, now, "RepairsPaused", False, "WithinLimit", "")
+    save_conditions(pool, now, ("RepairsPaused", False, "WithinLimit", ""))
     _ensure_operation(pool, len(unhealthy), now)
     node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
     if node.repair_action == "reboot" and node.repair_state == "requested":
-        provider.drain_node(spec, _spec(node))
+        disruption.backend_for(provider, spec).evict(node, force=False)  # the one path
         observed.start_wait(node, now)  # back in service only on a report after the reboot
         try:
             provider.reboot_node(spec, _spec(node))
@@ -122,7 +123,7 @@ def step_repair(
             now=now,
         )
         if verdict == observed.WAITING:
-            _condition(pool, now, "NodesVerified", False, "ObservedStateMismatch", problem)
+            save_conditions(pool, now, ("NodesVerified", False, "ObservedStateMismatch", problem))
             _progress(pool, f"verifying {node.name}: {problem}", len(unhealthy), now)
             return OBSERVED_POLL_S
         if verdict == observed.FAILED:
@@ -134,7 +135,7 @@ def step_repair(
             close_unhealthy(
                 gpu, at=now, ended_by="auto-repair: rebooted, the agent's report is clean"
             )
-        _condition(pool, now, "NodesVerified", True, "AgentReportsAgree", "")
+        save_conditions(pool, now, ("NodesVerified", True, "AgentReportsAgree", ""))
         reason = node.repair_reason
         node.repair_state = node.repair_action = node.repair_reason = ""
         node.repair_requested_at = None
@@ -180,7 +181,7 @@ def _fence_and_replace(
 
     reason = f"not repaired by a reboot: {problem}"[:300]
     Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY").update(health_reason=reason)
-    _condition(pool, now, "NodesVerified", False, "RepairNotVerified", problem)
+    save_conditions(pool, now, ("NodesVerified", False, "RepairNotVerified", problem))
     progress_operation(pool.id, stage=f"replacing {node.name}: {problem}", now=now)
     _release_for_replacement(pool, node, now)
     return 0.0  # the operation is DONE once the replacement is READY
@@ -195,7 +196,9 @@ def _release_for_replacement(pool: NodePool, node: Node, now: datetime) -> None:
     node.repair_state = REPLACING
     node.save(update_fields=["repair_state"])
     pending = pending_replacements(pool)
-    _condition(pool, now, "RepairPending", True, "ReplacementPending", _pending_text(pending))
+    save_conditions(
+        pool, now, ("RepairPending", True, "ReplacementPending", _pending_text(pending))
+    )
 
 
 #: ``Node.repair_state`` of a released node whose replacement is not READY yet
@@ -221,7 +224,7 @@ def replacement_short(
     """No capacity for the replacements of ``pending``: the pool runs short (DEGRADED,
     ``CapacityShort``, :func:`nodepools.host_moves.capacity_short`) instead of failing,
     ``RepairPending`` says what waits and why, and the REPAIR_NODES operation stays RUNNING;
-    the reconciler retries every ``SHORT_RETRY_S``. Returns ``host_moves.SHORT``."""
+    the reconciler retries every ``SHORT_RETRY_S``. Returns :data:`nodepools.step_result.SHORT`."""
     from . import host_moves
 
     short = host_moves.capacity_short(
@@ -241,7 +244,7 @@ def replacement_waits(pool: NodePool, pending: list[Node], reason: str, now: dat
         f"{_pending_text(pending)}: no capacity for the replacement ({reason}); "
         f"retried every {host_moves.SHORT_RETRY_S:g} s"
     )
-    _condition(pool, now, "RepairPending", True, "InsufficientCapacity", message[:1000])
+    save_conditions(pool, now, ("RepairPending", True, "InsufficientCapacity", message[:1000]))
     Operation.objects.filter(
         target_id=pool.id, type=OperationType.REPAIR_NODES, status__in=["PENDING", "RUNNING"]
     ).update(progress={"done": 0, "total": len(pending), "stage": message[:300]})
@@ -272,7 +275,7 @@ def settle_replacements(pool: NodePool, now: datetime) -> list[str]:
         repair_state=""
     )
     message = f"replaced {', '.join(names)}: the new node(s) are READY"
-    _condition(pool, now, "RepairPending", False, "ReplacementReady", message[:1000])
+    save_conditions(pool, now, ("RepairPending", False, "ReplacementReady", message[:1000]))
     return names
 
 
@@ -294,7 +297,7 @@ def _request(node: Node, action: str, reason: str, at: datetime) -> None:
 
 def request_repair(node_id, *, action: str, reason: str, at: datetime) -> bool:
     """Mark a node for repair (idempotent: an earlier request stands). True when marked."""
-    node = Node.objects.filter(pk=node_id).exclude(phase__in=["DELETING", "DELETED"]).first()
+    node = Node.objects.live().filter(pk=node_id).first()
     if node is None or node.repair_state:
         return False
     _request(node, action, reason, at)
@@ -305,23 +308,13 @@ def _ensure_operation(pool: NodePool, total: int, now: datetime) -> None:
     if not Operation.objects.filter(
         target_id=pool.id, type=OperationType.REPAIR_NODES, status__in=["PENDING", "RUNNING"]
     ).exists():
-        Operation.objects.create(
-            tenant_id=pool.tenant_id,
-            cluster_id=pool.cluster_id,
+        # the reconcile step's instant: not created after it started; the step goes on
+        start_operation(
+            **pool.operation_target(),
             type=OperationType.REPAIR_NODES,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by="system:auto-repair",
-            progress={"done": 0, "total": total, "stage": "pending"},
-            created_at=now,  # the reconcile step's instant: not created after it started
-            started_at=now,
+            total=total,
+            enqueue=False,
+            started=True,
+            now=now,
         )
-
-
-def _condition(
-    pool: NodePool, now: datetime, type_: str, status: bool, reason: str, message: str
-) -> None:
-    conditions = set_condition(pool.conditions, type_, status, reason, message, now)
-    if conditions != pool.conditions:
-        pool.conditions = conditions
-        pool.save(update_fields=["conditions", "updated_at"])

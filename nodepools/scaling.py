@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from clusters.choices import GONE_PHASES, OperationType, TargetType
+from clusters.choices import GONE_PHASES, OperationType
 from clusters.models import Cluster, Operation
+from clusters.operations import Audit, start_operation
 from clusters.services import ensure_no_active_operation
 from nvke.errors import Conflict
-from tenants import audit, quotas
+from tenants import quotas
 from tenants.principal import Principal
 
 from . import nvlink
 from .models import NodePool
-from .services import enqueue_reconcile
 
 
 def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int) -> Operation:
@@ -54,23 +54,12 @@ def set_node_pool_size(*, principal: Principal, pool: NodePool, node_count: int)
         pool.node_count = node_count
         pool.generation += 1
         pool.save(update_fields=["node_count", "generation", "updated_at"])
-        op = Operation.objects.create(
-            tenant_id=pool.tenant_id,
-            cluster_id=pool.cluster_id,
+        return start_operation(
+            **pool.operation_target(),
             type=OperationType.SET_NODE_POOL_SIZE,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by=principal.label,
-            progress={"done": 0, "total": node_count, "stage": "pending"},
+            total=node_count,
+            audit_event=Audit(
+                "nodepool.set_size", before={"node_count": before}, after={"node_count": node_count}
+            ),
         )
-        audit.record(
-            actor=principal.label,
-            action="nodepool.set_size",
-            target_type="nodepool",
-            target_id=pool.id,
-            tenant_id=pool.tenant_id,
-            before={"node_count": before},
-            after={"node_count": node_count},
-        )
-        enqueue_reconcile(pool.id)
-    return op

@@ -9,6 +9,7 @@ would receive and which of them would be drained or repartitioned.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -16,14 +17,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.services import UnknownGpuModel, get_gpu_model
-from clusters.choices import GONE_PHASES, OperationType, Phase, TargetType
+from clusters.choices import GONE_PHASES, OperationType, Phase
 from clusters.models import Cluster, Operation, active_operation, cancel_operations
+from clusters.operations import Audit, start_operation
 from clusters.services import ensure_no_active_operation
 from fleet.placement import max_host_gpus
 from fleet.shared_placement import is_shared_policy
 from nvke.errors import Conflict, InvalidInput
 from nvke.queueing import send_on_commit
-from tenants import audit, quotas
+from tenants import quotas
 from tenants.principal import Principal
 
 from . import nvlink
@@ -57,6 +59,29 @@ def release_pool_quota(pool: NodePool) -> None:
         nodes=pool.node_count,
         gpus={pool.gpu_model_id: pool.node_count * pool.gpus_per_node},
     )
+
+
+def request_deletion(pool: NodePool, reason: str, now: datetime) -> bool:
+    """Mark ``pool`` (its row locked by the caller) for deletion: its active operations are
+    CANCELLED (``reason``), its quota released, ``deletion_requested_at`` set, phase
+    DELETING, generation+1. The one place a pool's deletion starts (its own DELETE, its
+    cluster's deletion, or the reconciler that sees the cluster's). Idempotent: a pool
+    already marked keeps its timestamp and releases nothing twice. Returns True when this call
+    marked it.
+
+    Lock order: operation rows before the tenant's quota row, as everywhere (a reconciler
+    holding this pool's operation may be waiting for the quota row: the reverse order
+    deadlocks, found by tests/tenants/test_quota_leaks.py's randomised races).
+    """
+    cancel_operations(pool.id, reason, now)
+    first = pool.deletion_requested_at is None
+    if first:
+        release_pool_quota(pool)
+    pool.deletion_requested_at = pool.deletion_requested_at or now
+    pool.phase = Phase.DELETING
+    pool.generation += 1
+    pool.save(update_fields=["deletion_requested_at", "phase", "generation", "updated_at"])
+    return first
 
 
 def enqueue_reconcile(pool_id) -> None:
@@ -253,12 +278,16 @@ def create_nodepool(
         placement=placement,
     )
     with transaction.atomic():
-        cluster = Cluster.objects.select_for_update(of=("self",), no_key=True).get(pk=cluster.pk)
+        clusters = Cluster.objects.all()
+        if not dry_run:  # a dry run writes nothing: it takes no lock and waits for no one
+            clusters = clusters.select_for_update(of=("self",), no_key=True)
+        cluster = clusters.get(pk=cluster.pk)
         if cluster.phase in GONE_PHASES or cluster.deletion_requested_at is not None:
             raise Conflict(
                 f"cluster {cluster.name!r} is {cluster.phase}", code="cluster_not_active"
             )
-        ensure_no_active_operation(cluster)
+        if not dry_run:  # the cluster's one-operation lock is for changes, never for a look
+            ensure_no_active_operation(cluster)
         if (
             NodePool.objects.filter(cluster=cluster, name=name)
             .exclude(phase=Phase.DELETED)
@@ -333,24 +362,13 @@ def create_nodepool(
             gpu_config=gpu_config,
             kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )
-        op = Operation.objects.create(
-            tenant=cluster.tenant,
-            cluster=cluster,
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.CREATE_NODE_POOL,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by=principal.label,
-            progress={"done": 0, "total": node_count, "stage": "pending"},
+            total=node_count,
+            audit_event=Audit("nodepool.create", after=pool_spec_of(pool)),
         )
-        audit.record(
-            actor=principal.label,
-            action="nodepool.create",
-            target_type="nodepool",
-            target_id=pool.id,
-            tenant_id=cluster.tenant_id,
-            after=pool_spec_of(pool),
-        )
-        enqueue_reconcile(pool.id)
     return op
 
 
@@ -367,41 +385,17 @@ def delete_nodepool(*, principal: Principal, pool: NodePool) -> Operation:
             existing = active_operation(pool.id)
             if existing is not None and existing.type == OperationType.DELETE_NODE_POOL:
                 return existing
-        now = timezone.now()
         previous_phase = pool.phase
-        # Lock order: operation rows before the tenant's quota row, as everywhere (a reconciler
-        # holding this pool's operation may be waiting for the quota row: the reverse order
-        # deadlocks, found by tests/tenants/test_quota_leaks.py's randomised races).
-        cancel_operations(pool.id, "superseded by the node pool's deletion", now)
-        if pool.deletion_requested_at is None:
-            release_pool_quota(pool)
-        pool.deletion_requested_at = pool.deletion_requested_at or now
-        pool.phase = Phase.DELETING
-        pool.generation += 1
-        pool.save(update_fields=["deletion_requested_at", "phase", "generation", "updated_at"])
-        op = Operation.objects.create(
-            tenant=pool.tenant,
-            cluster_id=pool.cluster_id,
+        request_deletion(pool, "superseded by the node pool's deletion", timezone.now())
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.DELETE_NODE_POOL,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by=principal.label,
-            progress={
-                "done": 0,
-                "total": pool.nodes.exclude(phase=NodePhase.DELETED).count(),
-                "stage": "pending",
-            },
+            total=pool.nodes.exclude(phase=NodePhase.DELETED).count(),
+            audit_event=Audit(
+                "nodepool.delete", before={"phase": previous_phase}, after={"phase": pool.phase}
+            ),
         )
-        audit.record(
-            actor=principal.label,
-            action="nodepool.delete",
-            target_type="nodepool",
-            target_id=pool.id,
-            tenant_id=pool.tenant_id,
-            before={"phase": previous_phase},
-            after={"phase": pool.phase},
-        )
-        enqueue_reconcile(pool.id)
     return op
 
 
@@ -416,9 +410,7 @@ def disruption(pool: NodePool, new_config: dict[str, Any]) -> dict[str, Any]:
     new_mig = (new_config.get("mig_strategy"), new_config.get("mig_layout"))
     old_mig = (pool.gpu_config.get("mig_strategy"), pool.gpu_config.get("mig_layout"))
     nodes = []
-    for node in pool.nodes.exclude(phase__in=(NodePhase.DELETING, NodePhase.DELETED)).order_by(
-        "created_at", "name"
-    ):
+    for node in pool.nodes.live().order_by("created_at", "name"):
         current = node.applied_config or config_hash(pool.gpu_config)
         drain = current != new_hash
         nodes.append(
@@ -445,11 +437,20 @@ def update_isolation(
     fails validation.
 
     Raises InvalidInput (isolation / driver codes), Conflict ``nodepool_not_running`` (the pool
-    is being created, deleted, or has another operation running) or ``isolation_unchanged``.
+    is being created, deleted, or has another operation running), ``isolation_unchanged`` or
+    ``isolation_change_not_supported`` (a shared pool, from or to: not built).
     ``dry_run`` returns a :class:`DryRun` and writes nothing.
     """
     model = pool.gpu_model
     policy = validate_isolation(model, isolation)
+    if is_shared_policy(pool.isolation) or is_shared_policy(policy):
+        # not built (README "Shared hosts"): refused before anything is touched, dry run too
+        raise Conflict(
+            "isolation changes of shared (tenancy: shared) MIG or vGPU pools are not supported "
+            "yet; create a new pool with the isolation you want and delete this one",
+            code="isolation_change_not_supported",
+            field="isolation",
+        )
     validate_driver(
         model,
         driver_version=pool.driver_version or None,
@@ -465,17 +466,21 @@ def update_isolation(
         placement=pool.placement,
     )
     with transaction.atomic():
-        pool = NodePool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
+        pools = NodePool.objects.all()
+        if not dry_run:  # a dry run writes nothing: it takes no lock and waits for no one
+            pools = pools.select_for_update(of=("self",))
+        pool = pools.get(pk=pool.pk)
         if pool.phase != Phase.RUNNING or pool.deletion_requested_at is not None:
             raise Conflict(
                 f"the node pool is {pool.phase}; its isolation can change when it is RUNNING",
                 code="nodepool_not_running",
             )
-        ensure_no_active_operation(
-            Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
-        )
-        busy = active_operation(pool.id)
-        if busy is not None or pool.rollout:
+        if not dry_run:  # the cluster's one-operation lock is for changes, never for a look
+            ensure_no_active_operation(
+                Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
+            )
+        busy = None if dry_run else active_operation(pool.id)
+        if not dry_run and (busy is not None or pool.rollout):
             raise Conflict(
                 "another operation is running on this node pool"
                 + (f" ({busy.type} {busy.id})" if busy else ""),
@@ -489,14 +494,14 @@ def update_isolation(
         before = {"isolation": pool.isolation}
         # nodes created before applied_config existed run the pool's current config
         pool.nodes.filter(applied_config="").update(applied_config=config_hash(pool.gpu_config))
-        op = Operation.objects.create(
-            tenant=pool.tenant,
-            cluster_id=pool.cluster_id,
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.UPDATE_ISOLATION,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by=principal.label,
-            progress={"done": 0, "total": plan["drain"], "stage": "pending"},
+            total=plan["drain"],
+            audit_event=Audit(
+                "nodepool.update_isolation", before=before, after={"isolation": policy}
+            ),
         )
         pool.rollout = {
             "operation": str(op.id),
@@ -518,14 +523,4 @@ def update_isolation(
                 "updated_at",
             ]
         )
-        audit.record(
-            actor=principal.label,
-            action="nodepool.update_isolation",
-            target_type="nodepool",
-            target_id=pool.id,
-            tenant_id=pool.tenant_id,
-            before=before,
-            after={"isolation": policy},
-        )
-        enqueue_reconcile(pool.id)
     return op

@@ -14,14 +14,14 @@ from clusters.maintenance import next_window_start, waiting_message
 from clusters.models import finish_operation, progress_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
-from nvke.conditions import set_condition
+from nvke.conditions import save_conditions, set_condition
 
-from . import observed
+from . import disruption, observed
 from .choices import NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
+from .step_result import STOP
 
-STOP = -1.0
 DRAIN_POLL_S = 2.0
 
 
@@ -87,7 +87,7 @@ def step_upgrade(
     )
     if opens != now:
         message = waiting_message(pool.cluster.maintenance_policy, opens, now)
-        _condition(pool, now, "Upgrading", True, "WaitingForMaintenanceWindow", message)
+        save_conditions(pool, now, ("Upgrading", True, "WaitingForMaintenanceWindow", message))
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
         return min((opens - now).total_seconds(), 60.0) if opens else 60.0
     slots = max(int(pool.upgrade.get("max_unavailable") or 0), 1)
@@ -103,7 +103,7 @@ def step_upgrade(
             result = _step_node(pool, node, provider, spec, target, now)
         except ProviderError as exc:
             return _pause(pool, node, f"the infrastructure provider failed: {exc}", [], now)
-        if result == STOP:
+        if result is STOP:
             return STOP
         if result is not None:
             waits.append(result)
@@ -116,7 +116,7 @@ def step_upgrade(
     )
     waiting = [n.observed_problem for n in busy if n.observed_problem]
     message = "; ".join([f"{_done(pool)} of {total} nodes", *waiting])
-    _condition(pool, now, "Upgrading", True, "RollingUpgrade", message)
+    save_conditions(pool, now, ("Upgrading", True, "RollingUpgrade", message))
     return min(waits) if waits else 0.0
 
 
@@ -131,12 +131,15 @@ def _step_node(
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
-        forced = pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name
-        timeout_s = int(pool.upgrade.get("drain_timeout_s", 600))
-        outcome, blockers = drain_outcome(provider, spec, node, forced, timeout_s, now)
-        if outcome == BLOCKED:
-            return _pause(pool, node, "drain blocked", blockers, now)
-        if outcome == WAITING:
+        policy = disruption.DrainPolicy(
+            timeout_s=int(pool.upgrade.get("drain_timeout_s", 600)),
+            on_timeout="pause",
+            force=bool(pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name),
+        )
+        result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
+        if result.outcome in (disruption.BLOCKED, disruption.FAILED):
+            return _pause(pool, node, "drain blocked", result.blockers, now)
+        if result.outcome == disruption.WAITING:
             return DRAIN_POLL_S
         observed.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
@@ -206,7 +209,7 @@ def _roll_back(
     error = {"code": "upgrade_verification_failed", "message": problem, "retryable": False}
     pool.upgrade = {**pool.upgrade, "state": "failed", "error": error}
     pool.save(update_fields=["upgrade", "updated_at"])
-    _condition(pool, now, "UpgradeBlocked", True, "UpgradeVerificationFailed", problem)
+    save_conditions(pool, now, ("UpgradeBlocked", True, "UpgradeVerificationFailed", problem))
     previous = _previous(pool)
     observed.start_wait(node, now)
     provider.upgrade_node(
@@ -253,36 +256,6 @@ def _rollback_failed(pool: NodePool, node: Node, problem: str, now: datetime) ->
     return 0.0
 
 
-#: outcomes of :func:`drain_outcome`
-DRAINED, WAITING, BLOCKED = "drained", "waiting", "blocked"
-
-
-def drain_outcome(
-    provider: Provider,
-    spec: NodePoolSpec,
-    node: Node,
-    forced: bool,
-    timeout_s: float,
-    now: datetime,
-) -> tuple[str, list[str]]:
-    """One look at a cordoned node's drain, by the rules every drain of NVKE follows (node
-    upgrades, host drains): ``(DRAINED, [])`` once no pod blocks it — or at once with
-    ``forced``, which evicts the blockers ignoring their budgets (never the default);
-    ``(WAITING, pods)`` while pods block it for less than ``timeout_s`` since
-    ``node.drain_started_at``; ``(BLOCKED, pods)`` after that (the caller pauses and names
-    them). Pods are named ``namespace/name (why)`` as the provider reports them.
-    """
-    blockers = [] if forced else provider.drain_blockers(spec, node_spec(node))
-    if not blockers:
-        if not forced:
-            provider.drain_node(spec, node_spec(node))
-        return DRAINED, []
-    started = node.drain_started_at or now
-    if now - started >= timedelta(seconds=timeout_s):
-        return BLOCKED, blockers
-    return WAITING, blockers
-
-
 def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime) -> float:
     """Stop the rollout on ``node`` and raise the alert condition ``UpgradeBlocked``."""
     node.upgrade_state = "drain-blocked"
@@ -295,8 +268,8 @@ def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime)
         "blocked": {"node": node.name, "pods": pods, "reason": why},
     }
     pool.save(update_fields=["upgrade", "updated_at"])
-    _condition(
-        pool, now, "UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message
+    save_conditions(
+        pool, now, ("UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message)
     )
     progress_operation(
         pool.id, stage=f"paused: {message}", done=_done(pool), total=pool.node_count, now=now
@@ -337,12 +310,3 @@ def _finish_failed(
 
 def _done(pool: NodePool) -> int:
     return int(pool.upgrade.get("done", 0)) if pool.upgrade else 0
-
-
-def _condition(
-    pool: NodePool, now: datetime, type_: str, status: bool, reason: str, message: str
-) -> None:
-    conditions = set_condition(pool.conditions, type_, status, reason, message, now)
-    if conditions != pool.conditions:
-        pool.conditions = conditions
-        pool.save(update_fields=["conditions", "updated_at"])

@@ -25,8 +25,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters import versions
-from clusters.choices import OperationType, Phase, TargetType
+from clusters.choices import OperationType, Phase
 from clusters.models import Cluster, Operation
+from clusters.operations import Audit, start_operation
 from clusters.services import ensure_no_active_operation
 from nvke.errors import Conflict, InvalidInput
 from tenants import audit
@@ -71,7 +72,7 @@ def upgrade_nodepool(
         current_k8s = pool.kubernetes_version or cluster.control_plane_version
         target_k8s = kubernetes_version or current_k8s
         target_driver = pool.driver_version if driver_version is None else driver_version
-        lagging = pool.nodes.exclude(phase__in=["DELETING", "DELETED"]).exclude(
+        lagging = pool.nodes.live().exclude(
             kubernetes_version=target_k8s, driver_version=target_driver
         )
         if (
@@ -98,14 +99,23 @@ def upgrade_nodepool(
         pool.driver_version = target_driver
         pool.generation += 1
         pool.phase = Phase.RECONCILING
-        op = Operation.objects.create(
-            tenant_id=pool.tenant_id,
-            cluster=cluster,
+        op = start_operation(
+            **pool.operation_target(),
             type=OperationType.UPGRADE_NODES,
-            target_type=TargetType.NODE_POOL,
-            target_id=pool.id,
             requested_by=principal.label,
-            progress={"done": 0, "total": pool.node_count, "stage": "pending"},
+            total=pool.node_count,
+            audit_event=Audit(
+                "nodepool.upgrade",
+                before=before,
+                after={
+                    "kubernetes_version": target_k8s,
+                    "driver_version": target_driver,
+                    "max_surge": max_surge,
+                    "max_unavailable": max(max_unavailable, 0),
+                    "force": force,
+                    "urgent": urgent,
+                },
+            ),
         )
         pool.upgrade = {
             "operation": str(op.id),
@@ -129,20 +139,6 @@ def upgrade_nodepool(
                 "updated_at",
             ]
         )
-        audit.record(
-            actor=principal.label,
-            action="nodepool.upgrade",
-            target_type="nodepool",
-            target_id=pool.id,
-            tenant_id=pool.tenant_id,
-            before=before,
-            after={
-                "kubernetes_version": target_k8s,
-                "driver_version": target_driver,
-                **{k: pool.upgrade[k] for k in ("max_surge", "max_unavailable", "force", "urgent")},
-            },
-        )
-        enqueue_reconcile(pool.id)
     return op
 
 

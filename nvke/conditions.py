@@ -59,3 +59,21 @@ def set_condition(
 def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
     """The condition of that type, or None."""
     return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def save_conditions(
+    obj: Any,
+    now: datetime,
+    *conds: tuple[str, bool | None, str, str],
+) -> bool:
+    """Set each ``(type, status, reason, message)`` of ``conds`` on ``obj.conditions`` (a
+    model with ``conditions`` and ``updated_at``) and save those two fields when anything
+    changed. The one way a reconciler writes conditions; returns True when it saved."""
+    conditions = obj.conditions
+    for type_, status, reason, message in conds:
+        conditions = set_condition(conditions, type_, status, reason, message, now)
+    if conditions == obj.conditions:
+        return False
+    obj.conditions = conditions
+    obj.save(update_fields=["conditions", "updated_at"])
+    return True

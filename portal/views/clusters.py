@@ -28,6 +28,7 @@ from clusters.models import Cluster, Operation
 from clusters.versions import available_upgrades, minor, node_version_problem
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
+from fleet.shared_placement import is_shared_policy
 from nodepools import services as pool_services
 from nodepools.api.scale import SetSizeSerializer
 from nodepools.api.serializers import NodePoolCreateSerializer, NodePoolUpdateSerializer
@@ -442,6 +443,8 @@ def _pool_forms(pool: NodePool, **forms) -> dict:
             initial={"kubernetes_version": pool.kubernetes_version, "max_unavailable": 1},
         ),
         "dry_run": None,
+        # the API refuses isolation changes of shared pools (409): the page offers none
+        "isolation_changeable": not is_shared_policy(pool.isolation),
         "confirm_form": ConfirmNameForm(name=pool.name),
         "disruption": disruption_of_pool(pool),
         "cli_scale": cli.nodepool_scale(pool, pool.node_count),

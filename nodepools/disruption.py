@@ -1,0 +1,173 @@
+"""The one disruption path: how a node is taken out of service (DESIGN §3, "Inside the tenant's
+cluster"), and which node leaves first.
+
+Every caller that takes a node away — scale-down, upgrade, host maintenance and defrag moves
+(:mod:`nodepools.host_moves`) — cordons and drains it through :func:`drain`, one look per
+reconcile step, with a :class:`DrainPolicy` that says how long blocking pods are waited for
+and what happens then:
+
+- ``pause``: the drain stops on the node (``BLOCKED``), the caller names the pods and waits
+  for an operator (``force``) — node upgrades and host drains;
+- ``evict``: the blockers are evicted anyway, as cluster autoscalers do — scale-down;
+- ``fail``: the drain FAILS (``FAILED``), the caller fails its operation.
+
+``force`` evicts at once, ignoring PodDisruptionBudgets (never the default). Before any
+eviction the registered :data:`GATES` are asked (a hook point: the health issue's checkpoint
+wait plugs in here; a gate answering a reason keeps the drain ``WAITING`` and names it). Gates
+are asked even with ``force``: ``force`` overrides commitments and budgets, never a gate.
+
+The primitive talks to the tenant cluster only through a :class:`NodeBackend`: cordon
+(``spec.unschedulable``), list the pods that block eviction, evict. Today's backend,
+:class:`ProviderBackend`, asks the cluster's provider (the simulated kubelets of the hosted
+provider, or none at all); the Kubernetes backend (cordon by patching ``spec.unschedulable``,
+evictions through the Eviction API honouring PodDisruptionBudgets) is the next issue's, and
+replaces :func:`backend_for` only.
+
+Which node leaves first (:func:`removal_order`): nodes out of service (NOT_READY,
+REPAIRING, marked for repair, GPUs in an unknown state) before healthy ones, then the newest
+first — Cluster API's MachineSet deletion policy ("Newest", with unhealthy machines first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+from clusters.providers.base import NodePoolSpec, Provider
+
+from .choices import NodePhase
+from .models import Node
+from .specs import node_spec
+
+#: outcomes of :func:`drain`
+DRAINED, WAITING, BLOCKED, FAILED = "drained", "waiting", "blocked", "failed"
+
+OnTimeout = Literal["pause", "evict", "fail"]
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """How a drain treats pods that block it: waited for up to ``timeout_s`` seconds after
+    the node was cordoned (``Node.drain_started_at``), then ``on_timeout``; ``force`` evicts
+    at once, ignoring disruption budgets."""
+
+    timeout_s: float
+    on_timeout: OnTimeout = "pause"
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """One look at a drain: ``outcome`` (:data:`DRAINED`, :data:`WAITING`, :data:`BLOCKED`,
+    :data:`FAILED`) and the pods (``namespace/name (why)``) or gate reasons that hold it."""
+
+    outcome: str
+    blockers: list[str] = field(default_factory=list)
+
+    @property
+    def drained(self) -> bool:
+        return self.outcome == DRAINED
+
+
+class NodeBackend(Protocol):
+    """What the drain needs from the tenant's cluster. The next issue's Kubernetes backend
+    cordons with ``spec.unschedulable`` and evicts through the Eviction API."""
+
+    def cordon(self, node: Node) -> None:
+        """Mark the node unschedulable (idempotent)."""
+
+    def blockers(self, node: Node) -> list[str]:
+        """Pods whose eviction a disruption budget (or a missing controller) refuses now."""
+
+    def evict(self, node: Node, *, force: bool) -> None:
+        """Evict the node's pods (``force``: ignoring their budgets)."""
+
+
+class ProviderBackend:
+    """Today's backend: the cluster's provider (simulated kubelets, or nothing to drain)."""
+
+    def __init__(self, provider: Provider, spec: NodePoolSpec) -> None:
+        self.provider, self.spec = provider, spec
+
+    def cordon(self, node: Node) -> None:
+        # the providers of today cordon as part of drain_node (which starts the evictions
+        # too, and raises ProviderError ``not_supported`` where the provider cannot drain)
+        self.provider.drain_node(self.spec, node_spec(node))
+
+    def blockers(self, node: Node) -> list[str]:
+        return list(self.provider.drain_blockers(self.spec, node_spec(node)))
+
+    def evict(self, node: Node, *, force: bool) -> None:
+        if not force:  # a forced eviction is the machine's deletion (budgets ignored)
+            self.provider.drain_node(self.spec, node_spec(node))
+
+
+def backend_for(provider: Provider, spec: NodePoolSpec) -> NodeBackend:
+    """The node backend of a pool's cluster (the seam for the Kubernetes backend)."""
+    return ProviderBackend(provider, spec)
+
+
+#: gates asked before a node's pods are evicted: ``gate(node) -> reason or None``; a reason
+#: keeps the drain WAITING (the health issue's checkpoint wait registers here)
+GATES: list[Callable[[Node], str | None]] = []
+
+
+def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
+    """Start the disruption of ``node``: cordoned by the backend, then DRAINING (no new
+    pods) with its drain clock started. Nothing is written when the backend raises (a
+    provider that cannot drain leaves the node as it was). A node already DRAINING is left
+    alone."""
+    if node.phase == NodePhase.DRAINING and node.drain_started_at is not None:
+        return
+    backend.cordon(node)
+    node.phase = NodePhase.DRAINING
+    node.drain_started_at = now
+    node.save(update_fields=["phase", "drain_started_at"])
+
+
+def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) -> DrainResult:
+    """One look at ``node``'s drain under ``policy`` (cordoning it first if it is not yet).
+
+    ``DRAINED`` once no pod blocks it (its pods evicted), at once with ``policy.force``, or
+    at the timeout with ``on_timeout="evict"``; ``WAITING`` while pods (or a gate) hold it for
+    less than ``policy.timeout_s`` since ``node.drain_started_at``; after that ``BLOCKED``
+    (``pause``) or ``FAILED`` (``fail``). No caller-specific branch: the caller reads the
+    outcome and records it in its own terms.
+    """
+    cordon(node, backend, now)
+    held = [reason for gate in GATES if (reason := gate(node))]
+    if held:
+        return DrainResult(WAITING, held)
+    if policy.force:
+        backend.evict(node, force=True)
+        return DrainResult(DRAINED)
+    pods = backend.blockers(node)
+    if not pods:
+        backend.evict(node, force=False)
+        return DrainResult(DRAINED)
+    if (now - (node.drain_started_at or now)).total_seconds() < policy.timeout_s:
+        return DrainResult(WAITING, pods)
+    if policy.on_timeout == "evict":
+        backend.evict(node, force=True)
+        return DrainResult(DRAINED, pods)
+    return DrainResult(FAILED if policy.on_timeout == "fail" else BLOCKED, pods)
+
+
+def unhealthy(node: Node) -> bool:
+    """Out of service or about to be: NOT_READY, REPAIRING, marked for repair, or GPUs in an
+    unknown state after a failed reconfiguration."""
+    from .reconcile import UNKNOWN_CONFIG
+
+    return (
+        node.phase in (NodePhase.NOT_READY, NodePhase.REPAIRING)
+        or bool(node.repair_state)
+        or node.applied_config == UNKNOWN_CONFIG
+    )
+
+
+def removal_order(nodes: list[Node]) -> list[Node]:
+    """``nodes`` in the order they leave a pool that has too many: unhealthy ones first
+    (:func:`unhealthy`), then the newest (Cluster API's MachineSet deletion policy)."""
+    return sorted(nodes, key=lambda n: (unhealthy(n), n.created_at, n.name), reverse=True)

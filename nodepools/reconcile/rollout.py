@@ -1,0 +1,221 @@
+"""An isolation change (UPDATE_ISOLATION), one node at a time: drain, reconfigure, validate;
+rollback when a node fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from clusters.choices import OperationType, Phase
+from clusters.models import finish_operation, progress_operation
+from clusters.providers import ProviderError
+from clusters.providers.base import NodePoolSpec, Provider
+from nvke.conditions import save_conditions, set_condition
+
+from .. import disruption, observed
+from ..choices import NodePhase
+from ..gpu_config import config_hash
+from ..models import Node, NodePool
+from ..specs import node_spec
+from ..step_result import STOP
+from .fail import _reason
+from .nodes_up import OBSERVED_POLL_S, _verified, observed_layout, validate_layout
+
+log = logging.getLogger(__name__)
+
+#: ``Node.applied_config`` of a node whose reconfiguration failed: matches no config
+UNKNOWN_CONFIG = "unknown"
+
+
+def _step_rollout(
+    pool: NodePool, live: list[Node], provider: Provider, spec: NodePoolSpec, now: datetime
+) -> float | None:
+    """One step of an isolation change; None when every node runs the pool's config."""
+    desired = config_hash(pool.gpu_config)
+    node = next((n for n in live if n.config_state), None) or next(
+        (n for n in live if n.phase == NodePhase.READY and n.applied_config not in ("", desired)),
+        None,
+    )
+    if node is None:
+        return None
+    stage_prefix = "rollback" if pool.rollout.get("state") == "rolling-back" else "update"
+    total = sum(1 for n in live if n.applied_config not in ("", desired)) + _done(pool)
+    if pool.phase != Phase.RECONCILING:
+        pool.phase = Phase.RECONCILING
+        pool.save(update_fields=["phase", "updated_at"])
+    try:
+        return _rollout_node(pool, node, provider, spec, desired, total, stage_prefix, now)
+    except ProviderError as exc:
+        if exc.retryable:
+            log.warning("pool %s: provider error on node %s: %s", pool.id, node.name, exc)
+            return PROVIDER_RETRY_S
+        message = f"the infrastructure provider failed: {exc}"
+        if not node.config_state and not _done(pool) and pool.rollout.get("state") == "rolling":
+            return _abort_rollout(pool, exc.code, message, now)  # no node was touched yet
+        return _node_config_failed(pool, node, message, now)
+
+
+def _abort_rollout(pool: NodePool, code: str, message: str, now: datetime) -> float:
+    """Nothing changed on any node: restore the previous spec, FAIL the operation."""
+    error = {"code": code, "message": message, "retryable": False}
+    pool.isolation = pool.rollout["from_isolation"]
+    pool.gpu_config = pool.rollout["from_gpu_config"]
+    pool.rollout = {}
+    pool.phase = Phase.RUNNING
+    pool.observed_generation = pool.generation
+    pool.conditions = set_condition(
+        pool.conditions, "IsolationUpdated", False, _reason(code), message, now
+    )
+    pool.save(
+        update_fields=[
+            "isolation",
+            "gpu_config",
+            "rollout",
+            "phase",
+            "observed_generation",
+            "conditions",
+            "updated_at",
+        ]
+    )
+    finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
+    return STOP
+
+
+#: back-off after a retryable provider error during a rollout (s)
+PROVIDER_RETRY_S = 5.0
+
+
+#: an isolation change waits for the pods that block a node's drain, without a deadline
+ISOLATION_DRAIN = disruption.DrainPolicy(timeout_s=float("inf"), on_timeout="pause")
+
+
+def _rollout_node(
+    pool: NodePool,
+    node: Node,
+    provider: Provider,
+    spec: NodePoolSpec,
+    desired: str,
+    total: int,
+    stage_prefix: str,
+    now: datetime,
+) -> float:
+    """Drain -> reconfigure -> validate, one transition per call (see the module docstring)."""
+    backend = disruption.backend_for(provider, spec)
+    if not node.config_state:  # 1. cordon
+        disruption.cordon(node, backend, now)
+        node.config_state = "draining"
+        node.save(update_fields=["config_state"])
+        _progress(pool, f"{stage_prefix}: draining {node.name}", total, now)
+        return 0.0
+    if node.config_state == "draining":  # 2. drain, then repartition / reconfigure
+        if not disruption.drain(node, ISOLATION_DRAIN, backend, now).drained:
+            return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
+        observed.start_wait(node, now)  # validation needs a report after the change
+        provider.apply_node_config(spec, node_spec(node))
+        node.phase = NodePhase.CORDONED
+        node.config_state = "validating"
+        node.save(update_fields=["phase", "config_state"])
+        _progress(pool, f"{stage_prefix}: repartitioning {node.name}", total, now)
+        return 0.0
+    report = provider.node_config_status(spec, node_spec(node), now)  # 3. validate
+    if report.state == "pending":
+        return report.retry_after_s
+    if report.state != "success":
+        return _node_config_failed(pool, node, report.message, now)
+    # what the GPUs run is the host agent's to say (a wedged MIG Manager still says success)
+    verdict, problem = observed.gate(
+        pool, node, observed.expectation(pool), what="after the isolation change", now=now
+    )
+    if verdict == observed.WAITING:
+        save_conditions(pool, now, _verified([problem]))
+        return OBSERVED_POLL_S
+    if verdict == observed.FAILED:
+        return _node_config_failed(pool, node, problem.split(": ", 1)[-1], now)
+    layout = observed_layout(node, list(report.gpu_layout))
+    problem = validate_layout(pool, node, layout)
+    if problem is not None:
+        return _node_config_failed(pool, node, problem, now)
+    save_conditions(pool, now, _verified([]))
+    node.phase = NodePhase.READY
+    node.config_state = ""
+    node.applied_config = desired
+    node.gpu_layout = layout
+    node.save(update_fields=["phase", "config_state", "applied_config", "gpu_layout"])
+    pool.rollout["done"] = _done(pool) + 1
+    pool.save(update_fields=["rollout", "updated_at"])
+    _progress(pool, f"{stage_prefix}: {node.name} validated", total, now)
+    return 0.0
+
+
+def _done(pool: NodePool) -> int:
+    return int(pool.rollout.get("done", 0)) if pool.rollout else 0
+
+
+def _progress(pool: NodePool, stage: str, total: int, now: datetime) -> None:
+    progress_operation(pool.id, stage=stage, done=_done(pool), total=max(total, 1), now=now)
+
+
+def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime) -> float:
+    message = f"node {node.name} failed validation: {problem}"
+    if pool.rollout.get("state") == "rolling-back" or not pool.rollout:
+        # the previous config does not come back either: stop, keep the node out of service
+        node.phase = NodePhase.NOT_READY
+        node.config_state = ""
+        node.applied_config = UNKNOWN_CONFIG
+        node.save(update_fields=["phase", "config_state", "applied_config"])
+        pool.phase = Phase.DEGRADED
+        pool.observed_generation = pool.generation
+        error = {
+            "code": "isolation_rollback_failed",
+            "message": f"rollback failed: {message}",
+            "retryable": False,
+        }
+        pool.conditions = set_condition(
+            pool.conditions, "Ready", False, "IsolationRollbackFailed", error["message"], now
+        )
+        pool.rollout = {}
+        pool.save(
+            update_fields=["phase", "observed_generation", "conditions", "rollout", "updated_at"]
+        )
+        finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
+        return STOP
+    log.warning("isolation change of pool %s rolls back: %s", pool.id, message)
+    rollout = dict(pool.rollout)
+    rollout.update(
+        state="rolling-back",
+        done=0,
+        error={"code": "isolation_validation_failed", "message": message, "retryable": False},
+        failed_node=node.name,
+        to_isolation=pool.isolation,
+    )
+    pool.isolation = rollout["from_isolation"]
+    pool.gpu_config = rollout["from_gpu_config"]
+    pool.rollout = rollout
+    pool.conditions = set_condition(
+        pool.conditions, "Ready", False, "IsolationRollingBack", message, now
+    )
+    pool.save(update_fields=["isolation", "gpu_config", "rollout", "conditions", "updated_at"])
+    # the failed node's GPUs are in an unknown state: it is reconfigured first (still drained)
+    node.applied_config = UNKNOWN_CONFIG
+    node.config_state = "draining"
+    node.save(update_fields=["applied_config", "config_state"])
+    _progress(pool, f"rollback: {message}", 1, now)
+    return 0.0
+
+
+def _finish_rollout(pool: NodePool, now: datetime) -> None:
+    """Every node runs the pool's config: the update is DONE, or the rollback finished and
+    the operation FAILS with the validation error."""
+    error = pool.rollout.get("error") if pool.rollout.get("state") == "rolling-back" else None
+    pool.rollout = {}
+    if error:
+        pool.conditions = set_condition(
+            pool.conditions, "IsolationUpdated", False, "RolledBack", error["message"], now
+        )
+    else:
+        pool.conditions = set_condition(
+            pool.conditions, "IsolationUpdated", True, "AllNodesValidated", "", now
+        )
+    pool.save(update_fields=["rollout", "conditions", "updated_at"])
+    finish_operation(pool.id, types=(OperationType.UPDATE_ISOLATION,), error=error, now=now)
