@@ -33,8 +33,14 @@ def test_a_row_that_leaves_out_newer_columns_gets_their_defaults(catalog):
     copy_rows(
         Gpu,
         [
-            {"uuid": f"GPU-copy-{i}", "host_id": host_id, "index": i, "pci_bus_id": f"0:{i}",
-             "gpu_model_id": "h100-sxm5-80gb", "product_name": "bench"}  # fmt: skip
+            {
+                "uuid": f"GPU-copy-{i}",
+                "host_id": host_id,
+                "index": i,
+                "pci_bus_id": f"0:{i}",
+                "gpu_model_id": "h100-sxm5-80gb",
+                "product_name": "bench",
+            }
             for i in range(2)
         ],
     )
@@ -61,5 +67,5 @@ def test_a_name_that_is_not_a_field_is_refused(catalog):
 def test_a_not_null_column_without_default_must_be_given(catalog):
     from fleet.models import Host
 
-    with pytest.raises(ValueError, match="Host.gpu_count has no default"):
+    with pytest.raises(ValueError, match=r"Host\.gpu_count has no default"):
         copy_rows(Host, [{"hostname": "x", "zone": "z", "gpu_model_id": "h100-sxm5-80gb"}])

@@ -25,7 +25,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401 (fixtures)
+from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401, F811
 
 pytestmark = pytest.mark.django_db
 
@@ -175,7 +175,7 @@ def test_the_usage_api_by_day_sums_day_lines(tenant_a, month, owner):
     }
 
 
-def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_client):
+def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_client):  # noqa: F811
     from billing.invoices import build_invoice
 
     build_invoice(tenant_a.id, "2026-03", now=NOW)
@@ -190,7 +190,7 @@ def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_cl
     assert "short-block" in reservations and "0.93 USD" in reservations
 
 
-def test_a_missing_price_shows_no_guess(tenant_a, world, owner, alice_client):
+def test_a_missing_price_shows_no_guess(tenant_a, world, owner, alice_client):  # noqa: F811
     """No price for the A100 usage: the API says which model and currency, the page says so
     (no cost is made up from another price)."""
     from billing.aggregation import aggregate_usage
