@@ -25,7 +25,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401, F811
+from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
