@@ -247,3 +247,43 @@ def add_costs(
                 )
     totals["cost"] = total
     return reservations
+
+
+def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list[dict]:
+    """What an invoice build of ``[start, end)`` would fail on: per tenant, each (GPU model,
+    MIG profile) whose ledger rows overlap a stretch with no price in the tenant's currency.
+
+    ``[{"tenant_id", "gpu_model", "mig_profile", "currency", "at"}]`` (``at``: the start of the
+    first unpriced stretch the usage overlaps), sorted; ``[]`` when every line can be priced.
+    """
+    from django.db.models import Q
+
+    from .models import BillingAccount, LedgerEntry
+    from .prices import rate_segments
+
+    out = []
+    for tenant in sorted(set(tenant_ids), key=str):
+        account = BillingAccount.objects.filter(tenant_id=tenant).first()
+        currency = account.currency if account else "USD"
+        rows = LedgerEntry.objects.filter(tenant_id=tenant, period__overlap=(start, end))
+        pairs = set(rows.values_list("gpu_model", "mig_profile").distinct())
+        for seg in rate_segments(
+            tenant_id=tenant, currency=currency, pairs=pairs, start=start, end=end
+        ):
+            if seg.unit_price is not None:
+                continue
+            used = rows.filter(
+                Q(gpu_model=seg.gpu_model, mig_profile=seg.mig_profile),
+                period__overlap=(seg.start, seg.end),
+            ).exists()
+            if used:
+                out.append(
+                    {
+                        "tenant_id": tenant,
+                        "gpu_model": seg.gpu_model,
+                        "mig_profile": seg.mig_profile,
+                        "currency": currency,
+                        "at": seg.start,
+                    }
+                )
+    return out
