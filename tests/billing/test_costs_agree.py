@@ -213,3 +213,37 @@ def test_a_missing_price_shows_no_guess(tenant_a, world, owner, alice_client):  
     html = alice_client.get("/usage", {"start": "2026-03-01", "end": "2026-03-31"}).content
     assert "No cost can be shown" in html.decode()
     assert "no USD price for a100-sxm4-80gb" in html.decode()
+
+
+def test_the_dry_run_rates_a_shared_mig_pool_as_its_ledger_rows_are_rated(tenant_a, catalog):
+    """A 1g.10gb price of its own (4.20 USD per GPU-hour, list H100 2.50): 7 instances of a
+    shared pool for an hour are 7 x 0.142857 = 0.999999 GPU-h x 4.20 = 4.20 USD — the dry run
+    used the whole-GPU price (2.50)."""
+    from django.utils import timezone
+
+    from billing.prices import set_price
+    from nodepools.capacity_check import cost_answer
+
+    start = timezone.now() - timedelta(days=1)
+    set_price(gpu_model=MODEL, hourly_rate=Decimal("2.50"), effective_from=start, label="list")
+    set_price(
+        gpu_model=MODEL,
+        mig_profile="1g.10gb",
+        hourly_rate=Decimal("4.20"),
+        effective_from=start,
+        label="list 1g",
+    )
+    answer = cost_answer(
+        tenant_id=tenant_a.id,
+        gpu_model=MODEL,
+        gpus=7,
+        reservation=None,
+        isolation={"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"},
+    )
+    assert (answer["unit_price"], answer["gpu_hours_per_hour"], answer["hourly"]) == (
+        Decimal("4.20"),
+        Decimal("0.999999"),
+        Decimal("4.20"),
+    )
+    whole = cost_answer(tenant_id=tenant_a.id, gpu_model=MODEL, gpus=2, reservation=None)
+    assert (whole["unit_price"], whole["hourly"]) == (Decimal("2.50"), Decimal("5.00"))
