@@ -29,6 +29,7 @@ from catalog.models import GpuModel, XidCode
 from clusters.models import Cluster
 from fleet.choices import GpuHealth, HostState
 from fleet.models import Gpu, GpuRollup1h, Host, XidEvent
+from fleet.placeable import placeable_gpus_q
 from fleet.placement import max_host_gpus
 from nodepools.models import NodePool
 from nvke.errors import Conflict
@@ -43,18 +44,15 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
     """GPU models with hosts in ``region`` (retired hosts aside), labelled with free GPUs.
 
     Label: ``"H100-SXM5-80GB (h100-sxm5-80gb): 6 of 8 GPUs free, up to 8 per node"``; free =
-    healthy, unheld GPUs on AVAILABLE/ALLOCATED hosts.
+    placeable for a dedicated pool (:func:`fleet.placeable.placeable_gpus_q`). Models with
+    free GPUs come first (the form's default is the first).
     """
     hosts = Host.objects.filter(Host.in_region_q(region)).exclude(state=HostState.RETIRED)
     totals = dict(
         hosts.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
     )
     free = dict(
-        Gpu.objects.filter(
-            host__in=hosts.filter(state__in=(HostState.AVAILABLE, HostState.ALLOCATED)),
-            holder_id__isnull=True,
-            health=GpuHealth.HEALTHY,
-        )
+        Gpu.objects.filter(placeable_gpus_q(), host__in=hosts)
         .values_list("gpu_model_id")
         .annotate(n=Count("id"))
         .order_by("gpu_model_id")
@@ -66,6 +64,8 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
             f"GPUs free, up to {max_host_gpus(model.slug)} per node"
         )
         out.append((model, label))
+    # a model with GPUs free first: the form's default must be one a pool can be placed on
+    out.sort(key=lambda item: (free.get(item[0].slug, 0) == 0, item[0].slug))
     return out
 
 
@@ -274,7 +274,9 @@ def hosts_by_state_and_zone() -> dict[str, Any]:
 
 
 def gpus_by_model_and_health() -> list[dict[str, Any]]:
-    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free."""
+    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free (placeable:
+    :mod:`fleet.placeable`, shared hosts' GPUs included) and unavailable (neither held nor
+    placeable: unhealthy, being scrubbed, missing, or on a host not schedulable)."""
     rows = (
         Gpu.objects.values("gpu_model_id")
         .annotate(
@@ -282,10 +284,11 @@ def gpus_by_model_and_health() -> list[dict[str, Any]]:
             healthy=Count("id", filter=Q(health=GpuHealth.HEALTHY)),
             unhealthy=Count("id", filter=Q(health=GpuHealth.UNHEALTHY)),
             held=Count("id", filter=Q(holder_id__isnull=False)),
+            free=Count("id", filter=placeable_gpus_q(shared_hosts=True)),
         )
         .order_by("gpu_model_id")
     )
-    return [dict(r, free=r["total"] - r["held"]) for r in rows]
+    return [dict(r, unavailable=r["total"] - r["held"] - r["free"]) for r in rows]
 
 
 def utilization_heatmap(hours: int = 24, max_hosts: int = 40, now: datetime | None = None):
