@@ -21,6 +21,7 @@ from billing.invoices import finalize_invoice
 from billing.models import Invoice, LedgerEntry, UsageRecord
 from billing.money import round_money
 from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
+from billing.tasks import AGGREGATE_INTERVAL_S
 from billing.usage import cluster_usage
 from clusters.models import Cluster
 from nvke.errors import InvalidInput
@@ -208,6 +209,7 @@ class UsageView(APIView):
                 "results": [_jsonable(r) for r in rows],
                 "totals": _jsonable(totals),
                 "reservations": [_jsonable(r) for r in reservations],
+                "aggregated_every_s": AGGREGATE_INTERVAL_S,
             }
         )
 

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from . import config, kubeconfig
 from . import reservations as reservations_cli
+from . import usage as usage_cli
 from .api import ApiError, Client
 from .output import Format, emit
 from .waiting import follow
@@ -313,7 +314,7 @@ def usage(
     group_by: Annotated[str, typer.Option(help="cluster,pool,model,profile,day")] = "cluster",
     output: Output = Format.table,
 ) -> None:
-    """Billable GPU-hours, grouped."""
+    """Billable GPU-hours and their cost (rated as the invoice rates it), grouped."""
     params = {k: v for k, v in (("start", start), ("end", end), ("group_by", group_by)) if v}
     body = _client(ctx).json("GET", "usage", params=params)
     groups = {
@@ -324,8 +325,11 @@ def usage(
         "day": "day",
     }
     cols = [groups[g] for g in body["group_by"] if g in groups]
-    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours"]
-    emit(body["results"], cols, output, raw=body)
+    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "cost"]
+    emit(usage_cli.usage_rows(body), cols, output, raw=body)
+    if output is Format.table:
+        for line in usage_cli.usage_notes(body):
+            err.print(line, markup=False)
 
 
 @app.command("invoices")
@@ -340,7 +344,10 @@ def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
         "credit_amount",
         "total",
     ]
-    emit(_client(ctx).list_all("invoices"), cols, output)
+    rows = _client(ctx).list_all("invoices")
+    emit(rows, cols, output)
+    if not rows and output is Format.table:
+        err.print(usage_cli.INVOICES_EMPTY, markup=False)
 
 
 def run() -> None:

@@ -247,3 +247,33 @@ def test_the_dry_run_rates_a_shared_mig_pool_as_its_ledger_rows_are_rated(tenant
     )
     whole = cost_answer(tenant_id=tenant_a.id, gpu_model=MODEL, gpus=2, reservation=None)
     assert (whole["unit_price"], whole["hourly"]) == (Decimal("2.50"), Decimal("5.00"))
+
+
+def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
+    """nvkectl usage prints the API's rows and totals (cli/nvkectl/usage.py) as text."""
+    from nvkectl import usage as usage_cli
+
+    from billing.invoices import build_invoice
+
+    build_invoice(tenant_a.id, "2026-03", now=NOW)
+    body = owner.get(
+        "/api/v1/usage",
+        {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z", "group_by": "pool"},
+    ).json()
+    rows = {r["nodepool_name"]: r["cost"] for r in usage_cli.usage_rows(body)}
+    assert rows == {"od": "10.00 USD", "rsv": "-", "mig": "1.43 USD", "ts": "7.50 USD"}
+    notes = usage_cli.usage_notes(body)
+    assert notes[0].startswith("reservation short-block: 0.500000 reserved GPU-h, 0.93 USD")
+    assert notes[-1].endswith(", 19.86 USD")
+
+
+def test_nvkectl_says_why_usage_is_empty(tenant_a, owner):
+    from nvkectl import usage as usage_cli
+
+    body = owner.get(
+        "/api/v1/usage", {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z"}
+    ).json()
+    assert body["results"] == [] and body["aggregated_every_s"] == 300
+    (note,) = usage_cli.usage_notes(body)
+    assert "usage is aggregated every 5 min" in note
+    assert "operator" in usage_cli.INVOICES_EMPTY
