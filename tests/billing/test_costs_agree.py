@@ -40,6 +40,11 @@ def t(day, hour=0):
 
 @pytest.fixture
 def month(world, tenant_a):
+    return build_month(world, tenant_a)
+
+
+def build_month(world, tenant_a) -> dict:
+    """The month of the module docstring, written directly (SIMULATED hosts)."""
     from billing.ledger import close_allocations, open_allocation
     from billing.prices import set_price
     from reservations.models import Reservation
