@@ -127,9 +127,20 @@ def clusters_create(
 
 
 @clusters_app.command("list")
-def clusters_list(ctx: typer.Context, output: Output = Format.table) -> None:
-    """Clusters of your tenant."""
-    emit(_client(ctx).list_all("clusters"), CLUSTER_COLUMNS, output)
+def clusters_list(
+    ctx: typer.Context,
+    output: Output = Format.table,
+    show_deleted: Annotated[
+        bool, typer.Option("--show-deleted", help="also list DELETED clusters (kept for history)")
+    ] = False,
+) -> None:
+    """Clusters of your tenant (DELETED ones only with --show-deleted, as in the portal)."""
+    emit(visible_clusters(_client(ctx).list_all("clusters"), show_deleted), CLUSTER_COLUMNS, output)
+
+
+def visible_clusters(rows: list[dict[str, Any]], show_deleted: bool) -> list[dict[str, Any]]:
+    """``rows`` less the DELETED clusters unless ``show_deleted``."""
+    return [r for r in rows if show_deleted or r.get("phase") != "DELETED"]
 
 
 @clusters_app.command("get")
