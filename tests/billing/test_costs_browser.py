@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 def test_the_usage_page_and_the_missing_price_alert_in_chromium(
     live_server,
-    browser,
-    shots,
+    browser,  # noqa: F811
+    shots,  # noqa: F811
     world,
     tenant_a,
     portal_user,  # noqa: F811
