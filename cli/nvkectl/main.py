@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from . import config, kubeconfig
+from . import pools as pools_cli
 from . import reservations as reservations_cli
 from . import usage as usage_cli
 from .api import ApiError, Client
@@ -183,12 +184,34 @@ def pools_create(
     ctx: typer.Context,
     cluster: str,
     name: str,
-    gpu_model: Annotated[str, typer.Option(help="catalog slug, e.g. h100-sxm5-80gb")],
-    gpus_per_node: Annotated[int, typer.Option()],
-    nodes: Annotated[int, typer.Option(help="node count")],
+    gpu_model: Annotated[str | None, typer.Option(help="catalog slug, e.g. h100-sxm5-80gb")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    nodes: Annotated[int | None, typer.Option(help="node count")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="YAML/JSON with the API's fields; flags override"),
+    ] = None,
+    isolation_mode: Annotated[
+        str | None,
+        typer.Option("--isolation", help="exclusive | mig | vgpu | time-slicing | mps"),
+    ] = None,
     mig_profile: Annotated[
         str | None, typer.Option(help="one MIG profile on every GPU, e.g. 1g.10gb")
     ] = None,
+    mig_layout: Annotated[
+        str | None, typer.Option(help="per-GPU MIG layout, e.g. 3g.40gb=1,1g.10gb=2")
+    ] = None,
+    vgpu_profile: Annotated[str | None, typer.Option(help="vGPU type, e.g. H100XM-1-10C")] = None,
+    replicas: Annotated[
+        int | None, typer.Option(help="time-slicing / MPS replicas per GPU")
+    ] = None,
+    tenancy: Annotated[
+        str | None, typer.Option(help="dedicated | shared (MIG instances on shared hosts)")
+    ] = None,
+    driver_version: Annotated[
+        str | None, typer.Option(help="driver branch (R580) or release (580.95.05)")
+    ] = None,
+    cuda_version: Annotated[str | None, typer.Option(help="CUDA the workloads need")] = None,
     reservation: Annotated[
         str | None, typer.Option(help="id of your reservation the pool draws from")
     ] = None,
@@ -203,23 +226,30 @@ def pools_create(
     wait: Wait = False,
     timeout: Timeout = 600,
 ) -> None:
-    """Add a GPU node pool (exclusive GPUs, or MIG with --mig-profile)."""
+    """Add a GPU node pool: every field the API takes, as flags or in -f pool.yaml."""
     client = _client(ctx)
     found = _cluster(client, cluster)
-    isolation = (
-        {"mode": "mig", "mig_profile": mig_profile} if mig_profile else {"mode": "exclusive"}
-    )
-    body = {
-        "name": name,
-        "gpu_model": gpu_model,
-        "gpus_per_node": gpus_per_node,
-        "node_count": nodes,
-        "isolation": isolation,
-    }
-    if reservation:
-        body["reservation"] = reservation
-    if same_nvlink_domain:
-        body["placement"] = {"same_nvlink_domain": True}
+    try:
+        body = pools_cli.pool_body(
+            name=name,
+            file=file,
+            gpu_model=gpu_model,
+            gpus_per_node=gpus_per_node,
+            nodes=nodes,
+            mode=isolation_mode,
+            mig_profile=mig_profile,
+            mig_layout=mig_layout,
+            vgpu_profile=vgpu_profile,
+            replicas=replicas,
+            tenancy=tenancy,
+            driver_version=driver_version,
+            cuda_version=cuda_version,
+            reservation=reservation,
+            same_nvlink_domain=same_nvlink_domain,
+        )
+    except (OSError, ValueError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from exc
     path = f"clusters/{found['id']}/nodepools"
     if dry_run:
         answer = client.json("POST", path, params={"dry_run": "true"}, json=body)
