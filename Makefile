@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # that override addopts load it explicitly.
 EMBEDDED := -p nvke.embedded.pytest_plugin
 
-.PHONY: install run test lint bench lock fuzz
+.PHONY: install run test lint bench bench-ci lock fuzz
 
 install: $(VENV)/.installed
 
@@ -39,6 +39,12 @@ docs: install
 
 bench: install
 	$(PY) -m pytest tests/bench -q -s -p no:cacheprovider --override-ini addopts= $(EMBEDDED)
+
+# Every benchmark end to end at a small size (tests/bench/size.py; under 3 minutes on 2 cores),
+# so none can break unnoticed; figures are printed, targets not judged. .ci/run runs it.
+bench-ci: install
+	NVKE_BENCH_SIZE=ci $(PY) -m pytest tests/bench -q -s -p no:cacheprovider \
+		--override-ini addopts= $(EMBEDDED) --durations=0
 
 # requirements.lock: the runtime dependencies (no extras) pinned with hashes; the Dockerfile
 # installs exactly these. Re-run after changing [project] dependencies in pyproject.toml.

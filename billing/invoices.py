@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
@@ -51,7 +51,8 @@ from .signals import invoice_finalized
 #: Finalized invoices older than this are not re-checked for adjustments.
 ADJUSTMENT_LOOKBACK = timedelta(days=400)
 
-_RECORDS = """
+#: the tenant's stored usage records whose bucket starts in ``[ps, pe)``
+RECORDS = """
 SELECT cluster_id, nodepool_id, gpu_model, mig_profile, start, gpu_seconds,
        sla_credit_gpu_seconds
   FROM billing_usagerecord
@@ -65,13 +66,13 @@ SELECT cluster_id, nodepool_id, gpu_model, mig_profile, s AS start, gpu_seconds,
 _RATE_SQL = """
 SELECT u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price,
        string_agg(DISTINCT r.source, '; '), SUM(u.gpu_seconds), SUM(u.sla_credit_gpu_seconds),
-       min(u.start)
+       min(u.start), {day}
   FROM ({source}) u
   JOIN billing_tmp_rates r
     ON r.gpu_model = u.gpu_model AND r.mig_profile = u.mig_profile
    AND u.start >= r.s AND u.start < r.e
  WHERE TRUE {not_covered}
- GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price
+ GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price, 10
 """
 
 
@@ -89,6 +90,8 @@ class RatedKey:
     credit_gpu_seconds: Decimal
     first_start: datetime
     details: list[dict] = field(default_factory=list)
+    #: the local day of the usage when rated ``by_day`` (else None)
+    day: date | None = None
 
     @property
     def key(self) -> tuple:
@@ -106,10 +109,23 @@ def invoice_number(tenant_id: uuid.UUID, label: str) -> str:
     return f"NVKE-{label.replace('-', '')}-{uuid.UUID(str(tenant_id)).hex[:8].upper()}"
 
 
-def _rate(
-    tenant_id, currency: str, period: Period, source_sql: str, params: dict, now: datetime
+def rate_usage(
+    tenant_id,
+    currency: str,
+    period: Period,
+    source_sql: str,
+    params: dict,
+    now: datetime,
+    *,
+    day_tz: str | None = None,
 ) -> list[RatedKey]:
-    """Group ``source_sql``'s usage by line key and price; Conflict ``missing_price``."""
+    """Group ``source_sql``'s usage records (bucket starts in ``period``) by line key and the
+    unit price in force at each bucket's start, leaving out usage a reservation covers: the
+    invoice's USAGE and SLA_CREDIT lines, and every other view of what usage costs
+    (:mod:`billing.costs`). ``day_tz`` (an IANA zone) also groups by the local day of the
+    bucket (``RatedKey.day``). Must run inside a transaction (temporary tables). Raises
+    Conflict ``missing_price`` (409, naming the model, profile, currency and time) when usage
+    has no price in ``currency``."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT DISTINCT gpu_model, mig_profile FROM ({source_sql}) u", params)
         pairs = {(m, p) for m, p in cursor.fetchall()}
@@ -136,19 +152,32 @@ def _rate(
                 ],
             )
         fill_covered(tenant_id, period.start, period.end)
-        cursor.execute(_RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED), params)
+        day = "NULL::date"
+        if day_tz is not None:
+            day = "(u.start AT TIME ZONE %(day_tz)s)::date"
+            params = {**params, "day_tz": day_tz}
+        cursor.execute(
+            _RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED, day=day), params
+        )
         rows = cursor.fetchall()
     rated = []
-    for cluster, pool, model, profile, price, source, seconds, credit, first in rows:
+    for cluster, pool, model, profile, price, source, seconds, credit, first, on in rows:
         if price is None:
             if seconds:
                 raise Conflict(
                     f"no {currency} price for {model} {profile or '(whole GPU)'} at {first}",
                     code="missing_price",
-                    extra={"gpu_model": model, "mig_profile": profile, "at": first.isoformat()},
+                    extra={
+                        "gpu_model": model,
+                        "mig_profile": profile,
+                        "currency": currency,
+                        "at": first.isoformat(),
+                    },
                 )
             continue
-        rated.append(RatedKey(cluster, pool, model, profile, price, source, seconds, credit, first))
+        rated.append(
+            RatedKey(cluster, pool, model, profile, price, source, seconds, credit, first, day=on)
+        )
     _attach_credit_details(tenant_id, period, rated, segments, now)
     return rated
 
@@ -237,7 +266,7 @@ def _adjustments(
     for old in earlier:
         old_period = Period(old.period_label, old.period_start, old.period_end)
         compute_usage(tenant_id, tz, old.period_start, old.period_end, now)
-        rated = _rate(tenant_id, currency, old_period, _RECOMPUTED, {}, now)
+        rated = rate_usage(tenant_id, currency, old_period, _RECOMPUTED, {}, now)
         truth: dict[tuple, tuple[Decimal, Decimal, RatedKey]] = {}
         for r in rated:
             truth[(LineKind.USAGE, *r.key)] = (
@@ -338,11 +367,11 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
         if existing is not None and existing.status == InvoiceStatus.FINALIZED:
             return existing
         aggregate_usage(tenant_id, period.start, period.end, now)
-        rated = _rate(
+        rated = rate_usage(
             tenant_id,
             currency,
             period,
-            _RECORDS,
+            RECORDS,
             {"tenant": tenant_id, "ps": period.start, "pe": period.end},
             now,
         )
@@ -353,7 +382,7 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
             period.start,
             period.end,
             now,
-            covered_seconds(_RECORDS, params),
+            covered_seconds(RECORDS, params),
         )
         adjustments = _adjustments(tenant_id, tz, currency, period, now)
         invoice, _ = Invoice.objects.update_or_create(

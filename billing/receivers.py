@@ -100,18 +100,26 @@ def price_of_nodepool(
     account = BillingAccount.objects.filter(tenant_id=tenant_id).first()
     currency = account.currency if account else "USD"
     later = now + timedelta(seconds=1)
-    segments = rate_segments(
-        tenant_id=tenant_id, currency=currency, pairs={(gpu_model, "")}, start=now, end=later
-    )
-    price = segments[0].unit_price if segments else None
-    if price is None:
-        return None
     from .fractions import mig_billable_fraction, pool_shares_gpus_across_tenants
 
     gpu_hours = Decimal(gpus)
     profile = (isolation or {}).get("mig_profile")
+    # the (model, profile) its ledger rows will carry, so the rate is the invoice's: a shared
+    # pool's rows name the profile (a profile's own price, else the model's)
+    rated_profile = ""
     if pool_shares_gpus_across_tenants(isolation or {}) and isinstance(profile, str):
         gpu_hours = Decimal(gpus) * mig_billable_fraction(gpu_model, profile, now)
+        rated_profile = profile
+    segments = rate_segments(
+        tenant_id=tenant_id,
+        currency=currency,
+        pairs={(gpu_model, rated_profile)},
+        start=now,
+        end=later,
+    )
+    price = segments[0].unit_price if segments else None
+    if price is None:
+        return None
     seconds = gpu_hours * 3600
     answer = {
         "currency": currency,

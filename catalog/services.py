@@ -469,3 +469,19 @@ def _mig_driver_problems(
                 )
             )
     return problems
+
+
+def newest_known_release(branch: int) -> str | None:
+    """The newest release of driver branch ``branch`` (580) that the catalog knows: the
+    highest minimum Linux driver of a CUDA release on that branch (``580.95.05`` for R580,
+    from CUDA 13.0 Update 2's release notes); None when the catalog names no release of it.
+    What a node that asks for a branch runs (the operator installs the branch's current
+    release), e.g. on a simulated host."""
+    from .models import CudaDriverRequirement
+
+    releases = [
+        v
+        for v in CudaDriverRequirement.objects.values_list("min_linux_driver", flat=True)
+        if v.split(".")[0] == str(branch) and len(v.split(".")) == 3
+    ]
+    return max(releases, key=version_tuple, default=None)

@@ -3,7 +3,9 @@ node moves that would free whole hosts again.
 
 Per GPU model and zone, over the schedulable hosts (``AVAILABLE``/``ALLOCATED``):
 
-* ``free_gpus`` (usable: healthy, scrubbed, reported), ``hosts``, ``whole_hosts_free``;
+* ``free_gpus`` (placeable, :mod:`fleet.placeable`: free, healthy, scrubbed, reported, on a
+  dedicated host), ``hosts``, ``whole_hosts_free``; ``shared_hosts`` and ``shared_free_gpus``
+  (shared hosts serve only MIG instances of shared pools, so they count in no shape below);
 * ``dedicated_free_gpus``: free GPUs on hosts a tenant holds GPUs of — only that tenant can
   use them (DESIGN §4 dedicated hosts);
 * for each shape of 8, 4, 2 and 1 GPUs (those no larger than the model's biggest host):
@@ -49,9 +51,13 @@ def summarise(views: Iterable[HostView], mig: dict[str, list[tuple[str, int]]]) 
     for view in views:
         groups[(view.gpu_model, view.zone)].append(view)
     out = []
-    for (model, zone), hosts in sorted(groups.items()):
+    for (model, zone), every in sorted(groups.items()):
+        # dedicated shapes are placed on schedulable dedicated hosts only (fleet/placeable.py):
+        # a shared host's free GPUs serve MIG instances of shared pools, counted apart
+        hosts = [v for v in every if v.schedulable]
+        shared = [v for v in every if not v.schedulable]
         free = sum(v.free for v in hosts)
-        largest = max(v.gpu_count for v in hosts)
+        largest = max(v.gpu_count for v in every)
         shapes = []
         for k in SHAPES:
             if k > largest:
@@ -66,6 +72,8 @@ def summarise(views: Iterable[HostView], mig: dict[str, list[tuple[str, int]]]) 
                 "whole_hosts_free": sum(1 for v in hosts if v.free == v.gpu_count),
                 "free_gpus": free,
                 "dedicated_free_gpus": sum(v.free for v in hosts if v.tenancy() != FREE),
+                "shared_hosts": len(shared),
+                "shared_free_gpus": sum(v.free for v in shared),
                 "shapes": shapes,
                 "mig": [
                     {"profile": name, "instances": free * per_gpu}

@@ -144,6 +144,14 @@ def render_gpu_config(
     }
     if plan.mig_strategy == "single":
         config["mig_instances_per_gpu"] = len(plan.mig_placements)
+    if isolation.get("tenancy") == "shared":
+        # a VM node of a shared host gets ``gpus_per_node`` GPU instances, one of the profile
+        # each, on GPUs other tenants share (fleet/shared_placement.py) — not whole GPUs
+        # partitioned for it: it sees one device per instance (issue 33: it said 7 per GPU)
+        config["tenancy"] = "shared"
+        config["resources"] = {name: gpus_per_node for name in resources} or {
+            "nvidia.com/gpu": gpus_per_node
+        }
     config["manifests"] = _manifests(config, key, pool_name, driver_version)
     if wants_one_domain(placement):
         domain = compute_domain(pool_name)

@@ -4,17 +4,15 @@ Every tenant-owned queryset passed in is already scoped (:func:`nvke.scoping.sco
 fleet rows (hosts, GPUs) are read only by the operator console, or through a tenant's own,
 scoped node.
 
-Cost (:func:`usage_report`) rates each stored usage record (``billing.UsageRecord``, one
-bucket inside one hour, one local day and one price version) with the unit price in force at
-its start, from :func:`billing.prices.rate_segments` — the prices the monthly invoice uses —
-as ``billable GPU-seconds x price / 3600``, and rounds once per shown sum (the invoice rounds
-per line, so an invoice total may differ from these sums by rounding only).
+Cost (:func:`usage_report`) is the sum of the cost lines of :func:`billing.costs.usage_costs`
+— the monthly invoice's own lines, rounded like them — so a month's usage page and its invoice
+show the same total.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -23,16 +21,18 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
+from billing.costs import CostLine, costs_of_tenants
 from billing.models import BillingAccount, UsageRecord
-from billing.money import SECONDS_PER_HOUR, gpu_hours, round_money
+from billing.money import gpu_hours, round_money
 from billing.periods import local_date
-from billing.prices import rate_segments
 from catalog.models import GpuModel, XidCode
 from clusters.models import Cluster
 from fleet.choices import GpuHealth, HostState
 from fleet.models import Gpu, GpuRollup1h, Host, XidEvent
+from fleet.placeable import placeable_gpus_q
 from fleet.placement import max_host_gpus
 from nodepools.models import NodePool
+from nvke.errors import Conflict
 
 ZERO = Decimal(0)
 
@@ -44,18 +44,15 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
     """GPU models with hosts in ``region`` (retired hosts aside), labelled with free GPUs.
 
     Label: ``"H100-SXM5-80GB (h100-sxm5-80gb): 6 of 8 GPUs free, up to 8 per node"``; free =
-    healthy, unheld GPUs on AVAILABLE/ALLOCATED hosts.
+    placeable for a dedicated pool (:func:`fleet.placeable.placeable_gpus_q`). Models with
+    free GPUs come first (the form's default is the first).
     """
     hosts = Host.objects.filter(Host.in_region_q(region)).exclude(state=HostState.RETIRED)
     totals = dict(
         hosts.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
     )
     free = dict(
-        Gpu.objects.filter(
-            host__in=hosts.filter(state__in=(HostState.AVAILABLE, HostState.ALLOCATED)),
-            holder_id__isnull=True,
-            health=GpuHealth.HEALTHY,
-        )
+        Gpu.objects.filter(placeable_gpus_q(), host__in=hosts)
         .values_list("gpu_model_id")
         .annotate(n=Count("id"))
         .order_by("gpu_model_id")
@@ -67,6 +64,8 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
             f"GPUs free, up to {max_host_gpus(model.slug)} per node"
         )
         out.append((model, label))
+    # a model with GPUs free first: the form's default must be one a pool can be placed on
+    out.sort(key=lambda item: (free.get(item[0].slug, 0) == 0, item[0].slug))
     return out
 
 
@@ -75,23 +74,22 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
 
 @dataclass
 class Sums:
-    """GPU-seconds, SLA credit and cost of one group (cost per currency, rounded on read)."""
+    """GPU-seconds, SLA credit and cost of one group; cost per currency is the sum of the
+    group's cost lines (:mod:`billing.costs`, each rounded like an invoice line)."""
 
     gpu_seconds: Decimal = ZERO
     credit_seconds: Decimal = ZERO
     cost: dict[str, Decimal] = field(default_factory=dict)
-    unpriced_seconds: Decimal = ZERO
     #: the unit prices (per GPU-hour) the group's usage was rated at: {(currency, price)}
     prices: set[tuple[str, Decimal]] = field(default_factory=set)
 
-    def add(self, seconds: Decimal, credit: Decimal, currency: str, price: Decimal | None):
+    def add_usage(self, seconds: Decimal, credit: Decimal) -> None:
         self.gpu_seconds += seconds
         self.credit_seconds += credit
-        if price is None:
-            self.unpriced_seconds += seconds - credit
-        else:
-            amount = (seconds - credit) * price / SECONDS_PER_HOUR
-            self.cost[currency] = self.cost.get(currency, ZERO) + amount
+
+    def add_cost(self, currency: str, amount: Decimal, price: Decimal | None = None) -> None:
+        self.cost[currency] = self.cost.get(currency, ZERO) + amount
+        if price is not None:
             self.prices.add((currency, price))
 
     @property
@@ -124,7 +122,9 @@ class Sums:
 
 @dataclass
 class UsageReport:
-    """Usage of ``[start, end)`` by local day, cluster, node pool and (model, MIG profile)."""
+    """Usage of ``[start, end)`` by local day, cluster, node pool and (model, MIG profile),
+    the reservations' charges, and the total (usage and reservations); ``price_error`` is the
+    message of a missing price (then no cost is shown: never a guess)."""
 
     start: datetime
     end: datetime
@@ -135,6 +135,9 @@ class UsageReport:
     total: Sums
     names: dict[Any, str]
     aggregated_at: datetime | None
+    reservations: list[CostLine] = field(default_factory=list)
+    currency: str = "USD"
+    price_error: str = ""
 
     @property
     def currencies(self) -> list[str]:
@@ -162,11 +165,16 @@ def _day_range(start: datetime, end: datetime) -> list[date]:
     return days
 
 
-def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime) -> UsageReport:
-    """Rate the (scoped) usage records whose bucket starts in ``[start, end)``.
+def usage_report(
+    records: QuerySet[UsageRecord], start: datetime, end: datetime, tenant_ids: Iterable = ()
+) -> UsageReport:
+    """GPU-hours of the (scoped) usage records whose bucket starts in ``[start, end)``, and
+    their cost from :func:`billing.costs.usage_costs` — the invoice's own lines: usage a
+    reservation covers costs 0 and the reservation is charged on its own line.
 
     Days are the tenant's billing-time-zone days (a day with no usage shows as zero when the
-    zone is UTC). Cost per currency of the tenant's billing account (USD when it has none).
+    zone is UTC); a day's cost is its usage rated by day (reservations are not split by day).
+    ``tenant_ids``: tenants whose reservations count even without usage in the window.
     """
     rows = list(
         records.filter(start__gte=start, start__lt=end).values_list(
@@ -181,23 +189,11 @@ def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime)
             "computed_at",
         )
     )
-    tenants = {r[0] for r in rows}
+    tenants = {r[0] for r in rows} | set(tenant_ids)
     accounts = {
         a.tenant_id: (a.time_zone, a.currency)
         for a in BillingAccount.objects.filter(tenant_id__in=tenants)
     }
-    prices: dict[Any, dict[tuple[str, str], tuple[list[datetime], list]]] = {}
-    for tenant in tenants:
-        _tz, currency = accounts.get(tenant, ("UTC", "USD"))
-        pairs = {(r[3], r[4]) for r in rows if r[0] == tenant}
-        by_pair: dict[tuple[str, str], tuple[list[datetime], list]] = defaultdict(lambda: ([], []))
-        for seg in rate_segments(
-            tenant_id=tenant, currency=currency, pairs=pairs, start=start, end=end
-        ):
-            starts, segs = by_pair[(seg.gpu_model, seg.mig_profile)]
-            starts.append(seg.start)
-            segs.append(seg)
-        prices[tenant] = by_pair
     utc = all(accounts.get(t, ("UTC",))[0] == "UTC" for t in tenants)
     days: dict[date, Sums] = {d: Sums() for d in _day_range(start, end)} if utc else {}
     clusters: dict[Any, Sums] = defaultdict(Sums)
@@ -206,10 +202,7 @@ def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime)
     total = Sums()
     aggregated_at = None
     for tenant, cluster, pool, model, profile, t, seconds, credit, computed in rows:
-        tz, currency = accounts.get(tenant, ("UTC", "USD"))
-        starts, segs = prices[tenant][(model, profile)]
-        i = bisect.bisect_right(starts, t) - 1
-        price = segs[i].unit_price if i >= 0 and t < segs[i].end else None
+        tz, _currency = accounts.get(tenant, ("UTC", "USD"))
         for sums in (
             days.setdefault(local_date(tz, t), Sums()),
             clusters[cluster],
@@ -217,8 +210,31 @@ def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime)
             models[(model, profile)],
             total,
         ):
-            sums.add(seconds, credit, currency, price)
+            sums.add_usage(seconds, credit)
         aggregated_at = computed if aggregated_at is None else max(aggregated_at, computed)
+    reservations: list[CostLine] = []
+    currency, price_error = "USD", ""
+    try:
+        for costs in costs_of_tenants(tenants, start, end):
+            currency = costs.currency
+            for ln in costs.usage_lines():
+                for sums in (clusters[ln.cluster_id], pools[ln.nodepool_id], total):
+                    sums.add_cost(costs.currency, ln.amount, ln.unit_price)
+                models[(ln.gpu_model, ln.mig_profile)].add_cost(
+                    costs.currency, ln.amount, ln.unit_price
+                )
+            for ln in costs.reservation_lines():
+                total.add_cost(costs.currency, ln.amount)
+                reservations.append(ln)
+        for costs in costs_of_tenants(tenants, start, end, by_day=True):
+            for ln in costs.usage_lines():
+                days.setdefault(ln.day, Sums()).add_cost(costs.currency, ln.amount)
+    except Conflict as exc:
+        price_error = str(exc.detail)
+        for sums in (*days.values(), *clusters.values(), *pools.values(), *models.values(), total):
+            sums.cost.clear()
+            sums.prices.clear()
+        reservations = []
     names = dict(Cluster.objects.filter(id__in=list(clusters)).values_list("id", "name"))
     names.update(NodePool.objects.filter(id__in=list(pools)).values_list("id", "name"))
     return UsageReport(
@@ -231,6 +247,9 @@ def usage_report(records: QuerySet[UsageRecord], start: datetime, end: datetime)
         total,
         names,
         aggregated_at,
+        reservations,
+        currency,
+        price_error,
     )
 
 
@@ -255,7 +274,9 @@ def hosts_by_state_and_zone() -> dict[str, Any]:
 
 
 def gpus_by_model_and_health() -> list[dict[str, Any]]:
-    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free."""
+    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free (placeable:
+    :mod:`fleet.placeable`, shared hosts' GPUs included) and unavailable (neither held nor
+    placeable: unhealthy, being scrubbed, missing, or on a host not schedulable)."""
     rows = (
         Gpu.objects.values("gpu_model_id")
         .annotate(
@@ -263,10 +284,11 @@ def gpus_by_model_and_health() -> list[dict[str, Any]]:
             healthy=Count("id", filter=Q(health=GpuHealth.HEALTHY)),
             unhealthy=Count("id", filter=Q(health=GpuHealth.UNHEALTHY)),
             held=Count("id", filter=Q(holder_id__isnull=False)),
+            free=Count("id", filter=placeable_gpus_q(shared_hosts=True)),
         )
         .order_by("gpu_model_id")
     )
-    return [dict(r, free=r["total"] - r["held"]) for r in rows]
+    return [dict(r, unavailable=r["total"] - r["held"] - r["free"]) for r in rows]
 
 
 def utilization_heatmap(hours: int = 24, max_hosts: int = 40, now: datetime | None = None):

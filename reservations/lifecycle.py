@@ -8,7 +8,7 @@ deliveries) commit with it or not at all.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Q
@@ -68,7 +68,7 @@ def sweep(now: datetime | None = None) -> dict[str, int]:
         end__isnull=False, announced_at__isnull=True, cancelled_at__isnull=True, end__gt=now
     ).order_by("end")[:BATCH]
     for r in due:
-        if r.end - timedelta(seconds=r.notice_lead_s) > now:
+        if r.announce_at() > now:
             continue
         with transaction.atomic():
             counts["announced"] += _announce(r, now)

@@ -13,7 +13,7 @@ that reservation may use them (:mod:`reservations.fences`).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -90,6 +90,15 @@ class Reservation(models.Model):
         """When the reserved GPUs stop counting: ``end``, or the cancellation if earlier."""
         ends = [t for t in (self.end, self.cancelled_at) if t is not None]
         return min(ends) if ends else None
+
+    def announce_at(self) -> datetime | None:
+        """When the end is announced: ``notice_lead_s`` before ``end``, but never in the first
+        half of the reservation — a notice longer than the reservation (24 h for a 2-hour
+        one) announced its end, "drained", at its start (issue 33). None when open-ended."""
+        if self.end is None:
+            return None
+        lead = timedelta(seconds=self.notice_lead_s)
+        return max(self.end - lead, self.start + (self.end - self.start) / 2)
 
     def state_at(self, now: datetime) -> str:
         if self.cancelled_at is not None and self.cancelled_at <= now:

@@ -16,10 +16,12 @@ from rest_framework import mixins, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.costs import add_costs
 from billing.invoices import finalize_invoice
 from billing.models import Invoice, LedgerEntry, UsageRecord
 from billing.money import round_money
 from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
+from billing.tasks import AGGREGATE_INTERVAL_S
 from billing.usage import cluster_usage
 from clusters.models import Cluster
 from nvke.errors import InvalidInput
@@ -73,6 +75,8 @@ def _jsonable(row: dict) -> dict:
     for key, value in row.items():
         if isinstance(value, Decimal):
             out[key] = f"{value:f}"
+        elif isinstance(value, dict):
+            out[key] = _jsonable(value)
         elif hasattr(value, "isoformat"):
             out[key] = value.isoformat()
         elif value is not None and key.endswith("_id"):
@@ -127,6 +131,10 @@ class UsageView(APIView):
     A record counts when its bucket (an hour or less) starts in ``[start, end)``; ``day`` is the
     day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
     (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
+    ``cost`` (``{currency: amount}``) is rated as the invoice rates it (:mod:`billing.costs`):
+    usage inside a capacity reservation costs 0 and each reservation's charge is listed under
+    ``reservations`` and counted in ``totals.cost``; a missing price gives ``cost: null`` and
+    ``totals.cost_error`` naming the model, profile and currency.
     """
 
     csv = False
@@ -145,17 +153,37 @@ class UsageView(APIView):
                 extra={"valid_group_by": allowed},
             )
         records = scope_queryset(UsageRecord.objects.all(), request.user)
+        only = {}
         for param, lookup in (("cluster", "cluster_id"), ("nodepool", "nodepool_id")):
             if request.query_params.get(param):
-                records = records.filter(**{lookup: _uuid(request.query_params[param], param)})
+                only[lookup] = _uuid(request.query_params[param], param)
+                records = records.filter(**{lookup: only[lookup]})
         if request.user.is_operator and request.query_params.get("tenant"):
             records = records.filter(tenant_id=_uuid(request.query_params["tenant"], "tenant"))
         rows, totals = usage_rows(records, group_by, start, end)
-        return start, end, group_by, rows, totals
+        tenant = getattr(request.user, "tenant", None)
+        tenants = set(
+            records.filter(start__gte=start, start__lt=end)
+            .values_list("tenant_id", flat=True)
+            .distinct()
+        )
+        if tenant is not None:
+            tenants.add(tenant.pk)
+        reservations = add_costs(
+            rows,
+            totals,
+            [USAGE_GROUPS[g] for g in group_by],
+            tenants,
+            start,
+            end,
+            cluster_id=only.get("cluster_id"),
+            nodepool_id=only.get("nodepool_id"),
+        )
+        return start, end, group_by, rows, totals, reservations
 
     @extend_schema(parameters=_USAGE_PARAMS, responses={200: dict})
     def get(self, request):
-        start, end, group_by, rows, totals = self._rows(request)
+        start, end, group_by, rows, totals, reservations = self._rows(request)
         if self.csv:
             cols = [USAGE_GROUPS[g] for g in group_by]
             cols += [c for c in ("cluster_name", "nodepool_name") if rows and c in rows[0]]
@@ -163,9 +191,15 @@ class UsageView(APIView):
                 "gpu_hours",
                 "sla_credit_gpu_hours",
                 "billable_gpu_hours",
+                "cost",
+                "currency",
                 "allocated_hours",
                 "gpu_seconds",
             ]
+            for row in rows:
+                costs = row["cost"] or {}
+                row["currency"] = " + ".join(costs)
+                row["cost"] = " + ".join(f"{v:f}" for v in costs.values())
             return csv_response("usage.csv", cols, ([r.get(c) for c in cols] for r in rows))
         return Response(
             {
@@ -174,6 +208,8 @@ class UsageView(APIView):
                 "group_by": group_by,
                 "results": [_jsonable(r) for r in rows],
                 "totals": _jsonable(totals),
+                "reservations": [_jsonable(r) for r in reservations],
+                "aggregated_every_s": AGGREGATE_INTERVAL_S,
             }
         )
 

@@ -15,7 +15,9 @@ import typer
 from rich.console import Console
 
 from . import config, kubeconfig
+from . import pools as pools_cli
 from . import reservations as reservations_cli
+from . import usage as usage_cli
 from .api import ApiError, Client
 from .output import Format, emit
 from .waiting import follow
@@ -126,9 +128,20 @@ def clusters_create(
 
 
 @clusters_app.command("list")
-def clusters_list(ctx: typer.Context, output: Output = Format.table) -> None:
-    """Clusters of your tenant."""
-    emit(_client(ctx).list_all("clusters"), CLUSTER_COLUMNS, output)
+def clusters_list(
+    ctx: typer.Context,
+    output: Output = Format.table,
+    show_deleted: Annotated[
+        bool, typer.Option("--show-deleted", help="also list DELETED clusters (kept for history)")
+    ] = False,
+) -> None:
+    """Clusters of your tenant (DELETED ones only with --show-deleted, as in the portal)."""
+    emit(visible_clusters(_client(ctx).list_all("clusters"), show_deleted), CLUSTER_COLUMNS, output)
+
+
+def visible_clusters(rows: list[dict[str, Any]], show_deleted: bool) -> list[dict[str, Any]]:
+    """``rows`` less the DELETED clusters unless ``show_deleted``."""
+    return [r for r in rows if show_deleted or r.get("phase") != "DELETED"]
 
 
 @clusters_app.command("get")
@@ -171,12 +184,34 @@ def pools_create(
     ctx: typer.Context,
     cluster: str,
     name: str,
-    gpu_model: Annotated[str, typer.Option(help="catalog slug, e.g. h100-sxm5-80gb")],
-    gpus_per_node: Annotated[int, typer.Option()],
-    nodes: Annotated[int, typer.Option(help="node count")],
+    gpu_model: Annotated[str | None, typer.Option(help="catalog slug, e.g. h100-sxm5-80gb")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    nodes: Annotated[int | None, typer.Option(help="node count")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="YAML/JSON with the API's fields; flags override"),
+    ] = None,
+    isolation_mode: Annotated[
+        str | None,
+        typer.Option("--isolation", help="exclusive | mig | vgpu | time-slicing | mps"),
+    ] = None,
     mig_profile: Annotated[
         str | None, typer.Option(help="one MIG profile on every GPU, e.g. 1g.10gb")
     ] = None,
+    mig_layout: Annotated[
+        str | None, typer.Option(help="per-GPU MIG layout, e.g. 3g.40gb=1,1g.10gb=2")
+    ] = None,
+    vgpu_profile: Annotated[str | None, typer.Option(help="vGPU type, e.g. H100XM-1-10C")] = None,
+    replicas: Annotated[
+        int | None, typer.Option(help="time-slicing / MPS replicas per GPU")
+    ] = None,
+    tenancy: Annotated[
+        str | None, typer.Option(help="dedicated | shared (MIG instances on shared hosts)")
+    ] = None,
+    driver_version: Annotated[
+        str | None, typer.Option(help="driver branch (R580) or release (580.95.05)")
+    ] = None,
+    cuda_version: Annotated[str | None, typer.Option(help="CUDA the workloads need")] = None,
     reservation: Annotated[
         str | None, typer.Option(help="id of your reservation the pool draws from")
     ] = None,
@@ -191,23 +226,30 @@ def pools_create(
     wait: Wait = False,
     timeout: Timeout = 600,
 ) -> None:
-    """Add a GPU node pool (exclusive GPUs, or MIG with --mig-profile)."""
+    """Add a GPU node pool: every field the API takes, as flags or in -f pool.yaml."""
     client = _client(ctx)
     found = _cluster(client, cluster)
-    isolation = (
-        {"mode": "mig", "mig_profile": mig_profile} if mig_profile else {"mode": "exclusive"}
-    )
-    body = {
-        "name": name,
-        "gpu_model": gpu_model,
-        "gpus_per_node": gpus_per_node,
-        "node_count": nodes,
-        "isolation": isolation,
-    }
-    if reservation:
-        body["reservation"] = reservation
-    if same_nvlink_domain:
-        body["placement"] = {"same_nvlink_domain": True}
+    try:
+        body = pools_cli.pool_body(
+            name=name,
+            file=file,
+            gpu_model=gpu_model,
+            gpus_per_node=gpus_per_node,
+            nodes=nodes,
+            mode=isolation_mode,
+            mig_profile=mig_profile,
+            mig_layout=mig_layout,
+            vgpu_profile=vgpu_profile,
+            replicas=replicas,
+            tenancy=tenancy,
+            driver_version=driver_version,
+            cuda_version=cuda_version,
+            reservation=reservation,
+            same_nvlink_domain=same_nvlink_domain,
+        )
+    except (OSError, ValueError) as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(2) from exc
     path = f"clusters/{found['id']}/nodepools"
     if dry_run:
         answer = client.json("POST", path, params={"dry_run": "true"}, json=body)
@@ -313,7 +355,7 @@ def usage(
     group_by: Annotated[str, typer.Option(help="cluster,pool,model,profile,day")] = "cluster",
     output: Output = Format.table,
 ) -> None:
-    """Billable GPU-hours, grouped."""
+    """Billable GPU-hours and their cost (rated as the invoice rates it), grouped."""
     params = {k: v for k, v in (("start", start), ("end", end), ("group_by", group_by)) if v}
     body = _client(ctx).json("GET", "usage", params=params)
     groups = {
@@ -324,8 +366,11 @@ def usage(
         "day": "day",
     }
     cols = [groups[g] for g in body["group_by"] if g in groups]
-    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours"]
-    emit(body["results"], cols, output, raw=body)
+    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "cost"]
+    emit(usage_cli.usage_rows(body), cols, output, raw=body)
+    if output is Format.table:
+        for line in usage_cli.usage_notes(body):
+            err.print(line, markup=False)
 
 
 @app.command("invoices")
@@ -340,7 +385,10 @@ def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
         "credit_amount",
         "total",
     ]
-    emit(_client(ctx).list_all("invoices"), cols, output)
+    rows = _client(ctx).list_all("invoices")
+    emit(rows, cols, output)
+    if not rows and output is Format.table:
+        err.print(usage_cli.INVOICES_EMPTY, markup=False)
 
 
 def run() -> None:

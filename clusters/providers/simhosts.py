@@ -295,13 +295,19 @@ def scrub_instances(state: dict[str, Any], scrubs: list[dict[str, Any]]) -> None
 
 
 def install_driver(state: dict[str, Any], version: str) -> None:
-    """The driver container installs ``version`` (a release, or a branch ``R580`` for which the
-    simulation loads ``580.0.0``) and reloads the driver, which resets volatile ECC counters.
+    """The driver container installs ``version`` (a release, or a branch ``R580``, for which it
+    loads the branch's newest release the catalog knows, ``580.95.05``:
+    :func:`catalog.services.newest_known_release`; ``580.0.0`` only for a branch the catalog
+    names no release of) and reloads the driver, which resets volatile ECC counters.
     Faults: ``driver-not-taken`` (the old driver stays), ``driver-breaks-nvml``."""
+    from catalog.services import newest_known_release
+
     if not version or "driver-not-taken" in state["faults"]:
         return
     text = version.strip()
-    state["driver_version"] = f"{text[1:]}.0.0" if text[:1] in "Rr" else text
+    if text[:1] in "Rr":
+        text = newest_known_release(int(text[1:])) or f"{text[1:]}.0.0"
+    state["driver_version"] = text
     for gpu in state["gpus"]:
         gpu["health"]["ecc_volatile_uncorrected"] = 0
     if "driver-breaks-nvml" in state["faults"]:

@@ -140,15 +140,18 @@ def progress_pct(progress: Any) -> int:
 def progress_steps(progress: Any) -> dict[str, Any]:
     """An operation's progress for its bar and label: ``{"value", "max", "label"}`` —
     ``label`` ``done/total`` as reported (``0/0``: nothing to do, the bar full), ``0/?``
-    before the first report (the bar empty)."""
+    before the first report (the bar empty); empty when the stage already starts with the
+    count (``1 of 1 node(s) ready`` read ``1/1 1 of 1 node(s) ready``)."""
     if not isinstance(progress, dict):
         progress = {}
     done, total = progress.get("done") or 0, progress.get("total")
     if total is None:
         return {"value": 0, "max": 1, "label": f"{done}/?"}
+    stage = str(progress.get("stage") or "")
+    label = "" if stage.startswith(f"{done} of {total} ") else f"{done}/{total}"
     if total == 0:
-        return {"value": 1, "max": 1, "label": f"{done}/0"}
-    return {"value": done, "max": total, "label": f"{done}/{total}"}
+        return {"value": 1, "max": 1, "label": label}
+    return {"value": done, "max": total, "label": label}
 
 
 @register.inclusion_tag("portal/partials/nav.html", takes_context=True)

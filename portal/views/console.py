@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from billing.aggregation import tenants_with_usage
+from billing.costs import missing_prices
 from billing.invoices import finalize_invoice
 from billing.models import Invoice, InvoiceStatus, Price, UsageRecord
 from billing.prices import set_price
@@ -523,8 +524,27 @@ def invoice_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "portal/console/invoices.html",
-        {"invoices": invoices[:200], "status": status, "statuses": InvoiceStatus.values},
+        {
+            "invoices": invoices[:200],
+            "status": status,
+            "statuses": InvoiceStatus.values,
+            "missing_prices": _missing_prices(),
+        },
     )
+
+
+def _missing_prices() -> list[dict]:
+    """The unpriced usage an invoice run of the last 2 months would fail on, with tenant
+    names (the invoices page's standing alert and the build button's answer)."""
+    now = timezone.now()
+    start = now - timedelta(days=62)
+    missing = missing_prices(tenants_with_usage(start, now), start, now)
+    names = dict(
+        Tenant.objects.filter(id__in={m["tenant_id"] for m in missing}).values_list("id", "name")
+    )
+    for m in missing:
+        m["tenant"] = names.get(m["tenant_id"], m["tenant_id"])
+    return missing
 
 
 @require_POST
@@ -533,8 +553,20 @@ def invoices_build(request: HttpRequest) -> HttpResponse:
     """Enqueue the billing worker's draft build for every tenant with recent allocations."""
     now = timezone.now()
     ids = tenants_with_usage(now - timedelta(days=62), now)
-    sent = sum(enqueue_once(build_tenant_invoices, tid) for tid in ids)
-    messages.success(request, f"Draft invoices of {sent} tenant(s) are being built.")
+    missing = _missing_prices()
+    for m in missing:
+        messages.error(
+            request,
+            f"Cannot build {m['tenant']}'s invoice: no {m['currency']} price for "
+            f"{m['gpu_model']} {m['mig_profile'] or '(whole GPU)'} (usage from "
+            f"{m['at']:%Y-%m-%d %H:%M} UTC). Add it on the Prices page (missing_price).",
+        )
+    blocked = {m["tenant_id"] for m in missing}
+    sent = sum(enqueue_once(build_tenant_invoices, tid) for tid in ids if tid not in blocked)
+    if ids:
+        messages.success(request, f"Draft invoices of {sent} tenant(s) are being built.")
+    else:
+        messages.info(request, "No tenant had allocations in the last 2 months: nothing to bill.")
     return redirect("console:invoices")
 
 

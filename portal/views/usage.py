@@ -52,7 +52,12 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     if not form.is_bound:
         form.initial = {"start": first, "end": last}
     principal = request.principal
-    report = usage_report(scope_queryset(UsageRecord.objects.all(), principal), start, end)
+    report = usage_report(
+        scope_queryset(UsageRecord.objects.all(), principal),
+        start,
+        end,
+        tenant_ids=[principal.tenant.pk] if principal.tenant is not None else [],
+    )
     ledger = scope_queryset(LedgerEntry.objects.all(), principal)
     util = utilization(
         scoped_ledger_ids(ledger, start, end),

@@ -9,14 +9,17 @@ import uuid
 from collections.abc import Callable
 
 from fleet.placement import GpuSlot, HostView
+from tests.bench.size import pick
 
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 #: (catalog slug, hosts, NVLink shape: ``switch`` one island of 8, ``pairs`` islands of 2)
+#: (CI size: 300 hosts in the same shares)
 MODELS = (
-    ("h100-sxm5-80gb", 6000, "switch"),
-    ("h100-nvl-94gb", 2000, "pairs"),
-    ("a100-sxm4-80gb", 2000, "switch"),
+    ("h100-sxm5-80gb", pick(6000, 180), "switch"),
+    ("h100-nvl-94gb", pick(2000, 60), "pairs"),
+    ("a100-sxm4-80gb", pick(2000, 60), "switch"),
 )
+HOSTS = sum(count for _, count, _ in MODELS)
 
 
 def build_fleet(occupy: Callable[[list[GpuSlot]], None] | None = None) -> list[HostView]:

@@ -23,13 +23,15 @@ import pytest
 from django.db import connection
 from psycopg.types.range import Range
 
+from tests.bench.size import judge, pick
+
 pytestmark = pytest.mark.django_db
 
 MONTH_START = datetime(2026, 11, 1, tzinfo=UTC)
 MONTH_END = datetime(2026, 12, 1, tzinfo=UTC)
 WIDE = (datetime(2026, 10, 30, tzinfo=UTC), datetime(2026, 12, 2, tzinfo=UTC))
 NOW = datetime(2026, 12, 10, tzinfo=UTC)
-HOSTS, GPUS_PER_HOST, TENANTS = 125, 8, 40
+HOSTS, GPUS_PER_HOST, TENANTS = pick(125, 10), 8, pick(40, 6)
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"]
 TARGET_S = 10.0
 
@@ -279,4 +281,4 @@ def test_monthly_invoice_run_for_1000_gpus(capsys):
             f"usage {expected / 3600:.2f} GPU-h, SLA credit {credits / 3600:.2f} GPU-h; "
             f"invoice usage == ledger to the microsecond: {invoiced == expected}"
         )
-    assert total_s < TARGET_S
+    judge(total_s < TARGET_S, f"invoice run {total_s:.2f} s < {TARGET_S} s")

@@ -16,11 +16,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.bench.size import pick
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BATCHES = 150
+BATCHES = pick(150, 10)
 ROWS = 240
-ROUNDS = 3
+ROUNDS = pick(3, 1)
 
 
 def batches(host_id, gpus: list[str], start: datetime) -> list[list[tuple]]:

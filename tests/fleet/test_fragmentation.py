@@ -49,6 +49,8 @@ def test_the_summary_by_hand():
         "whole_hosts_free": 1,
         "free_gpus": 17,
         "dedicated_free_gpus": 9,
+        "shared_hosts": 0,
+        "shared_free_gpus": 0,
         "shapes": [
             {"gpus": 8, "nodes": 1, "stranded_gpus": 9},
             {"gpus": 4, "nodes": 3, "stranded_gpus": 5},

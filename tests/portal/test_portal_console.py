@@ -57,10 +57,13 @@ def test_the_overview_counts_hosts_gpus_drivers_and_shows_xids_and_the_heatmap(
     assert re.sub(r"\s+", " ", hosts).count("<strong>2</strong>") == 1
     assert '<td class="bad">1</td>' in hosts and '<td class="ok">1</td>' in hosts
     gpus_table = section(html, "gpus-by-model")
+    # free = placeable (fleet/placeable.py): the UNHEALTHY GPU is unavailable, not free (it
+    # read 14 free, issue 33), and the silent (NOT_READY) A10G host's GPU is unavailable too
     assert (
         'h100-sxm5-80gb</a></td><td>16</td><td>15</td><td class="bad">1</td>'
-        "<td>2</td><td>14</td>" in gpus_table
+        '<td>2</td><td>13</td><td class="bad">1</td>' in gpus_table
     )
+    assert '<td>0</td><td>0</td><td class="bad">1</td></tr>' in gpus_table  # the A10G
     drivers = section(html, "drivers")
     assert '<td class="mono">515.105.01</td><td>1</td><td>1</td>' in drivers
     assert '<td class="mono">unknown</td><td>2</td><td>16</td>' in drivers
@@ -231,6 +234,9 @@ def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_p
         "a100-sxm4-80gb": Decimal("1.8"),
         "a10g": Decimal("0.75"),
         "t4": Decimal("0.35"),
+        "gb200": Decimal("6"),
+        "h200-sxm-141gb": Decimal("3.2"),
+        "h100-nvl-94gb": Decimal("2.3"),
     }
     demo = Membership.objects.get(user__username="demo")
     assert (demo.tenant.name, demo.role) == ("demo", "owner")

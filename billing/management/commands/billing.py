@@ -5,6 +5,9 @@ manage.py billing price --model h100-sxm5-80gb --tenant ID --discount 15 --from 
 manage.py billing account --tenant ID --time-zone Europe/Berlin --currency EUR
 manage.py billing aggregate [--tenant ID] --start ... --end ...
 manage.py billing invoice --tenant ID --period 2026-11 [--finalize]
+
+``--tenant`` takes the tenant's id or its name (``--tenant demo``); an unknown one, or a
+failure such as a missing price, is one line on stderr and exit status 1 (no traceback).
 """
 
 from __future__ import annotations
@@ -26,6 +29,25 @@ def _time(value: str | None):
     if parsed is None or parsed.tzinfo is None:
         raise CommandError(f"{value!r} is not an RFC 3339 time with an offset")
     return parsed
+
+
+def _tenant_id(value: str | None):
+    """A tenant's id from ``--tenant``: its UUID or its name (``demo``); CommandError (one
+    line, no traceback) when no tenant has it. None stays None."""
+    import uuid
+
+    from tenants.models import Tenant
+
+    if value is None:
+        return None
+    try:
+        by_id = Tenant.objects.filter(pk=uuid.UUID(value))
+    except ValueError:
+        by_id = Tenant.objects.none()
+    tenant = by_id.first() or Tenant.objects.filter(name=value).first()
+    if tenant is None:
+        raise CommandError(f"no tenant with id or name {value!r}")
+    return tenant.id
 
 
 class Command(BaseCommand):
@@ -66,6 +88,7 @@ class Command(BaseCommand):
         inv.add_argument("--finalize", action="store_true")
 
     def handle(self, *args, **opts):
+        opts["tenant"] = _tenant_id(opts.get("tenant"))
         try:
             getattr(self, f"_{opts['action']}")(opts)
         except (ApiError, ValueError) as exc:
@@ -75,7 +98,7 @@ class Command(BaseCommand):
         from billing.prices import set_price
         from tenants.models import Tenant
 
-        tenant = Tenant.objects.get(pk=o["tenant"]) if o["tenant"] else None
+        tenant = Tenant.objects.get(pk=o["tenant"]) if o["tenant"] else None  # resolved
         p = set_price(
             gpu_model=o["model"],
             mig_profile=o["profile"],

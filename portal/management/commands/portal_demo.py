@@ -43,6 +43,9 @@ DEMO_PRICES = {
     "a100-sxm4-80gb": Decimal("1.80"),
     "a10g": Decimal("0.75"),
     "t4": Decimal("0.35"),
+    "gb200": Decimal("6.00"),
+    "h200-sxm-141gb": Decimal("3.20"),
+    "h100-nvl-94gb": Decimal("2.30"),
 }
 H100 = "h100-sxm5-80gb"
 
@@ -79,6 +82,17 @@ class Command(BaseCommand):
                     label="demo list price (made up)",
                 )
                 self.stdout.write(f"demo list price {slug}: {rate} USD / GPU-hour")
+        unpriced = sorted(
+            set(Host.objects.values_list("gpu_model_id", flat=True))
+            - set(Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", flat=True))
+        )
+        if unpriced:  # an invoice of usage on them would fail with missing_price
+            self.stdout.write(
+                self.style.WARNING(
+                    f"no list price for {', '.join(unpriced)}: add one with manage.py billing "
+                    "price before tenants use them"
+                )
+            )
         self.stdout.write(self.style.SUCCESS("portal demo ready: log in at /login"))
 
     def _user(self, path: Path, username: str, password: str | None, *, staff: bool = False):

@@ -1,0 +1,82 @@
+"""The body of ``nvkectl nodepools create``: every field the node pool API takes, from flags
+or a file (``-f pool.yaml``, YAML or JSON, the API's own field names; flags given override
+the file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def parse_layout(text: str) -> dict[str, int]:
+    """``"3g.40gb=1,1g.10gb=2"`` -> ``{"3g.40gb": 1, "1g.10gb": 2}``; ValueError otherwise."""
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        profile, sep, count = part.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"--mig-layout: {part!r} is not PROFILE=COUNT (e.g. 3g.40gb=1)")
+        out[profile.strip()] = int(count)
+    return out
+
+
+def pool_body(
+    *,
+    name: str,
+    file: Path | None = None,
+    gpu_model: str | None = None,
+    gpus_per_node: int | None = None,
+    nodes: int | None = None,
+    mode: str | None = None,
+    mig_profile: str | None = None,
+    mig_layout: str | None = None,
+    vgpu_profile: str | None = None,
+    replicas: int | None = None,
+    tenancy: str | None = None,
+    driver_version: str | None = None,
+    cuda_version: str | None = None,
+    reservation: str | None = None,
+    same_nvlink_domain: bool = False,
+) -> dict[str, Any]:
+    """The create body. ``mode`` defaults to ``mig`` with a MIG profile or layout, ``vgpu``
+    with a vGPU profile, else the file's, else ``exclusive``. ValueError on a bad file."""
+    body: dict[str, Any] = {}
+    if file is not None:
+        loaded = yaml.safe_load(file.read_text())
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{file}: not a mapping of node pool fields")
+        body.update(loaded)
+    body["name"] = name
+    for key, value in (
+        ("gpu_model", gpu_model),
+        ("gpus_per_node", gpus_per_node),
+        ("node_count", nodes),
+        ("driver_version", driver_version),
+        ("cuda_version", cuda_version),
+        ("reservation", reservation),
+    ):
+        if value is not None:
+            body[key] = value
+    isolation = dict(body.get("isolation") or {})
+    for key, value in (
+        ("mig_profile", mig_profile),
+        ("mig_layout", parse_layout(mig_layout) if mig_layout else None),
+        ("vgpu_profile", vgpu_profile),
+        ("replicas", replicas),
+        ("tenancy", tenancy),
+    ):
+        if value is not None:
+            isolation[key] = value
+    if mode is None and "mode" not in isolation:
+        if mig_profile or mig_layout:
+            mode = "mig" if replicas is None else None
+        elif vgpu_profile:
+            mode = "vgpu"
+    if mode is not None:
+        isolation["mode"] = mode
+    isolation.setdefault("mode", "exclusive")
+    body["isolation"] = isolation
+    if same_nvlink_domain:
+        body["placement"] = {**(body.get("placement") or {}), "same_nvlink_domain": True}
+    return body

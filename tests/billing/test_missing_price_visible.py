@@ -1,0 +1,95 @@
+"""A missing price fails visibly (issue 33 item 2): the demo's GB200 trays had no price, and
+"Build drafts now" answered "No invoices." while the worker logged
+``Conflict('no USD price for gb200 …')``; ``manage.py billing invoice --tenant demo`` printed a
+traceback. Worked example: tenant A ran one GB200 node of 4 GPUs for 2 hours, and the price
+sheet has no GB200 price in USD.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from tests.portal.conftest import ops_client, portal_user  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def _gb200(world, tenant, start):
+    host = world.make_host("gb200", gpus=4)
+    pool = world.pool(tenant, name="gb", model="gb200", gpus_per_node=4)
+    world.hold(pool, host, start, end=start + timedelta(hours=2))
+    return pool
+
+
+@pytest.fixture
+def gb200_usage(world, tenant_a):
+    return _gb200(world, tenant_a, datetime(2026, 3, 10, tzinfo=UTC))
+
+
+@pytest.fixture
+def recent_gb200_usage(world, tenant_a):
+    return _gb200(world, tenant_a, timezone.now() - timedelta(days=3))
+
+
+def test_an_invoice_that_cannot_price_a_line_is_a_409_naming_model_and_currency(
+    tenant_a, gb200_usage
+):
+    from billing.invoices import build_invoice
+    from nvke.errors import Conflict
+
+    with pytest.raises(Conflict) as caught:
+        build_invoice(tenant_a.id, "2026-03", now=datetime(2026, 4, 2, tzinfo=UTC))
+    assert caught.value.status_code == 409
+    assert caught.value.code == "missing_price"
+    assert caught.value.extra["gpu_model"] == "gb200"
+    assert caught.value.extra["currency"] == "USD"
+    assert str(caught.value.detail).startswith("no USD price for gb200 (whole GPU)")
+
+
+def test_the_command_takes_a_tenant_name_and_fails_with_one_line(tenant_a, gb200_usage):
+    with pytest.raises(CommandError) as caught:
+        call_command("billing", "invoice", "--tenant", "tenant-a", "--period", "2026-03")
+    assert str(caught.value).startswith("no USD price for gb200 (whole GPU)")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(CommandError, match="no tenant with id or name 'nobody'"):
+        call_command("billing", "invoice", "--tenant", "nobody", "--period", "2026-03")
+
+
+def test_the_command_builds_by_name(tenant_a, gb200_usage, capsys):
+    from decimal import Decimal
+
+    from billing.prices import set_price
+
+    set_price(
+        gpu_model="gb200",
+        hourly_rate=Decimal("6.00"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        label="list",
+    )
+    call_command("billing", "invoice", "--tenant", "tenant-a", "--period", "2026-03")
+    out = capsys.readouterr().out
+    # 4 GPUs x 2 h x 6.00 = 48.00 USD
+    assert " DRAFT 48.00 USD" in out.splitlines()[0]
+
+
+def test_the_console_says_which_price_is_missing(tenant_a, recent_gb200_usage, ops_client):  # noqa: F811
+    page = ops_client.post("/console/invoices/build", follow=True).content.decode()
+    assert "Cannot build tenant-a&#x27;s invoice: no USD price for gb200 (whole GPU)" in page
+    assert 'id="missing-prices"' in page  # the standing alert on the invoices page
+    assert "Draft invoices of 0 tenant(s) are being built." in page
+
+
+def test_the_demo_prices_every_model_it_places(catalog, tmp_path):
+    from billing.models import Price
+    from fleet.models import Host
+
+    call_command("seed_demo", data_dir=str(tmp_path))
+    call_command("portal_demo", data_dir=str(tmp_path), password="demo-password-1234")
+    placed = set(Host.objects.values_list("gpu_model_id", flat=True))
+    priced = set(Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", flat=True))
+    assert "gb200" in placed
+    assert placed <= priced, placed - priced

@@ -1,0 +1,69 @@
+"""``nvkectl nodepools create`` takes every field the node pool API takes, as flags or
+``-f pool.yaml`` (issue 33 item 5: it had no time-slicing, MPS, vGPU, MIG layout, shared
+tenancy or driver option)."""
+
+from __future__ import annotations
+
+import pytest
+from nvkectl.main import app
+from nvkectl.pools import parse_layout, pool_body
+from typer.testing import CliRunner
+
+
+def test_flags_cover_every_isolation_kind():
+    base = {"name": "p", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 1, "nodes": 2}
+    assert pool_body(**base)["isolation"] == {"mode": "exclusive"}
+    assert pool_body(**base, mig_layout="3g.40gb=1,1g.10gb=2")["isolation"] == {
+        "mode": "mig",
+        "mig_layout": {"3g.40gb": 1, "1g.10gb": 2},
+    }
+    assert pool_body(**base, mig_profile="1g.10gb", tenancy="shared")["isolation"] == {
+        "mode": "mig",
+        "mig_profile": "1g.10gb",
+        "tenancy": "shared",
+    }
+    assert pool_body(**base, mode="time-slicing", replicas=4)["isolation"] == {
+        "mode": "time-slicing",
+        "replicas": 4,
+    }
+    assert pool_body(**base, mode="mps", replicas=2)["isolation"]["mode"] == "mps"
+    assert pool_body(**base, vgpu_profile="H100XM-1-10C")["isolation"] == {
+        "mode": "vgpu",
+        "vgpu_profile": "H100XM-1-10C",
+    }
+    body = pool_body(**base, driver_version="R580", cuda_version="12.8", same_nvlink_domain=True)
+    assert (body["driver_version"], body["cuda_version"], body["placement"]) == (
+        "R580",
+        "12.8",
+        {"same_nvlink_domain": True},
+    )
+    assert body["node_count"] == 2
+
+
+def test_a_file_gives_the_fields_and_flags_override_it(tmp_path):
+    f = tmp_path / "pool.yaml"
+    f.write_text(
+        "gpu_model: h100-sxm5-80gb\ngpus_per_node: 2\nnode_count: 3\n"
+        "isolation: {mode: time-slicing, replicas: 4}\ndriver_version: R570\n"
+    )
+    body = pool_body(name="ts", file=f, replicas=8, driver_version="R580")
+    assert body == {
+        "name": "ts",
+        "gpu_model": "h100-sxm5-80gb",
+        "gpus_per_node": 2,
+        "node_count": 3,
+        "isolation": {"mode": "time-slicing", "replicas": 8},
+        "driver_version": "R580",
+    }
+
+
+def test_a_bad_layout_says_what_it_wants():
+    with pytest.raises(ValueError, match="is not PROFILE=COUNT"):
+        parse_layout("3g.40gb")
+
+
+def test_the_help_lists_the_new_flags():
+    out = CliRunner().invoke(app, ["nodepools", "create", "--help"], terminal_width=200).output
+    for flag in ("--file", "--isolation", "--mig-layout", "--vgpu-profile", "--replicas",
+                 "--tenancy", "--driver-version", "--cuda-version"):  # fmt: skip
+        assert flag in out, flag

@@ -1,0 +1,76 @@
+"""One definition of a placeable GPU (fleet/placeable.py; issue 33 item 4), shared by
+placement, fragmentation, the console overview and the node pool form.
+
+The fleet (SIMULATED, us-east-1a): a shared H100 host of 8 free GPUs (``tenancy: shared``), a
+dedicated H100 host with GPU 0 UNHEALTHY (Xid) and GPU 1 being scrubbed, and an A100 host
+whose agent went silent (``NOT_READY``). The console said "whole hosts free 1" (the shared
+host, room for an 8-GPU node) and listed the silent A100's GPUs as FREE; dry runs rightly
+placed nothing on the shared host.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+H100, A100 = "h100-sxm5-80gb", "a100-sxm4-80gb"
+
+
+@pytest.fixture
+def fleet(make_host):
+    from fleet.choices import GpuHealth, HostState, HostTenancy
+    from fleet.models import Gpu, Host
+
+    shared = make_host(H100, gpus=8, hostname="hv-shared-1")
+    Host.objects.filter(pk=shared.pk).update(tenancy=HostTenancy.SHARED)
+    dedicated = make_host(H100, gpus=8, hostname="h100-ded-1")
+    Gpu.objects.filter(host=dedicated, index=0).update(health=GpuHealth.UNHEALTHY)
+    Gpu.objects.filter(host=dedicated, index=1).update(scrub_state="PENDING")
+    silent = make_host(A100, gpus=8, hostname="a100-silent-1")
+    Host.objects.filter(pk=silent.pk).update(state=HostState.NOT_READY)
+    return shared, dedicated, silent
+
+
+def test_the_orm_rule_and_the_planners_rule_agree(fleet):
+    from fleet.models import Gpu, Host
+    from fleet.placeable import placeable_gpus_q
+    from fleet.placement import _views_for_hosts
+
+    views = _views_for_hosts(Host.objects.values_list("pk", flat=True))
+    planner = {
+        g.uuid for v in views if v.schedulable for g in v.gpus if g.usable and g.holder is None
+    }
+    orm = set(Gpu.objects.filter(placeable_gpus_q()).values_list("uuid", flat=True))
+    assert orm == planner
+    assert len(orm) == 6  # the dedicated H100 less its UNHEALTHY and scrubbing GPUs
+
+
+def test_fragmentation_counts_no_shared_host_as_whole_and_free(fleet):
+    from fleet.fragmentation import fragmentation_report
+
+    (h100,) = [g for g in fragmentation_report()["groups"] if g["gpu_model"] == H100]
+    assert (h100["hosts"], h100["whole_hosts_free"], h100["free_gpus"]) == (1, 0, 6)
+    assert (h100["shared_hosts"], h100["shared_free_gpus"]) == (1, 8)
+    shapes = {s["gpus"]: s["nodes"] for s in h100["shapes"]}
+    assert shapes[8] == 0  # no room for an 8-GPU node, as the dry run says
+    assert shapes[1] == 6
+
+
+def test_the_console_overview_shows_no_unhealthy_or_silent_gpu_as_free(fleet):
+    from portal.queries import gpus_by_model_and_health
+
+    rows = {r["gpu_model_id"]: r for r in gpus_by_model_and_health()}
+    # H100: 16 GPUs; 8 on the shared host and 6 on the dedicated one are placeable
+    assert (rows[H100]["free"], rows[H100]["unavailable"], rows[H100]["unhealthy"]) == (14, 2, 1)
+    # the silent A100 host: nothing is free, everything unavailable
+    assert (rows[A100]["free"], rows[A100]["unavailable"]) == (0, 8)
+
+
+def test_the_node_pool_form_offers_a_model_with_gpus_free_first(fleet):
+    from portal.queries import region_gpu_models
+
+    models = region_gpu_models("us-east-1")
+    assert [m.slug for m, _ in models] == [H100, A100]  # A100 sorts first by name, has 0 free
+    assert "6 of 16 GPUs free" in models[0][1]
+    assert "0 of 8 GPUs free" in models[1][1]
