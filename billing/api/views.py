@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
@@ -21,7 +22,6 @@ from billing.invoices import finalize_invoice
 from billing.models import Invoice, LedgerEntry, UsageRecord
 from billing.money import round_money
 from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
-from billing.tasks import AGGREGATE_INTERVAL_S
 from billing.usage import cluster_usage
 from clusters.models import Cluster
 from nvke.errors import InvalidInput
@@ -209,7 +209,7 @@ class UsageView(APIView):
                 "results": [_jsonable(r) for r in rows],
                 "totals": _jsonable(totals),
                 "reservations": [_jsonable(r) for r in reservations],
-                "aggregated_every_s": AGGREGATE_INTERVAL_S,
+                "aggregated_every_s": settings.NVKE_BILLING_AGGREGATE_INTERVAL_S,
             }
         )
 
