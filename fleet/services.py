@@ -32,12 +32,18 @@ from nvke_agent.smi_xml import NotAnNvidiaSmiReport, SmiReport, parse_nvidia_smi
 from catalog.models import GpuModel
 from catalog.services import match_product_name
 from nvke.errors import Conflict, InvalidInput
+from tenants import audit
 
 from . import formats, host_warnings, hygiene, nvlink_domains, topology
 from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
 from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
-from .signals import host_drain_requested, host_state_changed
+from .signals import (
+    commitments_broken,
+    host_drain_checked,
+    host_drain_requested,
+    host_state_changed,
+)
 
 
 @dataclass(frozen=True)
@@ -619,7 +625,12 @@ def drain_host(
     reported blocked) is safe: the nodes already moved stay counted. The host's reason says
     what is done and what is pending, in nodes.
 
-    Raises InvalidInput ``invalid_drain_target`` / Conflict ``invalid_host_state``.
+    A drain that would leave a pool on an ACTIVE reservation short (no other host for its
+    nodes, :mod:`nodepools.commitments`) is refused unless ``force`` or the host is failing
+    (:func:`_check_commitments`: audited, the tenants told).
+
+    Raises InvalidInput ``invalid_drain_target`` / Conflict ``invalid_host_state`` /
+    Conflict ``commitment_would_break`` (``commitments``: what would break).
     """
     if target not in DRAIN_TARGETS:
         raise InvalidInput(
@@ -634,13 +645,15 @@ def drain_host(
         if host.state not in allowed:
             raise _refuse(host, "drain", allowed)
         holder_ids = holders_on(host.pk)
+        broken = _check_commitments(host, holder_ids, actor=actor, force=force)
         # a repeated drain keeps counting the nodes already moved off
         moved = max(host.drain_nodes - len(holder_ids), 0) if host.drain_target else 0
         total = moved + len(holder_ids)
         _action(
             host,
             actor,
-            f"drain to {target}{' (force)' if force else ''}: {len(holder_ids)} node(s) to move",
+            f"drain to {target}{' (force)' if force else ''}: {len(holder_ids)} node(s) to move"
+            + (f"; breaks {'; '.join(str(b) for b in broken)}" if broken else ""),
             now,
             target=target,
             force=force,
@@ -678,6 +691,64 @@ def drain_host(
                 )
             )
     return Host.objects.get(pk=host.pk)
+
+
+#: a drain of a host in one of these states is an emergency: never refused for commitments
+EMERGENCY_STATES = (HostState.NOT_READY, HostState.FAILED)
+
+
+def _check_commitments(host: Host, holder_ids: list, *, actor: str, force: bool) -> list:
+    """What the drain would break (:data:`fleet.signals.host_drain_checked`'s receivers).
+
+    Nothing: []. Otherwise, a drain neither forced nor an emergency (the host
+    :data:`EMERGENCY_STATES`) raises Conflict ``commitment_would_break`` naming each
+    reservation, pool and what is missing; a forced or emergency drain goes ahead, audited
+    (``host.drain.commitment_broken``, one event per broken commitment, in this transaction), and
+    :data:`fleet.signals.commitments_broken` is sent on commit (the tenants' webhook event).
+    """
+    if not holder_ids:
+        return []
+    broken = [
+        item
+        for _receiver, answer in host_drain_checked.send(
+            sender=Host, host_id=host.pk, holder_ids=holder_ids
+        )
+        for item in answer or ()
+    ]
+    if not broken:
+        return []
+    emergency = host.state in EMERGENCY_STATES
+    if not (force or emergency):
+        raise Conflict(
+            f"draining host {host.hostname} would break "
+            + "; ".join(str(b) for b in broken)
+            + ". Drain with force to go ahead (the tenants are told)",
+            code="commitment_would_break",
+            field="force",
+            extra={"commitments": [b.as_dict() for b in broken]},
+        )
+    why = "force" if force else "emergency"
+    for b in broken:
+        audit.record(
+            actor=actor,
+            action="host.drain.commitment_broken",
+            target_type="reservation",
+            target_id=b.reservation_id,
+            tenant_id=b.tenant_id,
+            after={"host": host.hostname, "why": why, **b.as_dict()},
+        )
+    host_id, hostname = host.pk, host.hostname
+    transaction.on_commit(
+        lambda: commitments_broken.send(
+            sender=Host,
+            host_id=host_id,
+            hostname=hostname,
+            actor=actor,
+            why=why,
+            commitments=broken,
+        )
+    )
+    return broken
 
 
 def set_maintenance(host: Host, *, actor: str) -> Host:

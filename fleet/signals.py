@@ -23,12 +23,53 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     ``nodepools`` receives it (:mod:`nodepools.host_moves`); the host's ``drain_target`` stays
     set until it is empty, so a lost signal only waits for the periodic resync. Once none of
     its GPUs is held the host enters ``target_state`` by itself.
+
+``host_drain_checked``
+    A question, not news: sent *inside* :func:`fleet.services.drain_host`'s transaction,
+    before anything is written, with ``host_id`` and ``holder_ids``. Each receiver returns a
+    list of :class:`BrokenCommitment` — what the drain would break (``nodepools`` answers for
+    pools on ACTIVE reservations, :mod:`nodepools.commitments`). A drain that would break one
+    is refused unless forced or the host is failing (an emergency).
+
+``commitments_broken``
+    A drain went ahead although it breaks commitments (``force``, or an emergency drain of a
+    failing host). ``host_id``, ``hostname``, ``actor``, ``why`` (``"force"`` or
+    ``"emergency"``), ``commitments`` (list of :class:`BrokenCommitment`). ``webhooks`` tells
+    each tenant (event ``commitment.broken``).
 """
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import asdict, dataclass
+
 from django.dispatch import Signal
+
+
+@dataclass(frozen=True)
+class BrokenCommitment:
+    """What taking a host out of service breaks: ``kind`` (``"reservation"``), the tenant,
+    the reservation and node pool (ids and names) and ``missing`` in words with counts."""
+
+    kind: str
+    tenant_id: uuid.UUID
+    reservation_id: uuid.UUID
+    reservation_name: str
+    nodepool_id: uuid.UUID
+    nodepool_name: str
+    missing: str
+
+    def as_dict(self) -> dict[str, str]:
+        """JSON-ready (ids as strings)."""
+        return {k: str(v) for k, v in asdict(self).items()}
+
+    def __str__(self) -> str:
+        name = self.reservation_name or str(self.reservation_id)
+        return f"reservation {name} (node pool {self.nodepool_name}): {self.missing}"
+
 
 gpu_health_changed = Signal()
 host_state_changed = Signal()
 host_drain_requested = Signal()
+host_drain_checked = Signal()
+commitments_broken = Signal()

@@ -9,7 +9,12 @@ from django.utils import timezone
 from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
-from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
+from fleet.signals import (
+    gpu_health_changed,
+    host_drain_checked,
+    host_drain_requested,
+    host_state_changed,
+)
 from nvke.queueing import enqueue_once, send_on_commit
 from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import collect_usage
@@ -148,6 +153,15 @@ def follow_host_readiness(sender, host_id, new_state, **kwargs) -> int:
         # a direct send: a pending countdown (the repair timeout's) must not delay it
         send_on_commit(reconcile_nodepool, pool_id)
     return count
+
+
+@receiver(host_drain_checked)
+def commitments_a_host_drain_breaks(sender, host_id, holder_ids, **kwargs) -> list:
+    """What a drain of ``host_id`` would break
+    (:func:`nodepools.commitments.broken_by_host_drain`)."""
+    from .commitments import broken_by_host_drain
+
+    return broken_by_host_drain(host_id, holder_ids)
 
 
 @receiver(host_drain_requested)

@@ -9,6 +9,7 @@ class EventType(models.TextChoices):
     NODE_REPAIRED = "node.repaired"
     NODE_REPLACED = "node.replaced"
     HOST_MAINTENANCE = "host.maintenance"
+    COMMITMENT_BROKEN = "commitment.broken"
     INVOICE_FINALIZED = "invoice.finalized"
     QUOTA_80 = "quota.80"
     QUOTA_100 = "quota.100"

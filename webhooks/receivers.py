@@ -7,7 +7,7 @@ from django.dispatch import receiver
 
 from billing.signals import invoice_finalized
 from clusters.signals import operation_finished
-from fleet.signals import host_drain_requested
+from fleet.signals import commitments_broken, host_drain_requested
 from nodepools.signals import node_repaired
 from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import quota_threshold_reached
@@ -36,6 +36,30 @@ def on_operation_finished(sender, operation_id, **kwargs) -> None:
             subject=str(op.id),
             data=dict(OperationSerializer(op).data),
         )
+
+
+@receiver(commitments_broken)
+def on_commitments_broken(sender, host_id, hostname, why, commitments, **kwargs) -> None:
+    """``commitment.broken`` to each tenant whose reservation a forced (``why`` ``force``) or
+    emergency drain of a host breaks: its own pools and reservations only."""
+    by_tenant: dict = {}
+    for item in commitments:
+        by_tenant.setdefault(item.tenant_id, []).append(item.as_dict())
+    with transaction.atomic():
+        for tenant_id, items in by_tenant.items():
+            services.emit(
+                tenant_id=tenant_id,
+                event_type=EventType.COMMITMENT_BROKEN,
+                source="/api/v1/fleet",
+                subject=str(host_id),
+                data={
+                    "why": why,
+                    "host": hostname,
+                    "commitments": [
+                        {k: v for k, v in i.items() if k != "tenant_id"} for i in items
+                    ],
+                },
+            )
 
 
 @receiver(invoice_finalized)

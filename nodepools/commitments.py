@@ -1,0 +1,96 @@
+"""What taking a host out of service would break: the commitments of the node pools on it.
+
+A pool drawing on an ACTIVE reservation was promised its GPUs for the reservation's window. A
+host drain moves its nodes elsewhere (:mod:`nodepools.host_moves`); when no other host of the
+reservation's scope can take them, the pool would run short of what was reserved. That is
+refused up front (409 ``commitment_would_break``, :func:`fleet.services.drain_host`) unless the
+operator says ``force`` (audited, and sent to the tenant as the webhook event
+``commitment.broken``). A failing host (``NOT_READY``/``FAILED``) is an emergency: its drain is
+never refused, and it says what it broke the same way. Auto-repair (an Xid 79 GPU fallen off
+the bus) does not drain the host and is never asked.
+
+:func:`broken_by_host_drain` answers :data:`fleet.signals.host_drain_checked` (``fleet`` cannot
+read node pools or reservations: DESIGN §2).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.utils import timezone
+
+from clusters.choices import GONE_PHASES
+from fleet import placement
+from fleet.signals import BrokenCommitment
+
+from .models import Node
+from .specs import nodepool_spec
+
+
+def _replacements_fit(pool, count: int, host_id: uuid.UUID) -> bool:
+    """Whether ``count`` nodes of ``pool`` fit on the fleet's other hosts as they are now (a
+    what-if run of the placement planner with the pool's claim, as
+    :func:`clusters.providers.fleet_claims.claim_fleet_gpus` makes it; nothing is claimed)."""
+    spec = nodepool_spec(pool)
+    requests = [
+        placement.GpuRequest(
+            holder_id=uuid.uuid4(),
+            tenant_id=pool.tenant_id,
+            gpu_model=spec.gpu_model,
+            gpus=spec.gpus_per_node,
+            region=spec.cluster.region,
+            zone=spec.zone or None,
+            reservation_id=spec.reservation_id,
+            nvlink_domain=spec.nvlink_domain,
+        )
+        for _ in range(count)
+    ]
+    planner = placement.Planner(placement.load_host_views(requests, exclude=[host_id]))
+    try:
+        planner.place_all(requests)
+    except placement.InsufficientCapacity:
+        return False
+    return True
+
+
+def broken_by_host_drain(
+    host_id: uuid.UUID, holder_ids: Iterable[uuid.UUID], now: datetime | None = None
+) -> list[BrokenCommitment]:
+    """The reservation commitments a drain of ``host_id`` would break: for each live pool on
+    an ACTIVE reservation with nodes among ``holder_ids`` whose nodes cannot be placed on the
+    fleet's other hosts, one :class:`~fleet.signals.BrokenCommitment` naming the reservation,
+    the pool and what is missing (``2 of 4 node(s) (16 GPU(s)) have no other host``).
+    Empty when nothing would break."""
+    now = now or timezone.now()
+    nodes = (
+        Node.objects.live()
+        .filter(pk__in=list(holder_ids), nodepool__reservation__isnull=False)
+        .exclude(nodepool__phase__in=GONE_PHASES)
+        .select_related("nodepool__reservation", "nodepool__cluster")
+    )
+    on_host = Counter(n.nodepool for n in nodes)
+    broken: list[BrokenCommitment] = []
+    for pool, count in sorted(on_host.items(), key=lambda kv: kv[0].name):
+        reservation = pool.reservation
+        if not reservation.is_active(now) or _replacements_fit(pool, count, host_id):
+            continue
+        what = (
+            f"{count} of {pool.node_count} node(s) ({count * pool.gpus_per_node} GPU(s)) "
+            f"have no other {pool.gpu_model_id} host in "
+            f"{reservation.zone or pool.cluster.region}"
+        )
+        broken.append(
+            BrokenCommitment(
+                kind="reservation",
+                tenant_id=pool.tenant_id,
+                reservation_id=reservation.id,
+                reservation_name=reservation.name,
+                nodepool_id=pool.id,
+                nodepool_name=pool.name,
+                missing=what,
+            )
+        )
+    return broken

@@ -1,0 +1,189 @@
+"""Commitments are never broken silently: a host drain that would leave a pool on an ACTIVE
+reservation short is refused (409 naming the reservation and the pool) unless forced; a forced
+drain goes ahead, audited and sent to the tenant as ``commitment.broken``; a failing host's
+drain (an emergency) and auto-repair of a GPU fallen off the bus are never refused or held.
+
+Fleet: one simulated 8-GPU H100 host ``only``; tenant A reserves its 8 GPUs and runs a pool of
+2 x 4 GPUs on the reservation, so both nodes sit on ``only``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import drive_pool
+from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def reserved_pool(owner, make_host, settings):
+    settings.NVKE_WEBHOOK_ALLOW_HTTP = True
+    settings.NVKE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    host = make_host(MODEL, gpus=8, hostname="only")
+    reservation = reserve(owner, 8, name="train-q4").json()
+    cluster = make_cluster(owner, "r")
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        pool_body("trainers", 2, gpus=4, reservation=reservation["id"]),
+        format="json",
+    )
+    assert op.status_code == 202, op.content
+    pool_id = op.json()["target_id"]
+    drive_pool(pool_id)
+    from nodepools.models import Node
+
+    assert sorted(Node.objects.live().values_list("host__hostname", "phase")) == [
+        ("only", "READY"),
+        ("only", "READY"),
+    ]
+    hook = owner.post(
+        "/api/v1/webhooks",
+        {"url": "http://127.0.0.1:9/hook", "event_types": ["commitment.broken"]},
+        format="json",
+    )
+    assert hook.status_code == 201, hook.content
+    return host, reservation, pool_id
+
+
+def commitment_events():
+    from webhooks.models import WebhookDelivery
+
+    return list(WebhookDelivery.objects.filter(event_type="commitment.broken"))
+
+
+def test_a_drain_that_would_short_a_reservation_pool_is_409_naming_it_and_touches_nothing(
+    reserved_pool, operator
+):
+    from fleet.models import Host, HostEvent
+    from tenants.models import AuditEvent
+
+    host, reservation, pool_id = reserved_pool
+    host.refresh_from_db()
+    assert host.state == "ALLOCATED"
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {}, format="json")
+    body = resp.json()
+    assert (resp.status_code, body["code"], body["field"]) == (
+        409,
+        "commitment_would_break",
+        "force",
+    )
+    assert body["detail"] == (
+        "draining host only would break reservation train-q4 (node pool trainers): 2 of 2 "
+        f"node(s) (8 GPU(s)) have no other {MODEL} host in us-east-1. Drain with force to go "
+        "ahead (the tenants are told)"
+    )
+    assert [(c["reservation_id"], c["nodepool_id"]) for c in body["commitments"]] == [
+        (reservation["id"], pool_id)
+    ]
+    # nothing was touched: the host is as it was, no event, no audit, no webhook
+    after = Host.objects.get(pk=host.pk)
+    assert (after.state, after.drain_target) == ("ALLOCATED", "")
+    assert not HostEvent.objects.filter(host=host, kind="ACTION").exists()
+    assert not AuditEvent.objects.filter(action="host.drain.commitment_broken").exists()
+    assert commitment_events() == []
+    # the maintenance shortcut (no force) is refused the same way
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/maintenance", {}, format="json")
+    assert (resp.status_code, resp.json()["code"]) == (409, "commitment_would_break")
+
+
+def test_with_another_host_for_its_nodes_the_drain_goes_ahead_unforced(
+    reserved_pool, operator, make_host
+):
+    host, _reservation, _pool_id = reserved_pool
+    make_host(MODEL, gpus=8, hostname="spare")
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {}, format="json")
+    assert (resp.status_code, resp.json()["drain_nodes"]) == (200, 2)
+    assert commitment_events() == []
+
+
+def test_a_forced_drain_proceeds_is_audited_and_the_tenant_gets_a_webhook_event(
+    reserved_pool, operator, tenant_a, django_capture_on_commit_callbacks
+):
+    from nodepools.models import NodePool
+    from tenants.models import AuditEvent
+
+    host, reservation, pool_id = reserved_pool
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {"force": True}, format="json")
+    assert (resp.status_code, resp.json()["drain_target"], resp.json()["drain_force"]) == (
+        200,
+        "CORDONED",
+        True,
+    )
+    (audit,) = AuditEvent.objects.filter(action="host.drain.commitment_broken")
+    assert (audit.tenant_id, audit.target_type, audit.target_id) == (
+        tenant_a.id,
+        "reservation",
+        reservation["id"],
+    )
+    assert (audit.after["why"], audit.after["host"], audit.after["nodepool_name"]) == (
+        "force",
+        "only",
+        "trainers",
+    )
+    (event,) = commitment_events()
+    assert event.tenant_id == tenant_a.id
+    assert event.event["subject"] == str(host.id)
+    data = event.event["data"]
+    assert (data["why"], data["host"]) == ("force", "only")
+    named = [(c["reservation_name"], c["nodepool_id"], c["missing"]) for c in data["commitments"]]
+    assert named == [
+        (
+            "train-q4",
+            pool_id,
+            f"2 of 2 node(s) (8 GPU(s)) have no other {MODEL} host in us-east-1",
+        )
+    ]
+    # the drain then runs as any other: the nodes move off, the pool runs short and says so
+    from nodepools.reconcile import reconcile_nodepool
+
+    for _ in range(10):
+        reconcile_nodepool(pool_id)
+    pool = NodePool.objects.get(pk=pool_id)
+    short = next(c for c in pool.conditions if c["type"] == "CapacityShort")
+    assert (pool.phase, short["status"]) == ("DEGRADED", "True")
+    assert short["message"].startswith("runs 0 of 2 node(s)")
+
+
+def test_an_emergency_drain_of_a_failing_host_is_never_refused_and_says_what_it_broke(
+    reserved_pool, operator, django_capture_on_commit_callbacks
+):
+    from fleet.models import Host
+    from tenants.models import AuditEvent
+
+    host, _reservation, _pool_id = reserved_pool
+    Host.objects.filter(pk=host.pk).update(state="NOT_READY")
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {}, format="json")
+    assert resp.status_code == 200, resp.content
+    (audit,) = AuditEvent.objects.filter(action="host.drain.commitment_broken")
+    assert audit.after["why"] == "emergency"
+    (event,) = commitment_events()
+    assert event.event["data"]["why"] == "emergency"
+
+
+def test_auto_repair_of_a_gpu_fallen_off_the_bus_never_waits_on_the_reservation(
+    reserved_pool,
+):
+    """Xid 79: the node is replaced at once (released, its replacement looked for), with no
+    spare host and a reservation it leaves short — the emergency path is never blocked."""
+    from fleet.models import Gpu
+    from nodepools.models import Node, NodePool
+    from nodepools.reconcile import reconcile_nodepool
+    from tests.nodepools.test_repair import fault
+
+    _host, _reservation, pool_id = reserved_pool
+    node = Node.objects.filter(nodepool_id=pool_id).order_by("name").first()
+    Gpu.objects.filter(uuid=node.gpu_uuids[0]).update(health="UNHEALTHY")
+    fault(node, "CONTACT_SUPPORT", 79)
+    for _ in range(10):
+        reconcile_nodepool(pool_id)
+    node.refresh_from_db()
+    assert node.phase == "DELETED"
+    pool = NodePool.objects.get(pk=pool_id)
+    assert Node.objects.live().filter(nodepool_id=pool_id).count() == 1
+    short = next(c for c in pool.conditions if c["type"] == "CapacityShort")
+    assert short["status"] == "True"
+    assert commitment_events() == []
