@@ -77,7 +77,8 @@ def readiness(pool: NodePool, live: list[Node]) -> Readiness:
     """The pool's readiness from ``live`` (its nodes that count towards ``node_count``)."""
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     not_ready = [n for n in live if n.phase != NodePhase.READY]
-    # only an ERROR pool has fewer nodes than its node_count here: the failed change's
+    # an ERROR pool (the failed change's) or one waiting for capacity to grow (CapacityShort)
+    # has fewer nodes than its node_count here
     missing = pool.node_count - len(live)
     return Readiness(
         ready=ready,

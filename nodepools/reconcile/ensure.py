@@ -17,7 +17,7 @@ from ..choices import NodePhase
 from ..models import NodePool
 from ..repair import step_repair
 from ..specs import nodepool_spec
-from ..step_result import SHORT, STOP
+from ..step_result import GROW_SHORT, SHORT, STOP
 from ..upgrade_steps import step_upgrade, upgrade_surge
 from .fail import _fail
 from .nodes_up import _bring_up, _verified
@@ -35,15 +35,18 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     hosts = host_moves.mark_moving(pool, live, now)
     counted = [n for n in live if not n.move_state]
     desired = pool.node_count + upgrade_surge(pool, counted)
-    short = False
+    short = grow_short = False
     if len(counted) < pool.node_count:
         delay = _scale_up(pool, counted, now, moving=len(live) - len(counted))
-        if delay is not SHORT:
+        if delay is GROW_SHORT:
+            grow_short = True  # no room to grow: the nodes it has are served as usual
+        elif delay is not SHORT:
             return delay
-        if len(counted) == len(live):  # short, nothing left to move: try again later
+        elif len(counted) == len(live):  # short, nothing left to move: try again later
             host_moves.finish(pool, now)
             return host_moves.SHORT_RETRY_S
-        short = True  # the moving nodes go on without a replacement
+        else:
+            short = True  # the moving nodes go on without a replacement
     elif len(counted) < desired:  # only surge nodes are missing: without capacity, do without
         return _scale_up(pool, counted, now, count=desired, surge=True)
     elif len(counted) > desired:
@@ -76,7 +79,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     if short:
         return host_moves.SHORT_RETRY_S
     live = counted
-    host_moves.clear_short(pool, now)
+    if not grow_short:
+        host_moves.clear_short(pool, now)
     # the pool's ready count and NodesReady are read from its nodes now, at every step
     state = readiness.write_readiness(pool, live, now)
     repairing = step_repair(pool, live, provider, spec, now)
@@ -94,6 +98,8 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return None
     if upgrading is not None:
         return upgrading
+    if grow_short:
+        return _serve_short(pool, state, now)
     if state.degraded:
         # the spec is realised (its nodes exist; a create or resize is DONE), but the pool
         # stays DEGRADED until its nodes are READY again or repaired
@@ -119,6 +125,21 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
     pool.save(update_fields=["phase", "observed_generation", "conditions", "updated_at"])
     _finish_size_operations(pool, now)
     return None
+
+
+def _serve_short(pool: NodePool, state: readiness.Readiness, now: datetime) -> float:
+    """A pool that waits for capacity to grow serves the nodes it has: RUNNING (DEGRADED
+    while one of them is out of service), ``Ready`` from the same counts as ``NodesReady``
+    (``3 of 4 nodes ready; 1 node(s) not placed``), its spec not yet observed; the missing
+    nodes are tried again in ``host_moves.SHORT_RETRY_S`` seconds."""
+    phase = Phase.DEGRADED if state.degraded else Phase.RUNNING
+    if not state.degraded:  # a degraded pool's Ready names its nodes (write_readiness)
+        message = f"{state.summary}; " + "; ".join(state.problems)
+        save_conditions(pool, now, ("Ready", True, "CapacityShort", message[:1000]))
+    if pool.phase != phase:
+        pool.phase = phase
+        pool.save(update_fields=["phase", "updated_at"])
+    return host_moves.SHORT_RETRY_S
 
 
 def _finish_size_operations(pool: NodePool, now: datetime) -> None:

@@ -11,11 +11,11 @@ from datetime import datetime
 
 from django.db import transaction
 
-from clusters.choices import Phase
-from clusters.models import progress_operation
+from clusters.choices import OperationType, Phase
+from clusters.models import finish_operation, progress_operation
 from clusters.providers import ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity
-from nvke.conditions import save_conditions, set_condition
+from nvke.conditions import get_condition, save_conditions, set_condition
 
 from .. import disruption, host_moves, observed
 from ..choices import NodePhase
@@ -26,6 +26,7 @@ from ..repair import (
     replacement_short,
 )
 from ..specs import node_spec, nodepool_spec
+from ..step_result import GROW_SHORT, Step
 from .delete import release_nodes
 from .fail import _fail
 
@@ -43,7 +44,8 @@ def _scale_up(
     """Place the missing nodes, all or none. ``moving``: nodes moving off draining hosts
     beside ``live``; without capacity the pool then runs short
     (:data:`~nodepools.step_result.SHORT`)
-    instead of failing."""
+    instead of failing; a pool that serves nodes and grows waits for capacity
+    (:data:`~nodepools.step_result.GROW_SHORT`, :func:`_grow_short`), a new pool FAILS."""
     missing = (count if count is not None else pool.node_count) - len(live)
     try:
         _place_nodes(pool, missing, now)
@@ -55,7 +57,11 @@ def _scale_up(
         replaced = pending_replacements(pool)
         if replaced:  # an auto-repair released nodes: run short, retry (never ERROR)
             return replacement_short(pool, live, replaced, str(exc), now)
-        if moving or host_moves.runs_short(pool):  # a host drain took the nodes: run short
+        if moving:  # a host drain took the nodes: run short
+            return host_moves.capacity_short(pool, live, str(exc), now)
+        if live and (growing_short(pool) or not host_moves.runs_short(pool)):
+            return _grow_short(pool, live, str(exc), now)  # serve what it has, retry
+        if host_moves.runs_short(pool):
             return host_moves.capacity_short(pool, live, str(exc), now)
         return _fail(pool, "insufficient_capacity", str(exc), retryable=True, now=now)
     except ProviderError as exc:
@@ -75,6 +81,44 @@ def _scale_up(
         pool.save(update_fields=fields)
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
+
+
+#: ``CapacityShort``'s reason while a serving pool waits for capacity to grow
+GROW_SHORT_REASON = "WaitingForCapacity"
+
+
+def growing_short(pool: NodePool) -> bool:
+    """True while the pool's scale-up waits for capacity (:func:`_grow_short`)."""
+    cond = get_condition(pool.conditions, "CapacityShort")
+    return bool(cond and cond.get("status") == "True" and cond.get("reason") == GROW_SHORT_REASON)
+
+
+def _grow_short(pool: NodePool, live: list[Node], reason: str, now: datetime) -> Step:
+    """A scale-up of a pool that serves nodes found no capacity for the new ones: the pool
+    keeps serving ``live`` (not ERROR), ``CapacityShort`` True says how many nodes are placed
+    of how many and why (``3 of 4 nodes placed: no free host …; retried every 30 s``), and
+    the resize operation FAILS ``insufficient_capacity`` (retryable) so that it holds no
+    lock on the cluster; the reconciler places the missing nodes once capacity comes back
+    (``host_moves.SHORT_RETRY_S``). Returns :data:`GROW_SHORT`."""
+    message = (
+        f"{len(live)} of {pool.node_count} nodes placed: {reason}; "
+        f"retried every {host_moves.SHORT_RETRY_S:g} s"
+    )
+    save_conditions(pool, now, ("CapacityShort", True, GROW_SHORT_REASON, message[:1000]))
+    finish_operation(
+        pool.id,
+        types=(OperationType.SET_NODE_POOL_SIZE,),
+        error={
+            "code": "insufficient_capacity",
+            "message": (
+                f"{message}; the pool serves its {len(live)} node(s) meanwhile "
+                "(condition CapacityShort)"
+            )[:1000],
+            "retryable": True,
+        },
+        now=now,
+    )
+    return GROW_SHORT
 
 
 def _place_nodes(

@@ -1,8 +1,11 @@
 """A pool ERROR for its current spec still heals and reports the nodes it has.
 
-A scale-up 1 -> 2 finds no capacity: the pool is ERROR, its SET_NODE_POOL_SIZE operation
-FAILED ``insufficient_capacity``, and it keeps its one READY node. The failed change is not
-retried, but that node is still read and repaired as in a RUNNING pool
+A scale-up 1 -> 2 failed: the pool is ERROR, its SET_NODE_POOL_SIZE operation FAILED
+``insufficient_capacity``, and it keeps its one READY node. (A serving pool's scale-up without
+capacity no longer fails — it waits for capacity, condition ``CapacityShort``,
+tests/nodepools/test_capacity_short.py — so the failure is written by the reconciler's own
+``nodepools.reconcile.fail._fail``, as a change that fails for good leaves a pool.) The failed
+change is not retried, but that node is still read and repaired as in a RUNNING pool
 (nodepools/reconcile.py ``_step_failed``): an Xid reboots or replaces it (one replacement,
 never the node the failed resize asked for) under a REPAIR_NODES operation, a NOT_READY host
 shows in ``NodesReady``, and the pool stays ERROR with ``Ready`` keeping its failure.
@@ -21,6 +24,8 @@ from django.utils import timezone
 from tests.helpers import drive_pool, running_h100_pool, snapshot
 
 pytestmark = pytest.mark.django_db
+
+NO_ROOM = "no free host with 8 h100-sxm5-80gb GPU(s) in us-east-1 (1 of 1 node(s) unplaced)"
 
 
 def condition(pool_id, type_):
@@ -43,13 +48,19 @@ def live(pool_id):
 def failed(owner, make_host):
     """One 8-GPU H100 host, pool ``h100`` of one 8-GPU node on it, scaled to 2: ERROR.
     Returns (cluster id, pool id, the failed operation as the API shows it)."""
+    from django.db import transaction
+
     from clusters.models import Operation
     from nodepools.models import NodePool
+    from nodepools.reconcile.fail import _fail
 
     cluster, pool = running_h100_pool(owner, make_host, hosts=1, nodes=1)
     op = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools/{pool}/set-size", {"node_count": 2}
     ).json()
+    with transaction.atomic():
+        row = NodePool.objects.select_related("cluster").get(pk=pool)
+        _fail(row, "insufficient_capacity", NO_ROOM, retryable=True, now=timezone.now())
     assert drive_pool(pool) == 1
     body = owner.get(f"/api/v1/operations/{op['id']}").json()
     assert (body["status"], body["error"]["code"]) == ("FAILED", "insufficient_capacity")
