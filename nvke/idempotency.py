@@ -135,7 +135,8 @@ class IdempotencyMiddleware:
 def _without_secrets(response) -> bytes:
     """The body to keep: secrets shown once (API keys, bootstrap tokens, credentials) are
     redacted, so a replay never shows them a second time and the table never holds them."""
-    from tenants.audit import REDACTED, redact
+    from nvke.redaction import REDACTED
+    from nvke.redaction import redact_keys as redact
 
     body = bytes(response.content)
     if not response.get("Content-Type", "").startswith(("application/json", "application/problem")):

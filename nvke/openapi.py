@@ -9,7 +9,7 @@ operation, what the middleware and the problem+json handler really do (DESIGN §
   reused ``Idempotency-Key``);
 - the protocol headers: ``X-Request-ID`` on every request and response, ``Idempotency-Key`` on
   POST, ``If-Match`` where the view checks it, ``ETag`` on retrieves, ``Location`` and
-  ``Retry-After`` on 202 (:func:`nvke.accepted.accepted`) and ``Retry-After`` on 429;
+  ``Retry-After`` on 202 (:func:`clusters.api.accepted.accepted`) and ``Retry-After`` on 429;
 - paths without the optional trailing slash, one spelling per route;
 - operation ids without dots (``invoices.csv`` routes) so generated clients get valid names.
 

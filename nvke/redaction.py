@@ -23,6 +23,23 @@ _SECRET_PATHS = re.compile(
 )
 
 
+#: keys whose values are secrets (API keys, tokens, credentials, kubeconfigs, raw reports)
+_SECRET_KEY = re.compile(r"(key|token|credential|password|secret|kubeconfig|xml)", re.I)
+
+
+def redact_keys(value: Any) -> Any:
+    """A copy of ``value`` (dicts and lists, nested) with the values of secret-looking keys
+    replaced by :data:`REDACTED` (audit events and kept idempotent responses)."""
+    if isinstance(value, dict):
+        return {
+            k: (REDACTED if _SECRET_KEY.search(str(k)) else redact_keys(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_keys(v) for v in value]
+    return value
+
+
 def _replace(match: re.Match[str]) -> str:
     return (match.group("prefix") or match.group("reset")) + REDACTED
 

@@ -8,12 +8,13 @@ object answers 404 exactly like a missing one.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
-from tenants.principal import Principal
+if TYPE_CHECKING:  # a type only: the helper reads ``is_operator`` and ``tenant`` (DESIGN §2)
+    from tenants.principal import Principal
 
 M = TypeVar("M", bound=models.Model)
 

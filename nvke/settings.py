@@ -102,7 +102,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "nvke.idempotency.IdempotencyMiddleware",
-    "nvke.audit_middleware.AuditFallbackMiddleware",
+    "tenants.audit_middleware.AuditFallbackMiddleware",
     # last, as django-axes requires: answers a locked-out login attempt
     "axes.middleware.AxesMiddleware",
 ]

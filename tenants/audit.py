@@ -4,33 +4,26 @@ Services call :func:`record`; the request id and source IP come from the request
 (:mod:`nvke.middleware`). Secrets are redacted from before/after (keys named like
 ``key``, ``token``, ``credential``, ``password``, ``secret``, ``kubeconfig``, ``xml``).
 Mutations that no service recorded are still audited by
-:class:`nvke.audit_middleware.AuditFallbackMiddleware`.
+:class:`tenants.audit_middleware.AuditFallbackMiddleware`.
 """
 
 from __future__ import annotations
 
 import contextvars
-import re
 from typing import Any
 
 from nvke.middleware import client_ip_var, request_id_var
+from nvke.redaction import REDACTED, redact_keys
 
 from .models import AuditEvent, Tenant
 
-_SECRET = re.compile(r"(key|token|credential|password|secret|kubeconfig|xml)", re.I)
-REDACTED = "[redacted]"
+__all__ = ["REDACTED", "changed", "record", "redact"]
+
+#: the one key-based redaction (:func:`nvke.redaction.redact_keys`), under its audit name
+redact = redact_keys
 
 #: set when a service recorded an event for the current request (the fallback skips it)
 recorded_var: contextvars.ContextVar[bool] = contextvars.ContextVar("audit_recorded", default=False)
-
-
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with secret-looking keys replaced by ``[redacted]``."""
-    if isinstance(value, dict):
-        return {k: (REDACTED if _SECRET.search(str(k)) else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 def changed(before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[dict, dict]:

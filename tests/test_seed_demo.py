@@ -13,9 +13,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_demo_has_a_simulated_part_of_a_gb200_nvl72_rack_in_one_domain(catalog, tmp_path):
+    from clusters.management.commands.seed_demo import GB200_DEMO_DOMAIN
     from fleet.models import Host
     from fleet.nvlink_domains import domain_rooms
-    from nvke.management.commands.seed_demo import GB200_DEMO_DOMAIN
     from tenants.models import Tenant
 
     call_command("seed_demo", data_dir=str(tmp_path))

@@ -9,11 +9,11 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from clusters import services
+from clusters.api.accepted import accepted
 from clusters.choices import GONE_PHASES
 from clusters.kubeconfig_names import context_name, rename_kubeconfig
 from clusters.models import Cluster, Operation
 from nvke import crypto
-from nvke.accepted import accepted
 from nvke.errors import ApiError, Conflict, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.sql_lists import list_response

@@ -6,10 +6,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.views import APIView
 
+from clusters.api.accepted import accepted
 from clusters.api.serializers import OperationSerializer
 from nodepools.models import NodePool
 from nodepools.scaling import set_node_pool_size
-from nvke.accepted import accepted
 from nvke.etags import check_if_match
 from nvke.scoping import get_scoped_or_404
 

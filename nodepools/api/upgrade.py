@@ -7,10 +7,10 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters.api.accepted import accepted
 from clusters.api.serializers import OperationSerializer
 from nodepools.models import NodePool
 from nodepools.upgrades import resume_upgrade, upgrade_nodepool
-from nvke.accepted import accepted
 from nvke.etags import check_if_match
 from nvke.scoping import get_scoped_or_404
 

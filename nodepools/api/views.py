@@ -9,11 +9,11 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from clusters.api.accepted import accepted
 from clusters.api.serializers import OperationSerializer
 from clusters.models import Cluster
 from nodepools import services
 from nodepools.models import Node, NodePool
-from nvke.accepted import accepted
 from nvke.errors import InvalidInput, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.scoping import get_scoped_or_404
