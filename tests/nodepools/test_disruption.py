@@ -184,3 +184,55 @@ def test_an_isolation_change_of_a_shared_mig_pool_is_409_before_anything_is_touc
     assert list(Operation.objects.filter(target_id=pool_id).values_list("type", flat=True)) == [
         "CREATE_NODE_POOL"
     ]
+
+
+def test_the_new_users_sequence_on_a_shared_pool_with_a_broken_node(owner, make_host, operator):
+    """Broken shared pool -> scale 4 -> 3 removes the broken node; a dry run is answered while
+    the resize holds the cluster; once it is done the cluster takes the next change (no
+    cluster-wide 409 left behind)."""
+    from nodepools.models import Node, NodePool
+    from tests.nodepools.test_shared_hosts import MODEL, make_cluster, shared
+
+    host = make_host(MODEL, gpus=2, hostname="hv-shared-7")
+    operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json")
+    cluster = make_cluster(owner, "newuser")
+    created = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {
+            "name": "mig1g",
+            "gpu_model": MODEL,
+            "gpus_per_node": 1,
+            "node_count": 4,
+            "isolation": shared("1g.10gb"),
+        },
+        format="json",
+    )
+    assert created.status_code == 202, created.content
+    pool_id = created.json()["target_id"]
+    drive_pool(pool_id)
+    nodes = list(Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name"))
+    assert [n.phase for n in nodes] == ["READY"] * 4
+    broken = nodes[0]  # the oldest: newest-first alone would keep it
+    Node.objects.filter(pk=broken.pk).update(phase="NOT_READY")
+
+    url = f"/api/v1/clusters/{cluster}/nodepools/{pool_id}"
+    resize = owner.post(f"{url}/set-size", {"node_count": 3})
+    assert resize.status_code == 202
+    # while the resize holds the cluster: a real change is 409, a dry run is answered
+    other = {"name": "more", "gpu_model": MODEL, "gpus_per_node": 1, "node_count": 1}
+    busy = owner.post(f"/api/v1/clusters/{cluster}/nodepools", other, format="json")
+    assert (busy.status_code, busy.json()["code"]) == (409, "operation_in_progress")
+    looked = owner.post(f"/api/v1/clusters/{cluster}/nodepools?dry_run=true", other, format="json")
+    assert (looked.status_code, looked.json()["dry_run"]) == (200, True)
+
+    drive_pool(pool_id)
+    phases = dict(Node.objects.filter(nodepool_id=pool_id).values_list("name", "phase"))
+    assert phases == {
+        broken.name: "DELETED",
+        **{n.name: "READY" for n in nodes[1:]},
+    }
+    op = owner.get(f"/api/v1/operations/{resize.json()['id']}").json()
+    assert op["status"] == "DONE"
+    assert NodePool.objects.get(pk=pool_id).phase == "RUNNING"
+    taken = owner.post(f"/api/v1/clusters/{cluster}/nodepools", other, format="json")
+    assert taken.status_code == 202, taken.content  # the cluster is free again
