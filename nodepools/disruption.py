@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, Protocol
 
+from django.conf import settings
+
 from clusters.providers.base import NodePoolSpec, Provider
 
 from .choices import NodePhase
@@ -51,11 +53,38 @@ OnTimeout = Literal["pause", "evict", "fail"]
 class DrainPolicy:
     """How a drain treats pods that block it: waited for up to ``timeout_s`` seconds after
     the node was cordoned (``Node.drain_started_at``), then ``on_timeout``; ``force`` evicts
-    at once, ignoring disruption budgets."""
+    at once, ignoring disruption budgets. ``immediate``: the node leaves now (it is failing,
+    or its machine is being deleted): no gate is asked and nothing is waited for."""
 
     timeout_s: float
     on_timeout: OnTimeout = "pause"
     force: bool = False
+    immediate: bool = False
+
+
+#: every caller of :func:`drain` and its policy: (timeout in seconds, or the setting that
+#: holds it, or None where the request says; what happens at the timeout; immediate)
+POLICIES: dict[str, tuple[float | str | None, OnTimeout, bool]] = {
+    "scale-down": ("NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S", "evict", False),
+    "upgrade": (None, "pause", False),  # the upgrade request's drain_timeout_s
+    "isolation-change": (float("inf"), "pause", False),  # waited for, never evicted
+    "host-maintenance": ("NVKE_HOST_DRAIN_TIMEOUT_S", "pause", False),
+    "defrag-move": ("NVKE_HOST_DRAIN_TIMEOUT_S", "pause", False),
+    "repair": (0.0, "evict", True),  # a failing node: never waits (the emergency path)
+    "deletion": (0.0, "evict", True),  # the machine is deleted: its pods go with it
+}
+
+
+def policy_for(caller: str, *, force: bool = False, timeout_s: float | None = None) -> DrainPolicy:
+    """The drain policy of ``caller`` (a key of :data:`POLICIES`); ``timeout_s`` where the
+    request gives it (an upgrade's ``drain_timeout_s``), ``force`` where the operator asked.
+    KeyError for an unknown caller."""
+    timeout, on_timeout, immediate = POLICIES[caller]
+    if timeout_s is None:
+        if timeout is None:
+            raise ValueError(f"the {caller} policy takes its timeout from the request")
+        timeout_s = float(getattr(settings, timeout) if isinstance(timeout, str) else timeout)
+    return DrainPolicy(timeout_s, on_timeout, force=force, immediate=immediate)
 
 
 @dataclass(frozen=True)
@@ -130,17 +159,18 @@ def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
 def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) -> DrainResult:
     """One look at ``node``'s drain under ``policy`` (cordoning it first if it is not yet).
 
-    ``DRAINED`` once no pod blocks it (its pods evicted), at once with ``policy.force``, or
+    ``DRAINED`` once no pod blocks it (its pods evicted), at once with ``policy.force`` or
+    ``policy.immediate`` (no gate asked), or
     at the timeout with ``on_timeout="evict"``; ``WAITING`` while pods (or a gate) hold it for
     less than ``policy.timeout_s`` since ``node.drain_started_at``; after that ``BLOCKED``
     (``pause``) or ``FAILED`` (``fail``). No caller-specific branch: the caller reads the
     outcome and records it in its own terms.
     """
     cordon(node, backend, now)
-    held = [reason for gate in GATES if (reason := gate(node))]
+    held = [] if policy.immediate else [reason for gate in GATES if (reason := gate(node))]
     if held:
         return DrainResult(WAITING, held)
-    if policy.force:
+    if policy.force or policy.immediate:
         backend.evict(node, force=True)
         return DrainResult(DRAINED)
     pods = backend.blockers(node)

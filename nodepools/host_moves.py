@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 
 from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType
@@ -199,7 +198,6 @@ def step_moves(
     if not moving:
         finish(pool, now)
         return None
-    timeout = settings.NVKE_HOST_DRAIN_TIMEOUT_S
     released: list[Node] = []
     blocked: list[str] = []
     waiting = False
@@ -214,7 +212,8 @@ def step_moves(
             node.phase = NodePhase.DRAINING
             node.drain_started_at = now
             node.save(update_fields=["move_state", "phase", "drain_started_at"])
-        policy = disruption.DrainPolicy(timeout_s=timeout, on_timeout="pause", force=forced)
+        caller = "host-maintenance" if node.host_id in hosts else "defrag-move"
+        policy = disruption.policy_for(caller, force=forced)
         result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
         if result.drained:
             released.append(node)

@@ -98,7 +98,9 @@ def step_repair(
     _ensure_operation(pool, len(unhealthy), now)
     node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
     if node.repair_action == "reboot" and node.repair_state == "requested":
-        disruption.backend_for(provider, spec).evict(node, force=False)  # the one path
+        # the one path, as the emergency it is: no gate, nothing waited for
+        backend = disruption.backend_for(provider, spec)
+        disruption.drain(node, disruption.policy_for("repair"), backend, now)
         observed.start_wait(node, now)  # back in service only on a report after the reboot
         try:
             provider.reboot_node(spec, _spec(node))

@@ -131,9 +131,9 @@ def _step_node(
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
-        policy = disruption.DrainPolicy(
+        policy = disruption.policy_for(
+            "upgrade",
             timeout_s=int(pool.upgrade.get("drain_timeout_s", 600)),
-            on_timeout="pause",
             force=bool(pool.upgrade.get("force") or pool.upgrade.get("force_node") == node.name),
         )
         result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)

@@ -98,11 +98,12 @@ def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
     (scale-down, moves, repair's replacement, deletion)."""
     provider = get_provider(pool.cluster.provider)
     backend = disruption.backend_for(provider, nodepool_spec(pool))
+    policy = disruption.policy_for("deletion")
     for node in nodes:
         if node.phase in (NodePhase.READY, NodePhase.DRAINING):
             # a provider that cannot drain: the machine deletion evicts the pods
             with contextlib.suppress(ProviderError):
-                backend.evict(node, force=False)
+                disruption.drain(node, policy, backend, now)
     provider.delete_machines(nodepool_spec(pool), [node_spec(n) for n in nodes])
     from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 

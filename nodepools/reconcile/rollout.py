@@ -86,10 +86,6 @@ def _abort_rollout(pool: NodePool, code: str, message: str, now: datetime) -> fl
 PROVIDER_RETRY_S = 5.0
 
 
-#: an isolation change waits for the pods that block a node's drain, without a deadline
-ISOLATION_DRAIN = disruption.DrainPolicy(timeout_s=float("inf"), on_timeout="pause")
-
-
 def _rollout_node(
     pool: NodePool,
     node: Node,
@@ -109,7 +105,8 @@ def _rollout_node(
         _progress(pool, f"{stage_prefix}: draining {node.name}", total, now)
         return 0.0
     if node.config_state == "draining":  # 2. drain, then repartition / reconfigure
-        if not disruption.drain(node, ISOLATION_DRAIN, backend, now).drained:
+        policy = disruption.policy_for("isolation-change")
+        if not disruption.drain(node, policy, backend, now).drained:
             return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
         observed.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))

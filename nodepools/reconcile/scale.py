@@ -234,12 +234,8 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     drain (a disruption budget at its minimum) are waited for up to
     ``NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S`` (then evicted, as cluster autoscalers do), with the
     condition ``ScaleDownBlocked`` naming them meanwhile."""
-    from django.conf import settings
-
     backend = disruption.backend_for(get_provider(pool.cluster.provider), nodepool_spec(pool))
-    policy = disruption.DrainPolicy(
-        timeout_s=settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S, on_timeout="evict"
-    )
+    policy = disruption.policy_for("scale-down")
     ready, blocked = [], []
     for node in surplus:
         result = disruption.drain(node, policy, backend, now)
