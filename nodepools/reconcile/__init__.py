@@ -9,15 +9,18 @@ save status, return the requeue delay (None when converged):
 2. the cluster's control plane not RUNNING yet: wait;
 3. too few nodes: create the missing Node rows and place their machines through the provider,
    all or none: on ``InsufficientCapacity`` (the fleet cannot hold them even with every other
-   claim's lock released) nothing is kept, the pool goes to ``ERROR`` and its operation FAILS
-   with code ``insufficient_capacity`` — unless the missing nodes are replacements (of nodes
-   moved off a drained host, or replaced by auto-repair): then the pool runs short
-   (``DEGRADED``, ``CapacityShort``) and retries until capacity comes back; a retryable
+   claim's lock released) nothing is kept: a new pool goes to ``ERROR`` and its operation
+   FAILS with code ``insufficient_capacity``; a pool that serves nodes keeps serving them
+   (``RUNNING``, ``CapacityShort``, its resize FAILED retryable so that it holds no lock) and
+   retries until capacity comes back; when the missing nodes are replacements (of nodes moved
+   off a drained host, or replaced by auto-repair) the pool runs short (``DEGRADED``,
+   ``CapacityShort``) and retries the same way; a retryable
    provider error (including ``placement_contended``: concurrent claims hold every fitting
    host) is retried with jittered backoff, condition ``Ready=False`` naming it, until
    ``NVKE_PROVIDER_RETRY_DEADLINE_S`` after the first failure, then ``ERROR`` with the last
    error and how long it was retried;
-4. too many nodes: release the newest first (scale-down rule: newest nodes go first);
+4. too many nodes: drain and release the surplus, unhealthy nodes first, then the newest
+   (:func:`nodepools.disruption.removal_order`);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
    host's agent reports, after the node booted, what the node must run
    (:mod:`nodepools.observed`); until then the node waits with ``observed_problem`` and the
