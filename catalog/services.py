@@ -96,18 +96,6 @@ class UnknownCudaVersion(CatalogError):
         super().__init__(f"unknown CUDA version {version!r}; known: {', '.join(known)}")
 
 
-class DriverNotSupported(CatalogError):
-    """The driver cannot serve the GPU architecture or CUDA version; ``reasons`` say why."""
-
-    code = "driver_not_supported"
-
-    def __init__(self, driver_version: str, reasons: list[str], minimum: str | None) -> None:
-        self.driver_version = driver_version
-        self.reasons = reasons
-        self.minimum = minimum
-        super().__init__(f"driver {driver_version}: " + "; ".join(reasons))
-
-
 def _normalise(name: str) -> str:
     return " ".join(name.split()).casefold()
 
@@ -216,57 +204,6 @@ def minimum_driver_for_cuda(cuda_version: str) -> CudaDriverRequirement:
         )
         raise UnknownCudaVersion(cuda_version, known)
     return row
-
-
-@dataclass(frozen=True)
-class DriverCheck:
-    """The minimum a driver must meet and why (for messages)."""
-
-    minimum: str | None
-    reasons: list[str]
-
-
-def check_driver_version(
-    driver_version: str,
-    *,
-    gpu_model: GpuModel | None = None,
-    cuda_version: str | None = None,
-    minor_version_compatibility: bool = False,
-) -> DriverCheck:
-    """Check a Linux driver version against a GPU model's architecture and a CUDA version.
-
-    Architecture: the derived minimum driver and the last branch that supports it
-    (drivers.yaml ``architectures``). CUDA: the toolkit's minimum driver, or with
-    ``minor_version_compatibility`` the family floor (12.x >= 525; limited feature set).
-    Returns what was checked; raises :class:`DriverNotSupported` (or
-    :class:`UnknownCudaVersion`).
-    """
-    try:
-        have = version_tuple(driver_version)
-    except ValueError:
-        reasons = ["not a driver version like 570.133.20"]
-        raise DriverNotSupported(driver_version, reasons, None) from None
-    required: list[tuple[str, str]] = []
-    reasons: list[str] = []
-    if gpu_model is not None and gpu_model.architecture:
-        arch = GpuArchitecture.objects.filter(name=gpu_model.architecture).first()
-        if arch is not None and arch.min_driver:
-            required.append((arch.min_driver, f"{gpu_model.slug} ({arch.name}) needs"))
-        if arch is not None and arch.last_driver_branch:
-            last = int(arch.last_driver_branch.lstrip("R"))
-            if have[0] > last:
-                reasons.append(f"{arch.name} is supported up to branch {arch.last_driver_branch}")
-    if cuda_version is not None:
-        cuda = minimum_driver_for_cuda(cuda_version)
-        floor = cuda.family_min_driver if minor_version_compatibility else cuda.min_linux_driver
-        required.append((floor, f"CUDA {cuda.label} needs"))
-    minimum = max((v for v, _ in required), key=version_tuple, default=None)
-    for version, why in required:
-        if have < version_tuple(version):
-            reasons.append(f"{why} >= {version}")
-    if reasons:
-        raise DriverNotSupported(driver_version, reasons, minimum)
-    return DriverCheck(minimum, [f"{why} >= {version}" for version, why in required])
 
 
 def get_xid_code(code: int) -> XidCode | None:

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import re
 from datetime import date
 
 import pytest
 
 from catalog.models import GpuModel
 from catalog.services import (
-    DriverNotSupported,
     MigNotSupported,
     UnknownCudaVersion,
     UnknownGpuModel,
     UnknownMigProfile,
     UnsupportedKubernetesVersion,
-    check_driver_version,
     check_kubernetes_version,
+    driver_problems,
     get_gpu_model,
     get_xid_code,
     match_product_name,
     minimum_driver_for_cuda,
+    parse_driver_version,
     resolve_mig_profile,
     supported_kubernetes_versions,
 )
@@ -191,26 +190,23 @@ def test_unknown_cuda_versions_are_rejected():
     assert "12.6" in err.value.known and "12.8" in err.value.known
 
 
-def test_driver_checks_against_architecture_and_cuda():
+def test_driver_problems_against_architecture_gpu_and_cuda():
+    """The production check (``driver_problems``, what pool specs and upgrades use)."""
     b200 = GpuModel.objects.get(slug="b200")
-    check = check_driver_version("570.133.20", gpu_model=b200, cuda_version="12.8")
-    assert check.minimum == "570.26"
-    with pytest.raises(DriverNotSupported) as err:
-        check_driver_version("565.57.01", gpu_model=b200)
-    assert err.value.reasons == ["b200 (blackwell) needs >= 570.26"]
-    with pytest.raises(DriverNotSupported, match=re.escape("CUDA 12.8 GA needs >= 570.26")):
-        check_driver_version("560.35.03", cuda_version="12.8")
-    # minor-version compatibility: any 12.x toolkit runs on >= 525 (limited features)
-    assert (
-        check_driver_version(
-            "560.35.03", cuda_version="12.8", minor_version_compatibility=True
-        ).minimum
-        == "525"
+    h100 = GpuModel.objects.get(slug="h100-sxm5-80gb")
+    assert driver_problems(b200, parse_driver_version("570.133.20"), cuda_version="12.8") == []
+    assert [
+        (p.code, p.minimum) for p in driver_problems(b200, parse_driver_version("565.57.01"))
+    ] == [("driver_architecture_unsupported", "570.26"), ("driver_too_old_for_gpu", "570.133.20")]
+    (too_old,) = driver_problems(h100, parse_driver_version("560.35.03"), cuda_version="12.8")
+    assert (too_old.code, too_old.field, too_old.message) == (
+        "driver_too_old_for_cuda",
+        "driver_version",
+        "CUDA 12.8 GA needs driver >= 570.26; 560.35.03 is older",
     )
-    with pytest.raises(DriverNotSupported):
-        check_driver_version("575.57.08", cuda_version="13.0", minor_version_compatibility=True)
-    with pytest.raises(DriverNotSupported, match="not a driver version"):
-        check_driver_version("latest")
+    assert driver_problems(h100, parse_driver_version("R580")) == []
+    with pytest.raises(ValueError, match="not a driver branch"):
+        parse_driver_version("latest")
 
 
 def test_xid_codes_carry_severity_and_operator_action():
