@@ -33,6 +33,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 
 from clusters.choices import ACTIVE_OPERATION_STATUSES, OperationStatus, OperationType
 from clusters.models import Operation, finish_operation
@@ -42,7 +43,7 @@ from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
 
 from . import disruption
-from .choices import NodePhase
+from .choices import LIVE_NODE_PHASES, NodePhase
 from .models import Node, NodePool
 from .step_result import SHORT, STOP
 
@@ -50,6 +51,11 @@ REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-bloc
 MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
 #: how often a pool that runs short for lack of capacity tries to place its missing nodes (s)
 SHORT_RETRY_S = 30.0
+#: host moves' resync clause (:func:`nodepools.reconcile.resync.nodepools_needing_reconcile`):
+#: a node moving, or a live node on a host being drained
+RESYNC = Q(nodes__move_state__in=MOVING_STATES) | Q(
+    nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt=""
+)
 #: how often a blocked drain is looked at again (s)
 DRAIN_POLL_S = 2.0
 

@@ -36,6 +36,7 @@ import math
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Q
 
 from clusters.choices import OperationType
 from clusters.models import Operation, active_operation, finish_operation, progress_operation
@@ -45,7 +46,7 @@ from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions
 
 from . import disruption, observed
-from .choices import NodePhase
+from .choices import LIVE_NODE_PHASES, NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
 
@@ -205,6 +206,15 @@ def _release_for_replacement(pool: NodePool, node: Node, now: datetime) -> None:
 
 #: ``Node.repair_state`` of a released node whose replacement is not READY yet
 REPLACING = "replacing"
+
+#: auto-repair's resync clause (:func:`nodepools.reconcile.resync.nodepools_needing_reconcile`):
+#: a NOT_READY node (replaced after its timeout), a live node marked for repair, or a released
+#: one waiting for its replacement
+RESYNC = (
+    Q(nodes__phase=NodePhase.NOT_READY)
+    | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__repair_state__gt="")
+    | Q(nodes__repair_state=REPLACING)
+)
 
 
 def pending_replacements(pool: NodePool) -> list[Node]:

@@ -9,6 +9,7 @@ import logging
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 
 from clusters.choices import OperationType, Phase
 from clusters.models import cancel_operations, finish_operation, progress_operation
@@ -23,6 +24,10 @@ from ..signals import node_released
 from ..specs import node_spec, nodepool_spec
 
 log = logging.getLogger(__name__)
+
+#: this step's resync clause (:func:`nodepools.reconcile.resync.nodepools_needing_reconcile`):
+#: a pool being deleted, by itself or through its cluster
+RESYNC = Q(phase=Phase.DELETING) | Q(cluster__deletion_requested_at__isnull=False)
 
 
 def _step_delete(pool: NodePool, now: datetime) -> float | None:

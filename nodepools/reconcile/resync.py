@@ -9,17 +9,14 @@ import uuid
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import F, Q
 
 from clusters.choices import Phase
 from clusters.models import Cluster
-from clusters.providers import MACHINE_REPLACING_PROVIDERS
 from nvke.conditions import set_condition
 
-from .. import host_moves
-from ..choices import LIVE_NODE_PHASES, NodePhase
+from .. import host_moves, repair
 from ..models import NodePool
-from ..repair import REPLACING
+from . import delete, scale
 
 log = logging.getLogger(__name__)
 
@@ -62,22 +59,12 @@ def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
 
 
 def nodepools_needing_reconcile() -> list[uuid.UUID]:
-    """Ids the periodic resync re-enqueues: unconverged, transitional, or cluster deleting."""
+    """Ids the periodic resync re-enqueues: any pool one of the steps still has work for,
+    each step saying when in its own ``RESYNC`` clause (deletion, scaling and capacity,
+    auto-repair, host moves)."""
+    wanted = delete.RESYNC | scale.RESYNC | repair.RESYNC | host_moves.RESYNC
     return list(
-        NodePool.objects.filter(
-            Q(observed_generation__lt=F("generation"))
-            | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING, Phase.DELETING))
-            | Q(cluster__deletion_requested_at__isnull=False)
-            | Q(nodes__phase=NodePhase.NOT_READY)
-            # a live node marked for repair, or a released one waiting for its replacement
-            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__repair_state__gt="")
-            | Q(nodes__repair_state=REPLACING)
-            # the infrastructure may replace their machines by itself (health checks)
-            | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
-            | Q(nodes__move_state__in=host_moves.MOVING_STATES)
-            | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt="")
-            | Q(conditions__contains=[{"type": "CapacityShort", "status": "True"}])
-        )
+        NodePool.objects.filter(wanted)
         .exclude(phase__in=(Phase.DELETED, Phase.DELETE_FAILED))
         .values_list("id", flat=True)
         .distinct()

@@ -10,10 +10,11 @@ import secrets
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import F, Q
 
 from clusters.choices import OperationType, Phase
 from clusters.models import finish_operation, progress_operation
-from clusters.providers import ProviderError, get_provider
+from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity
 from nvke.conditions import get_condition, save_conditions, set_condition
 
@@ -31,6 +32,15 @@ from .delete import release_nodes
 from .fail import _fail
 
 log = logging.getLogger(__name__)
+
+#: this step's resync clause: a spec not realised yet (placing or removing nodes), a pool
+#: short of capacity (retried), and a pool whose machines the infrastructure may replace
+RESYNC = (
+    Q(observed_generation__lt=F("generation"))
+    | Q(phase__in=(Phase.PROVISIONING, Phase.RECONCILING))
+    | Q(conditions__contains=[{"type": "CapacityShort", "status": "True"}])
+    | Q(phase=Phase.RUNNING, cluster__provider__in=MACHINE_REPLACING_PROVIDERS)
+)
 
 
 def _scale_up(
