@@ -49,12 +49,13 @@ save status, return the requeue delay (None when converged):
    under a REPAIR_NODES operation), while the pool stays ``ERROR`` with ``Ready`` keeping the
    failure (:func:`_step_failed`); converged (None) when nothing is in progress.
 
-The package, one file per step (a step that leaves work for later says when the periodic
-resync must wake the pool in its module's ``RESYNC`` clause — ``delete``, ``scale``,
-:mod:`nodepools.repair`, :mod:`nodepools.host_moves` — and ``resync`` ORs them): ``delete`` (1), ``ensure`` (2-8, in order), ``scale`` (3, 4: placing and
-removing nodes; removal through :mod:`nodepools.disruption`), ``nodes_up`` (5), ``rollout``
-(6), ``failed`` and ``fail`` (9 and how a pool goes ERROR), ``resync`` (the beat's query and
-the cluster's ``NodesReady``); :mod:`nodepools.step_result` types what a step answers.
+The package, one file per step: ``delete`` (1), ``ensure`` (2-8, in order), ``scale`` (3, 4:
+placing and removing nodes; removal through :mod:`nodepools.disruption`), ``nodes_up`` (5),
+``rollout`` (6), ``failed`` and ``fail`` (9 and how a pool goes ERROR), ``resync`` (the beat's
+query and the cluster's ``NodesReady``); :mod:`nodepools.step_result` types what a step
+answers. A step that leaves work for later says when the periodic resync must wake the pool in
+its module's ``RESYNC`` clause (``delete``, ``scale``, :mod:`nodepools.repair`,
+:mod:`nodepools.host_moves`); ``resync`` ORs them.
 """
 
 from __future__ import annotations
