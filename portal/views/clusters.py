@@ -613,7 +613,8 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
             "disruption": disruption,
             "title": f"Delete node pool {pool.name}?",
             "message": (
-                f"Its {disruption['nodes']} node(s) are drained and their GPUs released; "
+                f"Its {disruption['nodes']} node(s) are drained and their "
+                f"{'GPU instances' if disruption['gpu_instances'] else 'GPUs'} released; "
                 "billing for them stops. This cannot be undone."
             ),
             "button": "Delete node pool",
