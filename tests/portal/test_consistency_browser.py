@@ -43,9 +43,12 @@ def test_a_shared_pool_page_says_what_each_node_gets(
 
     host = make_host(MODEL, gpus=1, hostname="hv-shared-01")
     Host.objects.filter(pk=host.pk).update(driver_version=DRIVER)  # as its agent reports
-    assert operator.post(
-        f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json"
-    ).json()["tenancy"] == ("shared")
+    assert (
+        operator.post(
+            f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json"
+        ).json()["tenancy"]
+        == "shared"
+    )
     cluster = _cluster(owner, "inference")
     pool = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
@@ -85,9 +88,8 @@ def test_a_shared_pool_page_says_what_each_node_gets(
 def test_the_defrag_dry_run_says_gpus_are_being_scrubbed_after_a_scale_down(
     live_server, browser, shots, make_host, owner, portal_user
 ):
-    from playwright.sync_api import expect
-
     from django.utils import timezone
+    from playwright.sync_api import expect
 
     from fleet.choices import ScrubState
     from fleet.models import Gpu, Host
