@@ -131,6 +131,10 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
         csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
     )
     assert [(r["name"], r["gpu_model"], r["node_count"]) for r in listed] == [("a10g", "a10g", "1")]
+    # what each node gets: one whole A10G
+    assert [(r["isolation"], r["resources_per_node"]) for r in listed] == [
+        ("exclusive", "nvidia.com/gpu=1")
+    ]
 
     # credentials merge beside what the kubeconfig already holds
     kube = tmp_path / "kube" / "config"
