@@ -1,7 +1,7 @@
 """Issue 33's portal figures in Chromium (Playwright drives Debian's ``/usr/bin/chromium``
 against Django's live server), with screenshots for the docs:
 ``NVKE_SCREENSHOTS=docs/screenshots pytest tests/portal/test_consistency_browser.py`` writes
-``nodepool-shared.png`` and ``console-defrag-scrubbing.png``.
+``nodepool-shared.png``, ``console-defrag-scrubbing.png`` and ``console-fragmentation.png``.
 
 * A shared MIG pool of 4 nodes, one ``1g.10gb`` instance each, on a shared H100 host: the
   pool page says each node gets ``nvidia.com/gpu: 1`` and ONE instance (not 7), that the
@@ -124,4 +124,48 @@ def test_the_defrag_dry_run_says_gpus_are_being_scrubbed_after_a_scale_down(
         "4 released GPU(s) on gpu-h100-07 are being scrubbed"
     )
     shots(ops, "console-defrag-scrubbing")
+    ops.context.close()
+
+
+def test_the_console_overview_counts_only_placeable_gpus_as_free(
+    live_server, browser, shots, make_host, portal_user
+):
+    """Issue 33 item 4 in Chromium: the fleet of tests/fleet/test_placeable.py — a shared H100
+    host (8 free GPUs), a dedicated H100 host with GPU 0 UNHEALTHY and GPU 1 being scrubbed,
+    an A100 host whose agent went silent (NOT_READY). The overview said "whole hosts free 1"
+    (the shared host) and listed the silent A100's GPUs as free."""
+    from playwright.sync_api import expect
+
+    from fleet.choices import GpuHealth, HostState, HostTenancy
+    from fleet.models import Gpu, Host
+
+    shared = make_host(MODEL, gpus=8, hostname="hv-shared-1")
+    Host.objects.filter(pk=shared.pk).update(tenancy=HostTenancy.SHARED)
+    dedicated = make_host(MODEL, gpus=8, hostname="h100-ded-1")
+    Gpu.objects.filter(host=dedicated, index=0).update(health=GpuHealth.UNHEALTHY)
+    Gpu.objects.filter(host=dedicated, index=1).update(scrub_state="PENDING")
+    silent = make_host("a100-sxm4-80gb", gpus=8, hostname="a100-silent-1")
+    Host.objects.filter(pk=silent.pk).update(state=HostState.NOT_READY)
+
+    portal_user("ops", staff=True)
+    ops = login(browser, live_server.url, "ops")
+    ops.goto("/console/")
+    gpus = ops.locator("#gpus-by-model tbody tr")
+    # model, GPUs, healthy, unhealthy, held, free, unavailable
+    expect(gpus.filter(has_text="a100-sxm4-80gb").locator("td")).to_have_text(
+        ["a100-sxm4-80gb", "8", "8", "0", "0", "0", "8"]
+    )
+    expect(gpus.filter(has_text=MODEL).locator("td")).to_have_text(
+        [MODEL, "16", "15", "1", "0", "14", "2"]
+    )
+    # fragmentation: the dedicated H100 host only (its 6 placeable GPUs); the shared host apart
+    row = ops.locator("#fragmentation tbody tr", has_text=MODEL)
+    expect(row.locator("td").nth(2)).to_have_text("1")  # hosts
+    expect(row.locator("td").nth(3)).to_have_text("0")  # whole hosts free
+    expect(row.locator("td").nth(4)).to_have_text("6")  # free GPUs
+    expect(row).to_contain_text("8-GPU: 0")
+    expect(row).to_contain_text(
+        "+ 1 shared host(s), 8 GPU(s) free for MIG instances of shared pools only"
+    )
+    shots(ops, "console-fragmentation")
     ops.context.close()
