@@ -70,7 +70,7 @@ def test_the_pool_page_lists_each_nodes_one_instance_and_its_versions(
     instances = re.search(r'<dd class="mono" id="node-instances">(.*?)</dd>', html, re.S).group(1)
     assert instances.count("1g.10gb") == 1
     assert "GPU instances on each GPU" not in html
-    assert '<dd id="pool-size">4 node(s) × 1 GPU instance(s)</dd>' in html
+    assert '<dd id="pool-size">4 node(s) \u00d7 1 GPU instance(s)</dd>' in html
     assert '<dd id="pool-isolation">MIG 1g.10gb (single) · shared' in html
     # the cluster page: the pool's row counts GPU instances on shared GPUs, not "4 GPU(s)"
     page = alice_client.get(f"/clusters/{cluster}").content.decode()
