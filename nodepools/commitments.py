@@ -59,10 +59,13 @@ def _replacements_fit(pool, count: int, host_id: uuid.UUID) -> bool:
 def broken_by_host_drain(
     host_id: uuid.UUID, holder_ids: Iterable[uuid.UUID], now: datetime | None = None
 ) -> list[BrokenCommitment]:
-    """The reservation commitments a drain of ``host_id`` would break: for each live pool on
-    an ACTIVE reservation with nodes among ``holder_ids`` whose nodes cannot be placed on the
-    fleet's other hosts, one :class:`~fleet.signals.BrokenCommitment` naming the reservation,
-    the pool and what is missing (``2 of 4 node(s) (16 GPU(s)) have no other host``).
+    """The reservation commitments a drain of ``host_id`` would break.
+
+    For each live pool on an ACTIVE reservation with nodes among ``holder_ids``: the nodes it
+    would then lack (its ``node_count`` less its live nodes on other hosts — a defragmentation
+    move's replacement placed before the drain counts) must fit on the fleet's other hosts;
+    otherwise one :class:`~fleet.signals.BrokenCommitment` names the reservation, the pool and
+    what is missing (``2 of 4 node(s) (16 GPU(s)) have no other … host in us-east-1``).
     Empty when nothing would break."""
     now = now or timezone.now()
     nodes = (
@@ -75,10 +78,16 @@ def broken_by_host_drain(
     broken: list[BrokenCommitment] = []
     for pool, count in sorted(on_host.items(), key=lambda kv: kv[0].name):
         reservation = pool.reservation
-        if not reservation.is_active(now) or _replacements_fit(pool, count, host_id):
+        if not reservation.is_active(now):
+            continue
+        # nodes elsewhere already (a defragmentation move's replacement placed before the
+        # drain, surge nodes) count: only what the pool would then lack needs a host
+        elsewhere = Node.objects.live().filter(nodepool=pool).exclude(host_id=host_id).count()
+        missing = min(count, pool.node_count - elsewhere)
+        if missing <= 0 or _replacements_fit(pool, missing, host_id):
             continue
         what = (
-            f"{count} of {pool.node_count} node(s) ({count * pool.gpus_per_node} GPU(s)) "
+            f"{missing} of {pool.node_count} node(s) ({missing * pool.gpus_per_node} GPU(s)) "
             f"have no other {pool.gpu_model_id} host in "
             f"{reservation.zone or pool.cluster.region}"
         )

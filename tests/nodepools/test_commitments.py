@@ -187,3 +187,38 @@ def test_auto_repair_of_a_gpu_fallen_off_the_bus_never_waits_on_the_reservation(
     short = next(c for c in pool.conditions if c["type"] == "CapacityShort")
     assert short["status"] == "True"
     assert commitment_events() == []
+
+
+def test_only_the_nodes_a_pool_would_lack_need_another_host(owner, make_host, operator):
+    """Nodes of the pool on other hosts count (a defragmentation move's replacement is placed
+    before its drain): the drain is refused for what the pool would lack, not for every node
+    on the host."""
+    from fleet.models import Host
+    from nodepools.models import Node, NodePool
+
+    make_host(MODEL, gpus=8, hostname="only")
+    make_host(MODEL, gpus=4, hostname="small")
+    reservation = reserve(owner, 12, name="r12").json()
+    cluster = make_cluster(owner, "r")
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        pool_body("trainers", 3, gpus=4, reservation=reservation["id"]),
+        format="json",
+    ).json()
+    drive_pool(op["target_id"])
+    assert sorted(Node.objects.live().values_list("host__hostname", flat=True)) == [
+        "only",
+        "only",
+        "small",
+    ]
+    only = Host.objects.get(hostname="only")
+    resp = operator.post(f"/api/v1/fleet/hosts/{only.id}/drain", {}, format="json")
+    assert resp.status_code == 409
+    (commitment,) = resp.json()["commitments"]
+    assert commitment["missing"] == (
+        f"2 of 3 node(s) (8 GPU(s)) have no other {MODEL} host in us-east-1"
+    )
+    # the pool asks for one node now: the one on ``small`` is enough, nothing breaks
+    NodePool.objects.filter(pk=op["target_id"]).update(node_count=1)
+    resp = operator.post(f"/api/v1/fleet/hosts/{only.id}/drain", {}, format="json")
+    assert resp.status_code == 200, resp.content
