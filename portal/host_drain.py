@@ -180,7 +180,8 @@ def disruption(host: Host, action: str) -> dict[str, Any]:
     """What ``action`` (drain / maintenance / retire) on ``host`` would disrupt: the nodes
     holding its GPUs now, per tenant, cluster and pool, and the end state.
 
-    ``{"nodes": [{"tenant", "cluster", "pool", "node", "gpus"}], "tenants": [names],
+    ``{"commitments": [what a drain would break, in words], "nodes": [{"tenant", "cluster",
+    "pool", "node", "gpus"}], "tenants": [names],
     "end_state": "MAINTENANCE" | "RETIRED" | None (the drain form's choice), "final": bool}``.
     """
     holder_ids = holders_on(host.pk)
@@ -200,7 +201,11 @@ def disruption(host: Host, action: str) -> dict[str, Any]:
         for n in nodes
     ]
     end = DISRUPTIVE.get(action)
+    from nodepools.commitments import broken_by_host_drain
+
     return {
+        # what the drain would break (refused unless forced): nodepools.commitments
+        "commitments": [str(b) for b in broken_by_host_drain(host.pk, holder_ids)],
         "nodes": rows,
         "tenants": sorted({r["tenant"] for r in rows}),
         "end_state": end,
