@@ -122,6 +122,19 @@ def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, *
             transaction.on_commit(lambda: enqueue_once(reconcile_nodepool, pool_id))
 
 
+@receiver(gpu_health_changed)
+def publish_gpu_health(sender, holder_id, **kwargs) -> None:
+    """A GPU held by a node changed health: the node's cluster's Nodes follow (allocatable,
+    the ``GpuXidCritical`` condition: :mod:`nodepools.tenant_nodes`)."""
+    from .tasks import sync_tenant_nodes
+
+    if holder_id is None:
+        return
+    cluster_id = Node.objects.filter(pk=holder_id).values_list("cluster_id", flat=True).first()
+    if cluster_id:
+        transaction.on_commit(lambda: enqueue_once(sync_tenant_nodes, str(cluster_id)))
+
+
 @receiver(host_state_changed)
 def follow_host_readiness(sender, host_id, new_state, **kwargs) -> int:
     """Nodes on a NOT_READY host are NOT_READY (repaired after NVKE_NODE_REPAIR_TIMEOUT_S);

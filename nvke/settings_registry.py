@@ -618,6 +618,15 @@ SETTINGS: tuple[Setting, ...] = (
         PROV,
     ),
     _s(
+        "NVKE_KWOK_NODE_LEASE_S",
+        "int",
+        40,
+        "Lease duration of the Nodes KWOK keeps alive for simulated hosts (one KWOK per hosted "
+        "cluster); KWOK renews each Lease every quarter of it (a kubelet's default: 40 s).",
+        PROV,
+        unit="s",
+    ),
+    _s(
         "NVKE_MAX_DELETE_ATTEMPTS",
         "int",
         12,

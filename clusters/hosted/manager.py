@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from nvke import crypto
@@ -50,7 +51,7 @@ from ..models import HostedControlPlane
 from . import binaries, status
 from .etcd import Etcd
 from .pki import ControlPlanePki
-from .processes import COMPONENTS, ControlPlaneFiles, argv
+from .processes import COMPONENTS, KWOK, ControlPlaneFiles, argv, kwok_argv
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class ControlPlane:
     last_rss: float = 0.0
 
     def stop(self) -> None:
-        for name in reversed(COMPONENTS):
+        for name in (KWOK, *reversed(COMPONENTS)):
             if name in self.children:
                 self.children[name].stop()
         self.children.clear()
@@ -341,6 +342,48 @@ class ControlPlaneManager:
             if not child.running and time.monotonic() >= child.not_before:
                 child.start()
         self._observe(plane, row)
+        self._ensure_kwok(plane, row)
+
+    def _ensure_kwok(self, plane: ControlPlane, row: HostedControlPlane) -> None:
+        """The cluster's KWOK (the kubelets of its simulated hosts): started once its
+        kube-apiserver is ready, supervised as the other processes (restarted after the same
+        backoff, stopped with them). Its binary missing starts the build; the control plane
+        stays ready meanwhile (no node of the cluster comes up until KWOK runs)."""
+        if not plane.ready:
+            return
+        child = plane.children.get(KWOK)
+        if child is None:
+            if binaries.missing("kwok"):
+                self._build(["kwok"])
+                return
+            child = Child(
+                KWOK,
+                kwok_argv(
+                    binary=binaries.binary("kwok", "kwok"),
+                    files=plane.files,
+                    stages=binaries.kwok_stages(),
+                    lease_duration_s=int(settings.NVKE_KWOK_NODE_LEASE_S),
+                ),
+                plane.files.path(f"{KWOK}.log"),
+            )
+            child.on_exit = lambda c, rc, p=plane: self._kwok_exited(p, c, rc)
+            plane.children[KWOK] = child
+        if not child.running and time.monotonic() >= child.not_before:
+            child.start()
+            status.record(
+                row.pk, pids={n: c.proc.pid for n, c in plane.children.items() if c.running}
+            )
+
+    def _kwok_exited(self, plane: ControlPlane, child: Child, returncode: int) -> None:
+        """KWOK exited on its own (waiter thread): the control plane is still ready (its API
+        answers); the Nodes' Leases stop being renewed until the restart."""
+        log.warning(
+            "control plane %s: kwok exited (%s); restarting in %.0f s (restart %d)",
+            plane.cluster_id,
+            describe_exit(returncode),
+            child.backoff(),
+            child.restarts,
+        )
 
     def _observe(self, plane: ControlPlane, row: HostedControlPlane) -> None:
         now = time.monotonic()
