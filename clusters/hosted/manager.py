@@ -9,7 +9,9 @@ makes the machine match it:
   ``deploy/k8s/build.sh`` when they are missing, and saying so in the row's message), writes
   the files, ensures the cluster's etcd user, starts kube-apiserver, kube-controller-manager and
   kube-scheduler as its children on the row's port, and marks the row ready once
-  kube-apiserver's ``/readyz`` answers ``ok`` (``running_version`` from ``/version``);
+  kube-apiserver's ``/readyz`` answers ``ok`` (``running_version`` from ``/version``); then
+  starts the cluster's KWOK (the kubelets of its simulated hosts: it keeps the Nodes NVKE
+  writes alive), supervised the same way, stopped with the others;
 - a child that exits is seen at once by a thread blocked in ``wait()``: the row and the
   cluster's ``ControlPlaneReady`` go False with the exit status in the message, and the process
   is started again after a backoff (1, 2, 4 ... 30 s; back to 1 s after 60 s of running);
@@ -338,8 +340,8 @@ class ControlPlaneManager:
                 ready=False,
                 message=f"starting Kubernetes {target[1:]}",
             )
-        for child in plane.children.values():
-            if not child.running and time.monotonic() >= child.not_before:
+        for name, child in plane.children.items():
+            if name != KWOK and not child.running and time.monotonic() >= child.not_before:
                 child.start()
         self._observe(plane, row)
         self._ensure_kwok(plane, row)

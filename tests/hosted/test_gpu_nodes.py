@@ -262,3 +262,37 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
     # KWOK is one of the cluster's supervised processes
     pids = HostedControlPlane.objects.get(pk=cluster.id).pids
     assert set(pids) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+    # --- KWOK is supervised: killed, it comes back and renews the Leases again --------------
+    import os
+    import signal
+
+    import psutil
+
+    os.kill(pids["kwok"], signal.SIGKILL)
+    new = wait_for(
+        lambda: (
+            HostedControlPlane.objects.get(pk=cluster.id).pids.get("kwok")
+            not in (None, pids["kwok"])
+            and HostedControlPlane.objects.get(pk=cluster.id).pids
+        ),
+        timeout=30,
+        what="kwok restarted",
+    )
+    lease_renewals(core, coord, kept, 2)
+    assert core.read_node(kept).status.allocatable["nvidia.com/mig-1g.10gb"] == "56"
+
+    # --- deleting the cluster stops every process, KWOK included ------------------------------
+    from clusters.models import Cluster
+    from clusters.reconcile import reconcile_cluster
+    from nodepools.reconcile import reconcile_nodepool
+
+    assert owner.delete(f"/api/v1/clusters/{cluster.id}").status_code == 202
+    deadline = time.monotonic() + 120
+    while Cluster.objects.get(pk=cluster.id).phase != "DELETED":
+        assert time.monotonic() < deadline, Cluster.objects.get(pk=cluster.id).conditions
+        for pool_id in (pool, mixed, single):
+            reconcile_nodepool(pool_id)
+        reconcile_cluster(cluster.id)
+        time.sleep(0.3)
+    assert not [p for p in new.values() if psutil.pid_exists(p)]
