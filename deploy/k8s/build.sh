@@ -66,7 +66,7 @@ fi
 case "${1:-}" in
   --dir) [[ $# == 2 ]] || { echo "usage: $0 --dir TARGET" >&2; exit 2; }; target_dir "$2"; exit 0 ;;
   --list) targets_all; exit 0 ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
 esac
 targets=("$@"); [[ ${#targets[@]} == 0 && -z $module_dir ]] && mapfile -t targets < <(targets_all)
 [[ -n $module_dir ]] && targets=()
