@@ -425,7 +425,8 @@ class ControlPlaneManager:
         if now - plane.last_rss > RSS_POLL_S:
             plane.last_rss = now
             rss = 0
-            for c in plane.children.values():
+            # the control plane's cost: KWOK stands in for the hosts' kubelets, not counted
+            for c in (c for n, c in plane.children.items() if n != KWOK):
                 with contextlib.suppress(psutil.Error, AttributeError):
                     rss += psutil.Process(c.proc.pid).memory_info().rss
             status.record(row.pk, rss_bytes=rss)
