@@ -218,6 +218,14 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
     assert (xid.status, xid.reason, xid.message) == ("True", "XidCriticalError", f"{lost}: Xid 79")
     assert {c.type: c for c in after.status.conditions}["Ready"].status == "True"
 
+    # --- cordon: spec.unschedulable follows the node's phase (set as the disruption path does)
+    Node.objects.filter(name=name).update(phase="CORDONED")
+    sync_cluster_nodes(cluster.id)
+    assert core.read_node(name).spec.unschedulable is True
+    Node.objects.filter(name=name).update(phase="READY")
+    sync_cluster_nodes(cluster.id)
+    assert not core.read_node(name).spec.unschedulable
+
     # --- MIG mixed {1g.10gb: 7} on 8 GPUs, and one profile on every GPU ("single") ---------
     mixed = create_pool(owner, cluster, "mixed", {"mode": "mig", "mig_layout": {"1g.10gb": 7}})
     single = create_pool(owner, cluster, "single", {"mode": "mig", "mig_profile": "1g.10gb"})
