@@ -80,6 +80,7 @@ from . import (
 from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
+from .signals import gpu_facts_changed
 
 log = logging.getLogger(__name__)
 
@@ -992,6 +993,7 @@ def _apply_inventory(
             "serial",
         )
     }
+    mig_changed = []
     for g in listed:
         uuid = g.get("uuid")
         if uuid not in gpus.uuids:
@@ -1014,6 +1016,13 @@ def _apply_inventory(
         fields = {k: v for k, v in fields.items() if current.get(k, object()) != v}
         if fields:
             Gpu.objects.filter(host=host, uuid=uuid).update(**fields)
+        if "mig_mode" in fields or "mig_devices" in fields:
+            mig_changed.append(uuid)
+    if mig_changed:
+        host_id = host.pk
+        transaction.on_commit(
+            lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
+        )
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
         shared_placement.confirm_scrubs(host, now=now)

@@ -17,6 +17,11 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     A host changed state. ``host_id``, ``old_state``, ``new_state`` (HostState values),
     ``reason`` (str), ``holder_ids`` (list of node UUIDs holding GPUs of the host).
 
+``gpu_facts_changed``
+    A host's agent reported different MIG facts (mode or GPU instances) for some of its GPUs.
+    ``host_id``, ``gpu_uuids`` (the GPUs whose facts changed). ``nodepools`` rewrites the
+    tenant Nodes of those GPUs' holders (:mod:`nodepools.tenant_nodes`).
+
 ``host_drain_requested``
     An operator asked to drain a host: the nodes in ``holder_ids`` should be moved off it
     (``host_id``, ``holder_ids``, ``target_state``, ``force``: evict pods that block a drain).
@@ -30,5 +35,6 @@ from __future__ import annotations
 from django.dispatch import Signal
 
 gpu_health_changed = Signal()
+gpu_facts_changed = Signal()
 host_state_changed = Signal()
 host_drain_requested = Signal()

@@ -9,7 +9,12 @@ from django.utils import timezone
 from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
-from fleet.signals import gpu_health_changed, host_drain_requested, host_state_changed
+from fleet.signals import (
+    gpu_facts_changed,
+    gpu_health_changed,
+    host_drain_requested,
+    host_state_changed,
+)
 from nvke.queueing import enqueue_once, send_on_commit
 from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import collect_usage
@@ -122,17 +127,41 @@ def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, *
             transaction.on_commit(lambda: enqueue_once(reconcile_nodepool, pool_id))
 
 
+def _sync_tenant_nodes_of(holder_ids) -> int:
+    """Enqueue the Node writer of the clusters of the nodes ``holder_ids`` whose provider
+    publishes Nodes (``hosted``); returns how many clusters."""
+    from clusters.providers import get_provider
+
+    from .tasks import sync_tenant_nodes
+
+    rows = set(
+        Node.objects.filter(pk__in=[h for h in holder_ids if h is not None]).values_list(
+            "cluster_id", "cluster__provider"
+        )
+    )
+    ids = [str(c) for c, provider in rows if get_provider(provider).publishes_nodes]
+    for cluster_id in ids:
+        transaction.on_commit(lambda c=cluster_id: enqueue_once(sync_tenant_nodes, c))
+    return len(ids)
+
+
 @receiver(gpu_health_changed)
 def publish_gpu_health(sender, holder_id, **kwargs) -> None:
     """A GPU held by a node changed health: the node's cluster's Nodes follow (allocatable,
     the ``GpuXidCritical`` condition: :mod:`nodepools.tenant_nodes`)."""
-    from .tasks import sync_tenant_nodes
+    _sync_tenant_nodes_of([holder_id])
 
-    if holder_id is None:
-        return
-    cluster_id = Node.objects.filter(pk=holder_id).values_list("cluster_id", flat=True).first()
-    if cluster_id:
-        transaction.on_commit(lambda: enqueue_once(sync_tenant_nodes, str(cluster_id)))
+
+@receiver(gpu_facts_changed)
+def publish_gpu_facts(sender, gpu_uuids, **kwargs) -> None:
+    """A host reported other MIG facts for some GPUs: their holders' Nodes follow (MIG
+    resources, ``mig.config.state``)."""
+    from fleet.models import Gpu
+
+    holders = Gpu.objects.filter(uuid__in=gpu_uuids, holder_id__isnull=False).values_list(
+        "holder_id", flat=True
+    )
+    _sync_tenant_nodes_of(set(holders))
 
 
 @receiver(host_state_changed)

@@ -124,7 +124,9 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
 ):
     from clusters.models import HostedControlPlane
     from nodepools.models import Node
+    from nodepools.tasks import sync_tenant_nodes
     from nodepools.tenant_nodes import sync_cluster_nodes
+    from nvke.queueing import clear_pending, enqueue_once
 
     hosts = [make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a") for _ in range(4)]
     cluster = create_cluster(owner, "gpus")
@@ -209,8 +211,10 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
     simhosts.change(
         host, lambda s: simhosts.add_xid(s, lost, 79, message="GPU has fallen off the bus")
     )
+    clear_pending(sync_tenant_nodes.name, str(cluster.id))
     assert simhosts.report_in_process(host, events_after=0)
-    sync_cluster_nodes(cluster.id)  # what the gpu_health_changed receiver's task runs
+    assert not enqueue_once(sync_tenant_nodes, str(cluster.id))  # the receiver enqueued it
+    sync_tenant_nodes(str(cluster.id))  # run it as the worker would
     after = core.read_node(name)
     assert after.status.allocatable["nvidia.com/gpu"] == "7"
     assert after.status.capacity["nvidia.com/gpu"] == "8"
@@ -225,6 +229,21 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
     Node.objects.filter(name=name).update(phase="READY")
     sync_cluster_nodes(cluster.id)
     assert not core.read_node(name).spec.unschedulable
+
+    # --- the host reports MIG on under the exclusive node: the Node follows the report ------
+    clear_pending(sync_tenant_nodes.name, str(cluster.id))
+    simhosts.change(
+        host,
+        lambda s: simhosts.apply_mig(
+            s, [row.gpu_uuids[0]], True, [{"profile": "1g.10gb", "start": 0, "size": 1}]
+        ),
+    )
+    assert simhosts.report_in_process(host)
+    assert not enqueue_once(sync_tenant_nodes, str(cluster.id))  # the ingest signal's receiver
+    sync_tenant_nodes(str(cluster.id))
+    drifted = core.read_node(name)
+    assert drifted.metadata.labels["nvidia.com/mig.config.state"] == "pending"
+    assert drifted.status.allocatable["nvidia.com/gpu"] == "7"  # strategy none: still a GPU
 
     # --- MIG mixed {1g.10gb: 7} on 8 GPUs, and one profile on every GPU ("single") ---------
     mixed = create_pool(owner, cluster, "mixed", {"mode": "mig", "mig_layout": {"1g.10gb": 7}})
