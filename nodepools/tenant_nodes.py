@@ -44,6 +44,7 @@ from .choices import NodePhase
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
 from .observed import expectation
+from .shared import node_slices
 
 #: nodes that exist as machines (placed and booted): they are Nodes in the cluster's API
 IN_API = (
@@ -94,10 +95,13 @@ def tenant_node(
     region: str,
     kubelet_version: str,
     xids: dict[str, int] | None = None,
+    own: dict[str, tuple[tuple[str, int, int], ...]] | None = None,
 ) -> TenantNode:
     """The Node ``node`` is in its cluster's API, from ``facts`` (its host's latest agent
     report; None: no GPU is published). ``xids``: GPU UUID -> the Xid of its open unhealthy
-    interval. ``kubelet_version``: ``"v1.36.3"``. Pure: reads nothing else."""
+    interval. ``own``: a VM node of a shared host's own GPU instances per GPU
+    (:func:`nodepools.shared.node_slices`; the GPU's other instances are other tenants'),
+    None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure: reads nothing else."""
     config = pool.gpu_config or {}
     strategy = ((config.get("device_plugin_config") or {}).get("flags") or {}).get(
         "migStrategy"
@@ -116,12 +120,16 @@ def tenant_node(
     profiles: Counter[str] = Counter()
     for gpu in gpus:
         mig = gpu.mig_mode == "enabled" and strategy != "none"
+        instances = gpu.instances
+        if own is not None:
+            mine = set(own.get(gpu.uuid, ()))
+            instances = tuple(i for i in instances if i in mine)
         if mig:
             devices = Counter(
                 "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{resource_suffix(p)}"
-                for p, _, _ in gpu.instances
+                for p, _, _ in instances
             )
-            profiles.update(p for p, _, _ in gpu.instances)
+            profiles.update(p for p, _, _ in instances)
         else:
             devices = Counter({"nvidia.com/gpu": replicas})
         capacity.update(devices)
@@ -241,6 +249,7 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
                     node, cluster.control_plane_version or cluster.kubernetes_version
                 ),
                 xids=xids,
+                own=node_slices(node),
             )
         )
     return out

@@ -121,3 +121,11 @@ def test_clique_xid_condition_cordon_and_kubelet_version(catalog):
     assert kubelet_version(Node(kubernetes_version="1.36"), "1.36.3") == "v1.36.3"
     assert kubelet_version(Node(kubernetes_version="1.37.2"), "1.36.3") == "v1.37.2"
     assert derive(pool, node, None).capacity == {"cpu": "1k", "memory": "1Ti", "pods": "110"}
+
+
+def test_a_vm_node_of_a_shared_host_publishes_only_its_own_instances(catalog):
+    pool, node = pool_and_node({"mode": "mig", "mig_layout": {"1g.10gb": 7}}, 1)
+    seven = [("1g.10gb", s, 1) for s in range(7)]  # 2 are this node's, 5 other tenants'
+    own = {"GPU-0": (("1g.10gb", 0, 1), ("1g.10gb", 1, 1))}
+    out = derive(pool, node, facts([gpu(0, mig="enabled", instances=seven)]), own=own)
+    assert out.allocatable["nvidia.com/mig-1g.10gb"] == "2"
