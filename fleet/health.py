@@ -6,9 +6,9 @@
 * :func:`handle_xid` / :func:`handle_xids` map an Xid to the catalog's action
   (``catalog.services.get_xid_code``):
   a *critical* Xid (NVIDIA's immediate action is a GPU reset, a reboot, a hardware check …)
-  marks the GPU unhealthy with ``needs_operator``; one whose action is a reboot of the machine
-  or a mechanical check (``RESTART_BM``, ``RESTART_VM``, ``CHECK_MECHANICALS``) also cordons
-  the host. Warnings and info Xids (``RESTART_APP``, ``IGNORE`` …) are recorded only. An Xid
+  marks the GPU unhealthy with ``needs_operator``; one whose action's scope is the host
+  (:mod:`catalog.xid_actions`, the one Xid-action table: ``RESTART_BM``, ``CHECK_MECHANICALS``)
+  also cordons the host (``RESTART_VM`` restarts one node's VM: scope ``node``). Warnings and info Xids (``RESTART_APP``, ``IGNORE`` …) are recorded only. An Xid
   the catalog does not know marks the GPU unhealthy unless it is one of the application-error
   Xids NVIDIA's device plugin ignores (13, 31, 43, 45, 68, 109: nvml.md §5, [DP]).
 * :func:`mark_silent_hosts_not_ready`: a registered host without a report for
@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.services import get_xid_code
+from catalog.xid_actions import action_scope
 
 from . import conf
 from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HealthReason, HostEventKind, HostState
@@ -34,8 +35,6 @@ from .signals import gpu_health_changed
 
 #: Xids the NVIDIA device plugin never marks unhealthy (application errors), nvml.md §5 [DP]
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-#: NVIDIA immediate actions that concern the whole machine, not one GPU
-HOST_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM", "CHECK_MECHANICALS"})
 
 
 def _notify(gpu: Gpu, *, healthy: bool, interval: GpuHealthInterval | None, at: datetime) -> None:
@@ -256,7 +255,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             )
         for j in critical[uuid]:
             outcomes[j] = "unhealthy"
-            if classes[events[j].xid].action in HOST_ACTIONS and (
+            if action_scope(classes[events[j].xid].action) == "host" and (
                 cordon is None or events[j].ts < events[cordon].ts
             ):
                 cordon = j
@@ -275,7 +274,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             now=now,
         )
         for j, outcome in enumerate(outcomes):
-            if outcome == "unhealthy" and classes[events[j].xid].action in HOST_ACTIONS:
+            if outcome == "unhealthy" and action_scope(classes[events[j].xid].action) == "host":
                 outcomes[j] = "cordoned"
     return outcomes
 
