@@ -66,6 +66,19 @@ def repair_action_for(catalog_action: str) -> str | None:
     return "replace"
 
 
+def repair_for_step(step: str) -> str | None:
+    """``reboot`` / ``replace`` for a health rule's ladder step (:class:`fleet.choices.
+    LadderStep`): a GPU reset is done by rebooting the node (providers reset a node's GPUs by
+    rebooting it), a hardware ticket replaces the node (the host is cordoned by fleet);
+    None for ``restart_workload`` (the workload's own business)."""
+    return {
+        "gpu_reset": "reboot",
+        "node_reboot": "reboot",
+        "replace": "replace",
+        "hardware_ticket": "replace",
+    }.get(step)
+
+
 def max_unhealthy(pool: NodePool) -> int:
     return max(1, math.floor(pool.node_count * MAX_UNHEALTHY_FRACTION))
 

@@ -443,6 +443,16 @@ SETTINGS: tuple[Setting, ...] = (
         unit="s",
     ),
     _s(
+        "NVKE_HEALTH_ESCALATION_WINDOW_S",
+        "int",
+        86400,
+        "A catalog-default health rule that fires again on the same GPU within this long takes "
+        "the next step of its action ladder (GPU reset -> node reboot -> replace -> hardware "
+        "ticket); operators set it per rule.",
+        FLEET,
+        unit="s",
+    ),
+    _s(
         "NVKE_HOST_HEARTBEAT_TIMEOUT_S",
         "float",
         120.0,
