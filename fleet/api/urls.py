@@ -2,6 +2,7 @@ from django.urls import path
 
 from nvke.routers import OptionalSlashRouter
 
+from .health_rules import HealthRuleDetailView, HealthRuleDryRunView, HealthRuleListView
 from .views import AgentRegisterView, AgentReportView, FragmentationView, HostViewSet
 
 app_name = "fleet"
@@ -13,5 +14,8 @@ urlpatterns = [
     path("agent/register", AgentRegisterView.as_view(), name="agent-register"),
     path("agent/reports", AgentReportView.as_view(), name="agent-reports"),
     path("fleet/fragmentation", FragmentationView.as_view(), name="fleet-fragmentation"),
+    path("fleet/health-rules", HealthRuleListView.as_view(), name="health-rules"),
+    path("fleet/health-rules/dry-run", HealthRuleDryRunView.as_view(), name="health-rules-dry-run"),
+    path("fleet/health-rules/<str:key>", HealthRuleDetailView.as_view(), name="health-rule"),
     *router.urls,
 ]
