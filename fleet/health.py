@@ -403,6 +403,59 @@ def host_reported(host: Host, now: datetime) -> None:
             )
 
 
+def apply_source_health(host: Host, source_error: str, now: datetime) -> int:
+    """A report arrived: ``source_error`` non-empty says the agent runs but cannot read its
+    GPUs (NVML/DCGM does not initialise). Unknown is not unhealthy: the host's HEALTHY GPUs
+    become ``UNKNOWN`` — not placeable (:mod:`fleet.placeable` wants HEALTHY), yet no
+    unhealthy interval (no SLA credit), no ``gpu_health_changed`` (no auto-repair: EKS
+    replaced healthy nodes when its agent lost DCGM, aws/containers-roadmap#2555) — and the
+    host gets a ``gpu health unknown:`` warning for the operator. A GPU already UNHEALTHY
+    stays so (evidence from the GPU wins). A report that reads the GPUs again (no error)
+    brings UNKNOWN GPUs back to HEALTHY and clears the warning. Returns the GPUs changed.
+
+    A host that stops reporting altogether is another case: NOT_READY after the heartbeat
+    timeout (:func:`mark_silent_hosts_not_ready`), repaired after its timeout."""
+    from . import host_warnings
+
+    if source_error:
+        changed = Gpu.objects.filter(host=host, health=GpuHealth.HEALTHY).update(
+            health=GpuHealth.UNKNOWN,
+            health_reason=f"the agent cannot read the GPU: {source_error}"[:300],
+        )
+        unknown = Gpu.objects.filter(host=host, health=GpuHealth.UNKNOWN).count()
+        warning = (
+            f"{host_warnings.GPU_HEALTH_UNKNOWN} {unknown} GPU(s) not placeable: the agent "
+            f"reports but cannot read them ({source_error}); no repair and no SLA credit "
+            "until it reads them again"
+            if unknown
+            else None
+        )
+    elif not any(w.startswith(host_warnings.GPU_HEALTH_UNKNOWN) for w in host.warnings or []):
+        # the common case, no statement at all: GPUs are UNKNOWN only while the host carries
+        # the warning (set in the same transaction as them, by this function alone)
+        return 0
+    else:
+        changed = Gpu.objects.filter(host=host, health=GpuHealth.UNKNOWN).update(
+            health=GpuHealth.HEALTHY, health_reason=""
+        )
+        warning = None
+    if changed:
+        HostEvent.objects.create(
+            host=host,
+            ts=now,
+            kind=HostEventKind.STATE,
+            actor="agent",
+            message=(
+                f"{changed} GPU(s) health UNKNOWN: the agent cannot read them ({source_error})"
+                if source_error
+                else f"{changed} GPU(s) read by the agent again: HEALTHY"
+            )[:500],
+            data={"health": GpuHealth.UNKNOWN if source_error else GpuHealth.HEALTHY},
+        )
+    host_warnings.set_host_warning(host.pk, host_warnings.GPU_HEALTH_UNKNOWN, warning)
+    return changed
+
+
 def mark_healthy(
     host: Host, gpu_uuids: list[str] | None, *, actor: str, now: datetime | None = None
 ) -> list[str]:

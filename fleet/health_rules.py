@@ -298,9 +298,16 @@ def prime_from_store(
         last = None
         if row is not None:
             last = Firing(
-                row.rule_key, row.rule_version, row.gpu_uuid, row.host_id, row.fired_at,
-                row.xid, row.count, row.step, row.action,
-            )  # fmt: skip
+                rule_key=row.rule_key,
+                rule_version=row.rule_version,
+                gpu_uuid=row.gpu_uuid,
+                host_id=row.host_id,
+                fired_at=row.fired_at,
+                xid=row.xid,
+                count=row.count,
+                step=row.step,
+                action=row.action,
+            )
         events = XidEvent.objects.filter(
             host_id=host_id, gpu_uuid=gpu_uuid, xid=rule.xid, ts__lte=before
         ).exclude(pk__in=excluded)

@@ -104,7 +104,7 @@ def test_the_dry_run_reports_what_unsaved_rules_would_have_done(operator, make_h
         [
             XidEvent(
                 host=host, gpu_uuid=gpu.uuid, ts=start + timedelta(minutes=m), xid=31, report_seq=m
-            )  # fmt: skip
+            )
             for m in (0, 2, 4)
         ]
     )
@@ -116,8 +116,9 @@ def test_the_dry_run_reports_what_unsaved_rules_would_have_done(operator, make_h
     assert body["actions"] == {"gpu_reset": 1}
     assert [(f["gpu_uuid"], f["count"], f["step"]) for f in body["firings"]] == [(gpu.uuid, 3, 0)]
     assert not HealthRule.objects.exists()  # nothing saved
-    bad = operator.post(f"{URL}/dry-run", {"days": 7, "rules": [{**rule, "key": "xid-x"}]},
-                        format="json")  # fmt: skip
+    bad = operator.post(
+        f"{URL}/dry-run", {"days": 7, "rules": [{**rule, "key": "xid-x"}]}, format="json"
+    )
     assert (bad.status_code, bad.json()["field"]) == (400, "rules[0].key")
     too_far = operator.post(f"{URL}/dry-run", {"days": 91}, format="json")
     assert too_far.status_code == 400

@@ -39,7 +39,7 @@ def test_an_operator_overrides_restores_and_dry_runs_a_rule(ops_client, make_hos
     assert (response.status_code, response["Location"]) == (302, "/console/health-rules")
     html = ops_client.get("/console/health-rules").content.decode()
     row = row_of(html, "xid-31")
-    assert "operator v1" in row and "3× in 600 s" in row and "gpu_reset → node_reboot" in row
+    assert "operator v1" in row and "3\u00d7 in 600 s" in row and "gpu_reset → node_reboot" in row
     event = AuditEvent.objects.get(action="health_rule.save")
     assert event.actor.startswith("user:") and event.after["threshold_count"] == 3
 
@@ -61,7 +61,7 @@ def test_an_operator_overrides_restores_and_dry_runs_a_rule(ops_client, make_hos
                 ts=yesterday + timedelta(minutes=m),
                 xid=31,
                 report_seq=m,
-            )  # fmt: skip
+            )
             for m in (0, 2, 4)
         ]
     )
