@@ -708,4 +708,5 @@ class GpuInstance(models.Model):
         return f"{self.profile}@{self.start} on {self.gpu_id} ({self.state})"
 
 
+from .breaker_models import BreakerTrip, CordonRecord  # noqa: E402, F401
 from .rule_models import HealthRule, HealthRuleFiring  # noqa: E402, F401

@@ -443,6 +443,23 @@ SETTINGS: tuple[Setting, ...] = (
         unit="s",
     ),
     _s(
+        "NVKE_BREAKER_SHARE",
+        "float",
+        0.05,
+        "Circuit breaker: automation (auto-repair) may cordon at most max(1, floor(share x N)) "
+        "of a GPU model's hosts, or of one node pool's nodes, within NVKE_BREAKER_WINDOW_S; "
+        "beyond it automation pauses until an operator resumes it.",
+        FLEET,
+    ),
+    _s(
+        "NVKE_BREAKER_WINDOW_S",
+        "int",
+        3600,
+        "The circuit breaker's sliding window: cordons older than this no longer count.",
+        FLEET,
+        unit="s",
+    ),
+    _s(
         "NVKE_HEALTH_ESCALATION_WINDOW_S",
         "int",
         86400,
