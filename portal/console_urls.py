@@ -23,6 +23,7 @@ urlpatterns = [
         console_health_rules.health_rule_restore,
         name="health-rule-restore",
     ),
+    path("breakers/<str:scope>/resume", console_health_rules.breaker_resume, name="breaker-resume"),
     path("control-planes", console.control_plane_list, name="control-planes"),
     path("tenants", console.tenant_list, name="tenants"),
     path("tenants/<uuid:tenant_id>", console.tenant_detail, name="tenant"),

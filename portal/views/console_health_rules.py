@@ -1,19 +1,22 @@
-"""Operator console: health rules — the rules in effect (catalog defaults and overrides), a
+"""Operator console: health rules and the circuit breaker — the rules in effect (catalog defaults and overrides), a
 form to override one (validated by the API's serializer: the same bounds, the same words), a
-button to restore a default, and the dry run over the stored Xid events. The page calls the
+button to restore a default, the dry run over the stored Xid events, and the open circuit
+breakers (why automation waits) with a button to resume. The page calls the
 services the API calls (:mod:`fleet.health_rules`); no logic here."""
 
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleet import health_rules
+from fleet import breaker, health_rules
 from fleet.api.health_rules import HealthRuleFieldsSerializer
+from fleet.breaker_models import BreakerTrip
 from fleet.choices import LADDER_ORDER, LadderStep
 from nvke.errors import NotFound
 from portal.access import console_page
@@ -79,6 +82,9 @@ def _page(request, form: HealthRuleForm, status: int = 200) -> HttpResponse:
             "form": form,
             "dry": dry,
             "max_days": health_rules.MAX_DRY_RUN_DAYS,
+            "trips": list(BreakerTrip.objects.filter(resumed_at__isnull=True)),
+            "share": settings.NVKE_BREAKER_SHARE,
+            "window_s": settings.NVKE_BREAKER_WINDOW_S,
         },
         status=status,
     )
@@ -117,4 +123,14 @@ def health_rule_restore(request: HttpRequest, key: str) -> HttpResponse:
     except (LookupError, ValueError) as exc:
         raise NotFound() from exc
     messages.success(request, f"Rule {key}: the catalog default applies again.")
+    return redirect("console:health-rules")
+
+
+@require_POST
+@console_page
+def breaker_resume(request: HttpRequest, scope: str) -> HttpResponse:
+    """The operator resumes automation in ``scope`` (audited)."""
+    if breaker.resume(scope, actor=request.principal.label, now=timezone.now()) is None:
+        raise NotFound()
+    messages.success(request, f"Automation resumed for {scope}.")
     return redirect("console:health-rules")

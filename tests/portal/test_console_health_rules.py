@@ -81,3 +81,23 @@ def test_a_tenant_user_cannot_see_or_change_rules(alice_client, catalog):
     assert alice_client.get("/console/health-rules").status_code == 404
     assert alice_client.post("/console/health-rules/save", FORM).status_code == 404
     assert not HealthRule.objects.exists()
+
+
+def test_the_console_shows_an_open_breaker_and_an_operator_resumes_it(ops_client, alice_client):
+    from fleet.models import BreakerTrip
+
+    trip = BreakerTrip.objects.create(
+        scope="pool:6f1c0c7e-0000-4000-8000-000000000001",
+        tripped_at=timezone.now(),
+        reason="circuit breaker open for the node pool (20 nodes): 1 cordon(s) …",
+    )
+    html = ops_client.get("/console/health-rules").content.decode()
+    row = html.split(f'data-scope="{trip.scope}"')[1].split("</tr>")[0]
+    assert "circuit breaker open for the node pool (20 nodes)" in row
+    url = f"/console/breakers/{trip.scope}/resume"
+    assert alice_client.post(url).status_code == 404  # tenants cannot
+    assert ops_client.post(url).status_code == 302
+    trip.refresh_from_db()
+    assert trip.resumed_at is not None and trip.resumed_by.startswith("user:")
+    assert "No breaker is open" in ops_client.get("/console/health-rules").content.decode()
+    assert ops_client.post(url).status_code == 404  # nothing open any more

@@ -72,6 +72,7 @@ PAGES = {
     "console:health-rules": "console",
     "console:health-rule-save": "console",
     "console:health-rule-restore": "console",
+    "console:breaker-resume": "console",
     "console:control-planes": "console",
     "console:tenants": "console",
     "console:tenant": "console",
