@@ -1,8 +1,9 @@
 """Operator console: health rules and the circuit breaker — the rules in effect (catalog
 defaults and overrides), a form to override one (validated by the API's serializer: the same
 bounds, the same words), a button to restore a default, the dry run over the stored Xid
-events, and the open circuit breakers (why automation waits) with a button to resume. The page calls the
-services the API calls (:mod:`fleet.health_rules`); no logic here."""
+events, and the open circuit breakers (why automation waits) with a button to resume. The
+page calls the services the API calls (:mod:`fleet.health_rules`, :mod:`fleet.breaker`); no
+logic here."""
 
 from __future__ import annotations
 
