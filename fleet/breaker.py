@@ -77,9 +77,10 @@ def allow_automatic_cordon(
     """May automation cordon ``target`` now? ``(True, "")`` — and the cordon is counted — or
     ``(False, why)`` when a breaker of its pool or GPU model is open or this cordon would
     exceed a budget (which opens that breaker)."""
-    scopes = [
-        (pool_scope(pool_id), Q(pool_id=pool_id), pool_size, f"node pool ({pool_size} nodes)")
-    ]
+    scopes: list[tuple[str, Q, int, str]] = []
+    if pool_id is not None:
+        what = f"node pool ({pool_size} nodes)"
+        scopes.append((pool_scope(pool_id), Q(pool_id=pool_id), pool_size, what))
     if gpu_model:
         hosts = Host.objects.filter(gpu_model_id=gpu_model).exclude(state=HostState.RETIRED)
         n = hosts.count()

@@ -81,3 +81,26 @@ def test_the_second_automatic_cordon_in_a_20_node_pool_waits_for_the_operator(ma
     assert condition(pool_id, "RepairsPaused")["status"] == "False"
     assert CordonRecord.objects.filter(automatic=True).count() == 2
     assert AuditEvent.objects.get(action="breaker.resume").actor == "user:ops"
+
+
+def test_an_operator_drain_counts_against_the_budget_and_is_never_blocked(make_host):
+    from fleet.models import Host
+    from fleet.services import drain_host
+
+    host = make_host("a10g", gpus=1, hostname="breaker-a10g")
+    other = make_host("a10g", gpus=1, hostname="breaker-a10g-2")
+    now = timezone.now()
+    BreakerTrip.objects.create(scope="model:a10g", tripped_at=now, reason="open for a test")
+    drain_host(host, actor="user:ops", target="MAINTENANCE")  # an open breaker: not blocked
+    assert Host.objects.get(pk=host.pk).state == "MAINTENANCE"
+    record = CordonRecord.objects.get()
+    assert (record.automatic, record.gpu_model, record.actor) == (False, "a10g", "user:ops")
+    # resumed, the operator's drain still fills the a10g fleet's budget (2 hosts: 1 an hour)
+    breaker.resume("model:a10g", actor="user:ops", now=now)
+    later = timezone.now()
+    drain_host(other, actor="user:ops", target="MAINTENANCE")
+    allowed, why = breaker.allow_automatic_cordon(
+        target="node n1", gpu_model="a10g", pool_id=None, pool_size=100, actor="auto", now=later
+    )
+    assert not allowed
+    assert why.startswith("circuit breaker open for the a10g fleet (2 hosts): 1 cordon(s)")
