@@ -6,7 +6,9 @@ dry run. Thin: validate, call :mod:`fleet.health_rules`, serialize.
 an override (versioned, audited), DELETE restores the catalog default;
 ``POST /fleet/health-rules/dry-run`` ``{"days": 1..90, "rules": [{"key", …fields}]}``: what
 the rules in effect, with ``rules`` laid over them unsaved, would have done over the stored
-Xid events of the last ``days`` days.
+Xid events of the last ``days`` days;
+``GET /fleet/breakers`` the open circuit breakers, ``POST /fleet/breakers/{scope}/resume``
+resumes automation there (:mod:`fleet.breaker`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet import health_rules
+from fleet import breaker, health_rules
+from fleet.breaker_models import BreakerTrip
 from fleet.choices import LADDER_ORDER, LadderStep
 from nvke.errors import InvalidInput, NotFound, refuse_unknown_fields
 from tenants.permissions import IsOperator
@@ -195,3 +198,35 @@ class HealthRuleDryRunView(APIView):
                 "firings": [f.as_dict() for f in firings],
             }
         )
+
+
+class BreakerTripSerializer(serializers.Serializer):
+    scope = serializers.CharField(help_text="pool:<uuid> or model:<gpu model slug>")
+    tripped_at = serializers.DateTimeField()
+    reason = serializers.CharField()
+    resumed_at = serializers.DateTimeField(allow_null=True)
+    resumed_by = serializers.CharField()
+
+
+class BreakerListView(APIView):
+    """GET: the open circuit breakers (where automation waits, and why)."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(responses={200: BreakerTripSerializer(many=True)})
+    def get(self, request):
+        trips = BreakerTrip.objects.filter(resumed_at__isnull=True)
+        return Response(BreakerTripSerializer(trips, many=True).data)
+
+
+class BreakerResumeView(APIView):
+    """POST: resume automation in a scope whose breaker is open (audited)."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(request=None, responses={200: BreakerTripSerializer})
+    def post(self, request, scope: str):
+        trip = breaker.resume(scope[:80], actor=_actor(request), now=timezone.now())
+        if trip is None:
+            raise NotFound("No open circuit breaker for this scope.")
+        return Response(BreakerTripSerializer(trip).data)

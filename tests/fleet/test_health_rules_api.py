@@ -122,3 +122,21 @@ def test_the_dry_run_reports_what_unsaved_rules_would_have_done(operator, make_h
     assert (bad.status_code, bad.json()["field"]) == (400, "rules[0].key")
     too_far = operator.post(f"{URL}/dry-run", {"days": 91}, format="json")
     assert too_far.status_code == 400
+
+
+def test_operators_list_and_resume_open_breakers_through_the_api(operator, owner, catalog):
+    from fleet.models import BreakerTrip
+
+    trip = BreakerTrip.objects.create(
+        scope="model:h100-sxm5-80gb", tripped_at=timezone.now(), reason="budget 1 used"
+    )
+    assert owner.get("/api/v1/fleet/breakers").status_code == 403
+    listed = operator.get("/api/v1/fleet/breakers").json()
+    assert [(t["scope"], t["reason"]) for t in listed] == [(trip.scope, "budget 1 used")]
+    url = f"/api/v1/fleet/breakers/{trip.scope}/resume"
+    assert owner.post(url).status_code == 403
+    body = operator.post(url).json()
+    assert body["resumed_by"].startswith("apikey:") and body["resumed_at"]
+    assert operator.get("/api/v1/fleet/breakers").json() == []
+    assert operator.post(url).status_code == 404  # nothing open any more
+    assert AuditEvent.objects.get(action="breaker.resume").target_id == trip.scope
