@@ -128,11 +128,11 @@ class LadderStep(models.TextChoices):
     """The steps of a health rule's action ladder, mildest first: a rule that fires again
     within its escalation window takes the next step of its ladder."""
 
-    RESTART_WORKLOAD = "restart_workload"
-    GPU_RESET = "gpu_reset"
-    NODE_REBOOT = "node_reboot"
-    REPLACE = "replace"
-    HARDWARE_TICKET = "hardware_ticket"
+    RESTART_WORKLOAD = "restart_workload", "restart workload"
+    GPU_RESET = "gpu_reset", "GPU reset"
+    NODE_REBOOT = "node_reboot", "node reboot"
+    REPLACE = "replace", "replace the node"
+    HARDWARE_TICKET = "hardware_ticket", "hardware ticket"
 
 
 #: ladder steps, mildest first (a ladder lists some of them in this order)
