@@ -9,17 +9,22 @@ current month (finalizing stays an operator's decision: API or command).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.utils import timezone
 
+from nvke.errors import Conflict
 from nvke.queueing import clear_pending, enqueue_once
 
 from .aggregation import aggregate_usage, get_account, tenants_with_usage
 from .invoices import build_invoice, tenant_existed_in, tenant_since
+from .metrics import INVOICE_BUILD_FAILURES
 from .periods import period_of
+
+log = logging.getLogger(__name__)
 
 #: How far back the periodic refresh recomputes (late ledger changes, late Xids).
 REFRESH_WINDOW = timedelta(days=35)
@@ -42,13 +47,43 @@ def refresh_usage() -> int:
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def build_tenant_invoices(tenant_id: str) -> None:
+def build_tenant_invoices(tenant_id: str) -> list[str]:
     """Build (rebuild) the tenant's DRAFT invoices of its previous and current month; a month
-    that ended before the tenant was created is skipped (:func:`tenant_existed_in`)."""
+    that ended before the tenant was created is skipped (:func:`tenant_existed_in`).
+
+    A month that cannot be priced (``missing_price``: usage of a GPU model with no price in
+    the tenant's currency) is not retried — nothing changes until an operator adds the price
+    — but reported for an operator: one ERROR line ``invoice_build_failed`` naming the tenant,
+    month, model and currency, and ``nvke_invoice_build_failures_total`` (billing/metrics.py);
+    the other month is still built. Returns the codes of the months that failed."""
     clear_pending(build_tenant_invoices.name, tenant_id)
     now = timezone.now()
+    failed = []
     for label in invoice_labels(uuid.UUID(str(tenant_id)), now):
-        build_invoice(uuid.UUID(str(tenant_id)), label, now)
+        try:
+            build_invoice(uuid.UUID(str(tenant_id)), label, now)
+        except Conflict as exc:
+            if exc.code != "missing_price":
+                raise
+            report_build_failure(tenant_id, label, exc)
+            failed.append(exc.code)
+    return failed
+
+
+def report_build_failure(tenant_id: str, label: str, exc: Conflict) -> None:
+    """The operator's alert for an invoice that cannot be built: a log line and a counter."""
+    model = str(exc.extra.get("gpu_model", ""))
+    currency = str(exc.extra.get("currency", ""))
+    INVOICE_BUILD_FAILURES.labels(exc.code, model, currency).inc()
+    log.error(
+        "invoice_build_failed tenant=%s period=%s code=%s gpu_model=%s currency=%s: %s",
+        tenant_id,
+        label,
+        exc.code,
+        model,
+        currency,
+        exc.detail,
+    )
 
 
 def invoice_labels(tenant_id: uuid.UUID, now: datetime) -> list[str]:

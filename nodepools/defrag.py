@@ -111,7 +111,8 @@ def make_plan(
     """The plan for the fleet now, as :meth:`fleet.defrag.Plan.as_dict` with, per move,
     ``node``, ``pool``, ``cluster``, ``tenant`` (names and ids) and ``window`` (``"now"``, the
     ISO time the cluster's maintenance window opens, or None when none opens within 60
-    days), and ``tenants``: the disruption per tenant by name."""
+    days), ``tenants``: the disruption per tenant by name, and ``scrubbing``: the released
+    GPUs not placeable yet (:func:`scrubbing`)."""
     now = now or timezone.now()
     minutes = settings.NVKE_DEFRAG_MOVE_MINUTES if move_minutes is None else move_minutes
     views = planner.load_views(gpu_model=gpu_model or None, zone=zone or None)
@@ -143,7 +144,29 @@ def make_plan(
             entry["gpu_hours"] += move["gpu_hours"]
     plan["tenants"] = tenants
     plan["move_minutes"] = minutes
+    plan["scrubbing"] = scrubbing(gpu_model=gpu_model, zone=zone)
     return plan
+
+
+def scrubbing(*, gpu_model: str = "", zone: str = "") -> dict[str, Any]:
+    """The released GPUs of schedulable hosts (of one model / zone) whose scrub the host's
+    agent has not confirmed yet: ``{"gpus": int, "hosts": [hostname, …]}``. They are neither
+    free nor held, so a plan made right after a scale-down leaves them out (and may be empty)
+    until the agent's next report; the dry run says so instead of showing nothing."""
+    from fleet.choices import SCHEDULABLE_HOST_STATES, ScrubState
+    from fleet.models import Gpu
+
+    gpus = Gpu.objects.filter(
+        host__state__in=SCHEDULABLE_HOST_STATES,
+        holder_id__isnull=True,
+        scrub_state=ScrubState.PENDING,
+    )
+    if gpu_model:
+        gpus = gpus.filter(host__gpu_model_id=gpu_model)
+    if zone:
+        gpus = gpus.filter(host__zone=zone)
+    hosts = sorted(set(gpus.values_list("host__hostname", flat=True)))
+    return {"gpus": gpus.count(), "hosts": hosts}
 
 
 # --- running a plan -------------------------------------------------------------------------------

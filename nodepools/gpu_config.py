@@ -26,9 +26,11 @@ NVIDIA/mig-parted and NVIDIA/gpu-operator at the commits named there):
 ``labels`` (what NVKE puts on the nodes, product labels included so pods can select the pool
 before GFD runs; GFD writes the same values), ``taints``, ``resources`` (per node),
 ``mig_strategy``, ``mig_layout`` (the GPU instances of EACH GPU: profile, start memory slice,
-size, in creation order), ``mig_parted_config``, ``device_plugin_config``,
-``vgpu_device_manager_config`` and ``manifests`` (the Kubernetes objects: ConfigMaps in
-namespace ``gpu-operator`` and, with a pinned driver, an ``NVIDIADriver``).
+size, in creation order; for a ``tenancy: shared`` pool the instances of EACH NODE, whose
+starts the fleet picks on a shared GPU, so ``start`` is None), ``tenancy`` (``shared`` only),
+``mig_parted_config``, ``device_plugin_config``, ``vgpu_device_manager_config`` and
+``manifests`` (the Kubernetes objects: ConfigMaps in namespace ``gpu-operator`` and, with a
+pinned driver, an ``NVIDIADriver``).
 """
 
 from __future__ import annotations
@@ -152,6 +154,11 @@ def render_gpu_config(
         config["resources"] = {name: gpus_per_node for name in resources} or {
             "nvidia.com/gpu": gpus_per_node
         }
+        # …and its layout is those instances, not a whole GPU's 7: where each one sits
+        # (``start``) is the fleet's choice on a GPU it shares, recorded per node in
+        # ``Node.gpu_layout`` once the host's agent reports it (None here)
+        config["mig_layout"] = _node_instances(gpu_model, isolation, gpus_per_node)
+        config.pop("mig_instances_per_gpu", None)
     config["manifests"] = _manifests(config, key, pool_name, driver_version)
     if wants_one_domain(placement):
         domain = compute_domain(pool_name)
@@ -162,6 +169,23 @@ def render_gpu_config(
         }
         config["manifests"].append(domain)
     return config
+
+
+def _node_instances(
+    gpu_model: GpuModel, isolation: dict[str, Any], gpus_per_node: int
+) -> list[dict[str, Any]]:
+    """The GPU instances one VM node of a shared pool holds, as the fleet places them
+    (:func:`fleet.shared_placement.instances_for_policy`): ``[{"profile", "start": None,
+    "size"}]`` (size in memory slices, from the catalog's placement table)."""
+    from catalog.mig import MigTable
+    from fleet.shared_placement import instances_for_policy
+
+    table = MigTable.from_gpu_model(gpu_model)
+    out = []
+    for name in instances_for_policy(gpu_model.slug, isolation, gpus_per_node):
+        spec = table.profile(name)
+        out.append({"profile": name, "start": None, "size": spec.size if spec else 0})
+    return out
 
 
 def _mig_config_name(plan: IsolationPlan, key: str) -> str:

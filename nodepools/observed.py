@@ -65,10 +65,14 @@ def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = Fals
     if label is not None and pool.gpu_model.mig_capable:
         entries = ((config.get("mig_parted_config") or {}).get("mig-configs") or {}).get(label)
         enabled = any(entry.get("mig-enabled") for entry in entries or [])
+    # a shared pool's layout is per node, placed by the fleet: those instances are checked
+    # through the node's own slices (:func:`nodepools.shared.node_slices`), not from here
     instances = tuple(
         sorted(
             (d["profile"], int(d["start"]), int(d["size"])) for d in config.get("mig_layout") or []
         )
+        if config.get("tenancy") != "shared"
+        else ()
     )
     return Expectation(
         mig_enabled=enabled,

@@ -4,7 +4,8 @@ A delete of a cluster or node pool, or an isolation change, runs only when the P
 ``confirm_name`` equal to the object's name (the browser's ``pattern`` attribute is only a
 convenience: the view refuses without it). :func:`disruption_of_cluster` /
 :func:`disruption_of_pool` say what the action disrupts, counted from the live node rows (DELETED
-nodes excluded): ``{"nodes": int, "gpus": int, "pools": int}``.
+nodes excluded): ``{"nodes": int, "gpus": int, "gpu_instances": int, "pools": int}`` (whole
+GPUs apart from the GPU instances shared pools' nodes hold on shared GPUs).
 """
 
 from __future__ import annotations
@@ -45,19 +46,28 @@ def confirmed(data, name: str) -> ConfirmNameForm:
     return ConfirmNameForm(data, name=name)
 
 
-def _live_nodes(qs) -> tuple[int, int]:
-    nodes = list(qs.exclude(phase=NodePhase.DELETED).values_list("gpu_uuids", flat=True))
-    return len(nodes), sum(len(g or []) for g in nodes)
+def _live_nodes(qs) -> dict[str, int]:
+    """``nodes``, the whole ``gpus`` they hold and the ``gpu_instances`` VM nodes of shared
+    pools hold on GPUs other tenants share (those GPUs are not theirs: four nodes of one
+    1g.10gb instance each are 4 GPU instances, not "4 GPU(s)")."""
+    from fleet.choices import SliceState
+    from fleet.models import GpuInstance
+    from fleet.shared_placement import is_shared_policy
+
+    rows = qs.exclude(phase=NodePhase.DELETED).values_list("id", "gpu_uuids", "nodepool__isolation")
+    nodes = len(rows)
+    shared = [node_id for node_id, _, iso in rows if is_shared_policy(iso or {})]
+    gpus = sum(len(g or []) for _, g, iso in rows if not is_shared_policy(iso or {}))
+    instances = GpuInstance.objects.filter(holder_id__in=shared, state=SliceState.ACTIVE).count()
+    return {"nodes": nodes, "gpus": gpus, "gpu_instances": instances}
 
 
 def disruption_of_pool(pool: NodePool) -> dict[str, int]:
     """What deleting or re-partitioning ``pool`` disrupts: its live nodes and their GPUs."""
-    nodes, gpus = _live_nodes(Node.objects.filter(nodepool=pool))
-    return {"pools": 1, "nodes": nodes, "gpus": gpus}
+    return {"pools": 1, **_live_nodes(Node.objects.filter(nodepool=pool))}
 
 
 def disruption_of_cluster(cluster) -> dict[str, int]:
     """What deleting ``cluster`` disrupts: its live node pools, their nodes and GPUs."""
     pools = NodePool.objects.filter(cluster=cluster).exclude(phase=Phase.DELETED).count()
-    nodes, gpus = _live_nodes(Node.objects.filter(cluster=cluster))
-    return {"pools": pools, "nodes": nodes, "gpus": gpus}
+    return {"pools": pools, **_live_nodes(Node.objects.filter(cluster=cluster))}

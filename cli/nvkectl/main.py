@@ -39,7 +39,16 @@ Wait = Annotated[bool, typer.Option("--wait", help="follow the operation until i
 Timeout = Annotated[float, typer.Option("--timeout", help="seconds --wait waits at most")]
 
 CLUSTER_COLUMNS = ["name", "id", "phase", "kubernetes_version", "region", "provider"]
-POOL_COLUMNS = ["name", "id", "phase", "gpu_model", "gpus_per_node", "node_count"]
+POOL_COLUMNS = [
+    "name",
+    "id",
+    "phase",
+    "gpu_model",
+    "gpus_per_node",
+    "node_count",
+    "isolation",
+    "resources_per_node",
+]
 
 
 @app.callback()
@@ -266,7 +275,8 @@ def pools_list(ctx: typer.Context, cluster: str, output: Output = Format.table) 
     """Node pools of a cluster."""
     client = _client(ctx)
     found = _cluster(client, cluster)
-    emit(client.list_all(f"clusters/{found['id']}/nodepools"), POOL_COLUMNS, output)
+    pools = client.list_all(f"clusters/{found['id']}/nodepools")
+    emit([pools_cli.pool_row(p) for p in pools], POOL_COLUMNS, output, raw=pools)
 
 
 @pools_app.command("get")
@@ -274,7 +284,7 @@ def pools_get(ctx: typer.Context, cluster: str, pool: str, output: Output = Form
     """One node pool, by name or id."""
     client = _client(ctx)
     found = _pool(client, _cluster(client, cluster), pool)
-    emit([found], POOL_COLUMNS, output, raw=found)
+    emit([pools_cli.pool_row(found)], POOL_COLUMNS, output, raw=found)
 
 
 @pools_app.command("scale")

@@ -80,3 +80,40 @@ def pool_body(
     if same_nvlink_domain:
         body["placement"] = {**(body.get("placement") or {}), "same_nvlink_domain": True}
     return body
+
+
+def isolation_text(isolation: dict[str, Any] | None) -> str:
+    """A pool's isolation in one word group, as the portal shows it: ``exclusive``,
+    ``mig 1g.10gb``, ``mig 3g.40gb=1,1g.10gb=2``, ``vgpu A10-4Q``, ``time-slicing x4``,
+    ``mps x2``; `` shared`` appended for ``tenancy: shared`` (other tenants' instances share
+    the GPUs)."""
+    iso = isolation or {}
+    mode = iso.get("mode", "exclusive")
+    if mode == "mig":
+        what = iso.get("mig_profile") or ",".join(
+            f"{k}={v}" for k, v in (iso.get("mig_layout") or {}).items()
+        )
+    elif mode == "vgpu":
+        what = iso.get("vgpu_profile") or ",".join(
+            f"{k}={v}" for k, v in (iso.get("vgpu_layout") or {}).items()
+        )
+    elif mode in ("time-slicing", "mps"):
+        what = f"x{iso.get('replicas')}" + (
+            f" on {iso['mig_profile']}" if iso.get("mig_profile") else ""
+        )
+    else:
+        what = ""
+    text = f"{mode} {what}".strip()
+    return f"{text} shared" if iso.get("tenancy") == "shared" else text
+
+
+def pool_row(pool: dict[str, Any]) -> dict[str, Any]:
+    """A node pool of the API with the table's derived columns: ``isolation`` (text) and
+    ``resources_per_node`` (what each node gets, from the pool's rendered GPU config:
+    ``nvidia.com/gpu=1`` for a shared 1g.10gb node, not the 7 of a whole GPU)."""
+    resources = (pool.get("gpu_config") or {}).get("resources") or {}
+    return {
+        **pool,
+        "isolation": isolation_text(pool.get("isolation")),
+        "resources_per_node": ",".join(f"{k}={v}" for k, v in sorted(resources.items())),
+    }

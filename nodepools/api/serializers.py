@@ -12,8 +12,16 @@ DNS_LABEL = r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$"
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    """A node. ``kubernetes_version`` is the kubelet's (the version it booted with, replaced
+    once an upgrade is verified against what the kubelet reports); ``driver_version`` is the
+    NVIDIA driver its host's agent last reported (``fleet.Host.driver_version``: one place for
+    that fact, not the version the pool asked for), null before the node has a host."""
+
     host = serializers.CharField(source="host.hostname", default=None, read_only=True)
     host_id = serializers.UUIDField(read_only=True)
+    driver_version = serializers.CharField(
+        source="host.driver_version", default=None, read_only=True
+    )
 
     class Meta:
         model = Node
@@ -26,6 +34,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "zone",
             "gpu_uuids",
             "gpu_layout",
+            "kubernetes_version",
+            "driver_version",
             "config_state",
             "move_state",
             "observed_problem",

@@ -65,7 +65,7 @@ def _result(request, result) -> Response:
 #: from the joined host row) + the prefetch key. Derived, so a new field cannot cost a query per
 #: node (tests/api/test_list_queries.py).
 NODE_LIST_FIELDS = (
-    *(f for f in NodeSerializer.Meta.fields if f != "host"),
+    *(f for f in NodeSerializer.Meta.fields if f not in ("host", "driver_version")),
     "nodepool_id",
 )
 
@@ -73,7 +73,8 @@ NODE_LIST_FIELDS = (
 def attach_node_rows(pools: list[dict]) -> None:
     """Give each pool row of a list page (a ``.values()`` dict with ``id`` and ``phase``) its
     ``nodes``: the pool's nodes as ``.values()`` dicts of :data:`NODE_LIST_FIELDS` +
-    ``host__hostname``, in the nodes' model order, from one query (none for an empty page);
+    ``host__hostname`` and ``host__driver_version``, in the nodes' model order, from one
+    query (none for an empty page);
     the DELETED ones only once the pool itself is DELETED, as ``PoolNodesSerializer`` shows
     them. No ``Node`` or deferred ``Host`` instance is built (a page has 100 nodes)."""
     by_pool: dict = {}
@@ -85,7 +86,7 @@ def attach_node_rows(pools: list[dict]) -> None:
     if not pools:
         return
     for row in Node.objects.filter(nodepool_id__in=list(by_pool)).values(
-        *NODE_LIST_FIELDS, "host__hostname"
+        *NODE_LIST_FIELDS, "host__hostname", "host__driver_version"
     ):
         if row["phase"] != "DELETED" or row["nodepool_id"] in gone:
             by_pool[row["nodepool_id"]].append(row)
@@ -119,7 +120,9 @@ class NodePoolViewSet(
     queryset = NodePool.objects.select_related("gpu_model").prefetch_related(
         Prefetch(
             "nodes",
-            queryset=Node.objects.select_related("host").only(*NODE_LIST_FIELDS, "host__hostname"),
+            queryset=Node.objects.select_related("host").only(
+                *NODE_LIST_FIELDS, "host__hostname", "host__driver_version"
+            ),
         )
     )
     serializer_class = NodePoolSerializer

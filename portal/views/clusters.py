@@ -69,16 +69,26 @@ def _regions() -> list[str]:
 
 
 def pool_rows(pools) -> list[dict]:
-    """Node pools with their live nodes (DELETED nodes hidden) and GPU counts."""
+    """Node pools with their live nodes (DELETED nodes hidden) and GPU counts: ``gpus`` whole
+    GPUs held; for a shared pool (``shared`` True) ``gpu_instances``, the MIG instances its
+    nodes' hosts report for them (its nodes hold instances of GPUs other tenants share, not
+    GPUs: four 1g.10gb nodes on one GPU are 4 instances, not "4 GPUs")."""
     out = []
     for pool in pools:
         nodes = [n for n in pool.nodes.all() if n.phase != NodePhase.DELETED]
+        shared = (pool.gpu_config or {}).get("tenancy") == "shared"
         out.append(
             {
                 "pool": pool,
                 "nodes": nodes,
                 "ready": sum(1 for n in nodes if n.phase == NodePhase.READY),
-                "gpus": sum(len(n.gpu_uuids) for n in nodes),
+                "shared": shared,
+                "gpus": 0 if shared else sum(len(n.gpu_uuids) for n in nodes),
+                "gpu_instances": sum(
+                    len(g.get("mig_devices") or []) for n in nodes for g in n.gpu_layout or []
+                )
+                if shared
+                else 0,
             }
         )
     return out
@@ -613,7 +623,8 @@ def nodepool_delete(request: HttpRequest, cluster_id, pool_id) -> HttpResponse:
             "disruption": disruption,
             "title": f"Delete node pool {pool.name}?",
             "message": (
-                f"Its {disruption['nodes']} node(s) are drained and their GPUs released; "
+                f"Its {disruption['nodes']} node(s) are drained and their "
+                f"{'GPU instances' if disruption['gpu_instances'] else 'GPUs'} released; "
                 "billing for them stops. This cannot be undone."
             ),
             "button": "Delete node pool",

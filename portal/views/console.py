@@ -122,7 +122,15 @@ def _host_context(host: Host) -> dict:
         n.id: n
         for n in Node.objects.filter(id__in=[g.holder_id for g in gpus if g.holder_id])
         .select_related("cluster", "nodepool")
-        .only("id", "name", "gpu_layout", "cluster__name", "nodepool__name", "nodepool__isolation")
+        .only(
+            "id",
+            "name",
+            "gpu_layout",
+            "kubernetes_version",
+            "cluster__name",
+            "nodepool__name",
+            "nodepool__isolation",
+        )
     }
     rows = []
     for gpu in gpus:

@@ -93,3 +93,30 @@ def test_the_demo_prices_every_model_it_places(catalog, tmp_path):
     priced = set(Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", flat=True))
     assert "gb200" in placed
     assert placed <= priced, placed - priced
+
+
+def test_the_billing_worker_alerts_an_operator_instead_of_failing_silently(
+    tenant_a, recent_gb200_usage, caplog
+):
+    """The beat's build of tenant A's drafts meets the unpriced GB200 usage: the worker does
+    not die on a traceback nobody reads; it logs one ERROR line naming tenant, month, model
+    and currency and counts the failure for alerting (nvke_invoice_build_failures_total)."""
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    from billing.periods import period_of
+    from billing.tasks import build_tenant_invoices
+
+    labels = {"code": "missing_price", "gpu_model": "gb200", "currency": "USD"}
+    before = REGISTRY.get_sample_value("nvke_invoice_build_failures_total", labels) or 0.0
+    with caplog.at_level(logging.ERROR, logger="billing.tasks"):
+        assert build_tenant_invoices(str(tenant_a.id)) == ["missing_price"]
+    after = REGISTRY.get_sample_value("nvke_invoice_build_failures_total", labels)
+    assert after == before + 1
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "billing.tasks"]
+    month = period_of("UTC", timezone.now() - timedelta(days=3)).label
+    assert line.startswith(
+        f"invoice_build_failed tenant={tenant_a.id} period={month} code=missing_price "
+        "gpu_model=gb200 currency=USD: no USD price for gb200 (whole GPU)"
+    )

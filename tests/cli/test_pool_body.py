@@ -67,3 +67,29 @@ def test_the_help_lists_the_new_flags():
     for flag in ("--file", "--isolation", "--mig-layout", "--vgpu-profile", "--replicas",
                  "--tenancy", "--driver-version", "--cuda-version"):  # fmt: skip
         assert flag in out, flag
+
+
+def test_the_pool_table_says_what_each_node_gets_and_that_a_pool_is_shared():
+    """``nodepools list/get`` name the isolation (``shared`` for tenancy shared) and the
+    resources each node gets, from the pool's rendered GPU config (issue 33 item 3)."""
+    from nvkectl.pools import isolation_text, pool_row
+
+    shared = {
+        "name": "mig1g",
+        "isolation": {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"},
+        "gpu_config": {"resources": {"nvidia.com/gpu": 1}, "tenancy": "shared"},
+    }
+    row = pool_row(shared)
+    assert (row["isolation"], row["resources_per_node"]) == (
+        "mig 1g.10gb shared",
+        "nvidia.com/gpu=1",
+    )
+    assert isolation_text({"mode": "exclusive"}) == "exclusive"
+    assert isolation_text({"mode": "mig", "mig_layout": {"3g.40gb": 1, "1g.10gb": 2}}) == (
+        "mig 3g.40gb=1,1g.10gb=2"
+    )
+    assert isolation_text({"mode": "time-slicing", "replicas": 4}) == "time-slicing x4"
+    assert isolation_text({"mode": "mps", "replicas": 2, "mig_profile": "3g.40gb"}) == (
+        "mps x2 on 3g.40gb"
+    )
+    assert isolation_text(None) == "exclusive"

@@ -11,10 +11,12 @@ import io
 import json
 import shlex
 import stat
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 import yaml
+from django.utils import timezone
 
 from tests.docs_blocks import marked_block
 
@@ -37,10 +39,19 @@ def readme_tour(server: str, key: str) -> list[list[str]]:
 def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl):
     from billing.aggregation import aggregate_usage
     from billing.models import LedgerEntry
+    from billing.prices import set_price
     from tenants.services import create_api_key, create_tenant
 
     import_capture("a10g.xml", "gpu-a10g-01", "us-east-1b")  # as make run's demo host
     tenant = create_tenant(name="acme")
+    # 3,600 USD per GPU-hour: one USD per GPU-second, so the few seconds the tour holds the
+    # GPU cost a figure that cannot round to 0.00
+    set_price(
+        gpu_model="a10g",
+        hourly_rate=Decimal("3600"),
+        effective_from=timezone.now() - timedelta(days=1),
+        label="list",
+    )
     key = create_api_key(tenant=tenant, name="cli", role="owner")[1]
 
     # contexts live in a file only its owner can read
@@ -120,6 +131,10 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
         csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
     )
     assert [(r["name"], r["gpu_model"], r["node_count"]) for r in listed] == [("a10g", "a10g", "1")]
+    # what each node gets: one whole A10G
+    assert [(r["isolation"], r["resources_per_node"]) for r in listed] == [
+        ("exclusive", "nvidia.com/gpu=1")
+    ]
 
     # credentials merge beside what the kubeconfig already holds
     kube = tmp_path / "kube" / "config"
@@ -167,11 +182,15 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     (row,) = usage["results"]
     assert row["cluster_name"] == "train"
     assert abs(Decimal(row["gpu_hours"]) - Decimal(seconds / 3600)) < Decimal("0.001")
+    # its cost as the invoice rates it: 3,600 USD per GPU-hour = 1 USD per GPU-second (two
+    # ledger rows, each line rounded to the cent)
+    assert abs(Decimal(row["cost"]["USD"]) - Decimal(str(seconds))) <= Decimal("0.02")
     table = nvkectl("usage", "--group-by", "cluster").stdout
-    assert "CLUSTER_NAME" in table and "train" in table
+    assert "CLUSTER_NAME" in table and "train" in table and f"{row['cost']['USD']} USD" in table
     usage_csv = nvkectl("usage", "--group-by", "cluster", "-o", "csv").stdout.splitlines()
-    assert usage_csv[0] == "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours"
+    assert usage_csv[0] == "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours,cost"
     assert usage_csv[1].startswith("train,")
+    assert usage_csv[1].endswith(f",{row['cost']['USD']} USD")
 
     assert "NUMBER" in nvkectl("invoices").stdout
     invoices = nvkectl("invoices", "-o", "csv").stdout.splitlines()

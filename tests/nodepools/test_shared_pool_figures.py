@@ -28,13 +28,30 @@ def test_a_shared_mig_pool_node_gets_one_device_per_instance(catalog):
     shared = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"})
     assert shared["resources"] == {"nvidia.com/gpu": 1}
     assert shared["tenancy"] == "shared"
+    # its layout is the node's one instance (1 memory slice of 8), placed by the fleet: not
+    # the 7 instances of a whole H100 partitioned for it
+    assert shared["mig_layout"] == [{"profile": "1g.10gb", "start": None, "size": 1}]
+    assert "mig_instances_per_gpu" not in shared
     two = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}, gpus=2)
     assert two["resources"] == {"nvidia.com/gpu": 2}
+    assert [d["profile"] for d in two["mig_layout"]] == ["1g.10gb", "1g.10gb"]
+
+
+def test_a_shared_pool_expects_no_whole_gpu_layout_from_the_host(catalog):
+    """The observed-state gate checks a shared node's own instances (nodepools.shared), never
+    a per-GPU layout: the pool's expectation names none (a None start must not break it)."""
+    from nodepools import observed
+    from nodepools.models import NodePool
+
+    config = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"})
+    pool = NodePool(gpu_model_id="h100-sxm5-80gb", gpu_config=config, driver_version="")
+    assert observed.expectation(pool).instances == ()
 
 
 def test_a_dedicated_mig_pool_node_gets_every_instance_of_its_gpus(catalog):
     dedicated = _config({"mode": "mig", "mig_profile": "1g.10gb"})
     assert dedicated["resources"] == {"nvidia.com/gpu": 7}  # 7 x 1g.10gb on one H100
+    assert [d["start"] for d in dedicated["mig_layout"]] == [0, 1, 2, 3, 4, 5, 6]
     assert "tenancy" not in dedicated
 
 
@@ -53,3 +70,5 @@ def test_the_portal_says_the_pool_is_shared(catalog):
     )
     assert "nvidia.com/gpu: 1" in html
     assert 'id="shared-tenancy"' in html
+    assert "GPU instances of each node" in html and "GPU instances on each GPU" not in html
+    assert html.count("1g.10gb") == 1  # one instance, not 7

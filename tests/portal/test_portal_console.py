@@ -229,6 +229,8 @@ def test_portal_demo_makes_logins_simulated_h100s_and_demo_prices(catalog, tmp_p
         ("sim-h100-02", "us-east-1a", "us-east-1", 8),
     ]
     assert Gpu.objects.filter(host__in=hosts).count() == 16
+    # simulated hosts like seed_demo's: their agent reports a driver (nodes' rows show it)
+    assert [h.driver_version for h in hosts] == ["570.172.08", "570.172.08"]
     assert {p.gpu_model_id: p.hourly_rate for p in Price.objects.all()} == {
         "h100-sxm5-80gb": Decimal("2.5"),
         "a100-sxm4-80gb": Decimal("1.8"),

@@ -69,3 +69,34 @@ def test_tenant_users_get_404_on_the_defragmentation_pages(alice_client, ops_cli
     assert alice_client.post("/console/defrag/runs", {}).status_code == 404
     assert DefragRun.objects.count() == 1
     assert ops_client.get(f"/console/defrag/runs/{run.id}").status_code == 200
+
+
+def test_the_dry_run_says_which_released_gpus_are_being_scrubbed(
+    ops_client,
+    operator,
+    fragmented,  # noqa: F811 (the fixture imported above)
+):
+    """Right after a scale-down the released GPUs wait for their scrub (the host's agent's
+    next report): neither free nor held, the plan leaves them out, and the page says so
+    instead of an unexplained empty (or smaller) plan (issue 33 item 6)."""
+    from fleet.choices import ScrubState
+    from fleet.models import Gpu
+
+    hosts, _pools = fragmented
+    # as a release leaves them: free, their scrub not confirmed by the agent yet
+    pending = Gpu.objects.filter(host=hosts["spare"], holder_id__isnull=True).update(
+        scrub_state=ScrubState.PENDING
+    )
+    assert pending == 8
+    page = ops_client.get("/console/defrag").content.decode()
+    note = page.split('id="defrag-scrubbing">')[1].split("</p>")[0]
+    assert note.startswith("8 released GPU(s) on spare are being scrubbed")
+    frees = page.split('id="defrag-frees"')[1].split("</table>")[0]
+    # 24 free GPUs before the scrub (test above), 16 now: spare's 8 are not free
+    assert "<tr><td>now</td><td>0</td><td>0</td><td>16</td>" in frees
+    # the API's dry run carries the same figure
+    body = operator.get("/api/v1/fleet/defrag/plan").json()
+    assert body["scrubbing"] == {"gpus": 8, "hosts": ["spare"]}
+    # nothing pending: no note
+    Gpu.objects.filter(host=hosts["spare"]).update(scrub_state=ScrubState.CLEAN)
+    assert 'id="defrag-scrubbing"' not in ops_client.get("/console/defrag").content.decode()

@@ -7,8 +7,9 @@
   else ``./.nvke`` (:func:`nvke.embedded.resolve_data_dir`, as ``make run`` resolves it);
 * SIMULATED H100 hosts (``--h100-hosts``, default 2, 8 x H100-SXM5-80GB each, zone
   ``us-east-1a``, named ``sim-h100-NN``, GPU UUIDs ``GPU-sim-…``): no real H100
-  ``nvidia-smi -q -x`` capture is vendored, so, like the tests' ``make_host``, these are rows
-  shaped like an imported host, with no agent;
+  ``nvidia-smi -q -x`` capture is vendored, so these are simulated hosts
+  (``simhosts.create_simulated_host``, as seed_demo's) with no agent process: their agent
+  reports in-process (driver 570.172.08);
 * demo list prices for the catalog models that have none (:data:`DEMO_PRICES`, USD per
   GPU-hour, labelled as demo prices: made up, not anyone's real price).
 
@@ -18,7 +19,6 @@ Idempotent: a second run keeps existing users (and their passwords), hosts and p
 from __future__ import annotations
 
 import secrets
-import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -27,12 +27,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
 from billing.models import Price
 from billing.prices import set_price
 from catalog.models import GpuModel
-from fleet.models import Gpu, Host, region_of_zone
+from clusters.providers import simhosts
+from fleet.models import Host
 from nvke.embedded.datadir import resolve_data_dir
 from tenants.choices import Role
 from tenants.models import Membership, Tenant
@@ -116,29 +116,11 @@ class Command(BaseCommand):
         self.stdout.write(f"login {username}: password in {path}")
         return user
 
-    @transaction.atomic
     def _h100(self, hostname: str, zone: str) -> None:
+        """A SIMULATED H100 host like seed_demo's (``simhosts.create_simulated_host``): its
+        in-process agent reports the simulated driver (570.172.08) as every other simulated
+        host does; rows made here by hand reported none, so their nodes' driver read "—"."""
         if Host.objects.filter(hostname=hostname).exists():
             return
-        model = GpuModel.objects.get(slug=H100)
-        host = Host.objects.create(
-            hostname=hostname,
-            zone=zone,
-            region=region_of_zone(zone),
-            gpu_model=model,
-            gpu_count=8,
-            warnings=["SIMULATED host (manage.py portal_demo): no agent, no real capture"],
-        )
-        Gpu.objects.bulk_create(
-            Gpu(
-                uuid=f"GPU-sim-{uuid.uuid4()}",
-                host=host,
-                index=i,
-                pci_bus_id=f"00000000:{i + 1:02X}:00.0",
-                gpu_model=model,
-                product_name=(model.product_names or [model.name])[0],
-                memory_total_bytes=(model.memory_mib or 0) * 2**20 or None,
-            )
-            for i in range(8)
-        )
+        simhosts.create_simulated_host(hostname=hostname, zone=zone, gpu_model=H100, gpus=8)
         self.stdout.write(f"SIMULATED host {hostname}: 8 x {H100} in {zone}")
