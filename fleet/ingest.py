@@ -291,6 +291,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             inventory=inventoried or bool(source_error),
         )
         health.host_reported(host, now)
+        health.apply_source_health(host, source_error, now)
         commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []
     metrics.REPORTS.labels(outcome="stored").inc()
     metrics.SAMPLES.labels(outcome="stored").inc(stored)

@@ -9,7 +9,9 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     ``host_id`` (UUID), ``holder_id`` (UUID of the node holding it, or None), ``tenant_id``
     (UUID or None), ``healthy`` (bool), ``reason`` (:class:`fleet.choices.HealthReason`
     value), ``xid`` (int or None), ``action`` (the catalog's NVIDIA immediate action, e.g.
-    ``RESET_GPU``, or ""), ``needs_operator`` (bool), ``at`` (aware datetime). ``nodepools``
+    ``RESET_GPU``, or ""), ``rule_action`` (the health rule's ladder step that opened it,
+    :class:`fleet.choices.LadderStep` value, or ""), ``needs_operator`` (bool), ``at`` (aware
+    datetime). ``nodepools``
     uses it for auto-repair; billing reads :class:`fleet.models.GpuHealthInterval` for SLA
     credits.
 

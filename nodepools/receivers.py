@@ -109,15 +109,18 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
 
 
 @receiver(gpu_health_changed)
-def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, **kwargs) -> None:
-    """An unhealthy GPU held by a node: mark the node for repair (reboot or replace, by the
-    Xid's catalog action) and wake its pool's reconciler."""
-    from .repair import repair_action_for, request_repair
+def repair_on_gpu_fault(
+    sender, gpu_uuid, holder_id, healthy, action, xid, at, rule_action="", **kwargs
+) -> None:
+    """An unhealthy GPU held by a node: mark the node for repair (reboot or replace: by the
+    health rule's ladder step, else by the Xid's catalog action) and wake its pool's
+    reconciler."""
+    from .repair import repair_action_for, repair_for_step, request_repair
     from .tasks import reconcile_nodepool
 
     if healthy or holder_id is None:
         return
-    repair = repair_action_for(action)
+    repair = repair_for_step(rule_action) if rule_action else repair_action_for(action)
     if repair is None:
         return
     reason = f"GPU {gpu_uuid}: " + (f"Xid {xid} ({action})" if xid is not None else action)
