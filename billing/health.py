@@ -9,11 +9,12 @@ the API or the console, audited). Billing credits exactly those intervals:
    catalog severity is ``critical``: NVIDIA's action RESET_GPU, RESTART_BM, CONTACT_SUPPORT …).
    Application Xids, unknown codes the device plugin ignores, a silent host or a missing GPU
    credit nothing.
-2. Scope, from the interval's catalog action: RESTART_BM and CHECK_MECHANICALS take the whole
-   machine down (every allocation on the interval's host is credited — the interval's GPU is a
-   GPU of that host by construction: an Xid naming a GPU the host does not own is refused at
-   ingestion); RESTART_VM the node(s) holding the GPU; anything else the GPU itself (all of its
-   rows: whole GPU or slices).
+2. Scope, from the interval's catalog action through the one Xid-action table
+   (:mod:`catalog.xid_actions`, which fleet reads too): RESTART_BM and CHECK_MECHANICALS take
+   the whole machine down (every allocation on the interval's host is credited — the
+   interval's GPU is a GPU of that host by construction: an Xid naming a GPU the host does
+   not own is refused at ingestion); RESTART_VM the node(s) holding the GPU; anything else
+   the GPU itself (all of its rows: whole GPU or slices).
 3. An affected allocation is credited from the interval's start to its end (an open interval:
    until the allocation ends). Only allocations open at the interval's start are affected: a
    GPU given out later was healthy when the platform placed it, and a fault on an idle GPU
@@ -30,8 +31,7 @@ from datetime import datetime
 
 from django.db import connection
 
-HOST_ACTIONS = ("RESTART_BM", "CHECK_MECHANICALS")
-NODE_ACTIONS = ("RESTART_VM",)
+from catalog.xid_actions import actions_of_scope
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ def credit_intervals(
         cursor.execute(
             _CREDITS_SQL,
             {
-                "host_actions": list(HOST_ACTIONS),
-                "node_actions": list(NODE_ACTIONS),
+                "host_actions": list(actions_of_scope("host")),
+                "node_actions": list(actions_of_scope("node")),
                 "since": since,
                 "start": start,
                 "end": end,

@@ -18,8 +18,13 @@ SCHEDULABLE_HOST_STATES = (HostState.AVAILABLE, HostState.ALLOCATED)
 
 
 class GpuHealth(models.TextChoices):
+    """``UNKNOWN``: the host's agent reports but cannot read the GPU (NVML/DCGM does not
+    initialise): not placeable, yet no evidence of a fault — no repair, no SLA credit
+    (:func:`fleet.health.apply_source_health`). Only evidence from the GPU makes it UNHEALTHY."""
+
     HEALTHY = "HEALTHY"
     UNHEALTHY = "UNHEALTHY"
+    UNKNOWN = "UNKNOWN"
 
 
 class ScrubState(models.TextChoices):
@@ -103,3 +108,32 @@ class SliceState(models.TextChoices):
     ACTIVE = "ACTIVE"
     SCRUBBING = "SCRUBBING"
     FREE = "FREE"
+
+
+class HealthSignal(models.TextChoices):
+    """What a health rule watches (:class:`fleet.rule_models.HealthRule`)."""
+
+    XID = "xid"  # an Xid code (the rule names it)
+    ECC_SBE = "ecc_sbe"  # corrected (single-bit) ECC errors
+    ECC_DBE = "ecc_dbe"  # uncorrected (double-bit) ECC errors
+    ROW_REMAP_PENDING = "row_remap_pending"
+    ROW_REMAP_FAILED = "row_remap_failed"
+    NVML_INIT_FAILURE = "nvml_init_failure"
+    FALLEN_OFF_BUS = "fallen_off_bus"  # NVML_ERROR_GPU_IS_LOST
+    THERMAL_SLOWDOWN = "thermal_slowdown"
+    POWER_SLOWDOWN = "power_slowdown"
+
+
+class LadderStep(models.TextChoices):
+    """The steps of a health rule's action ladder, mildest first: a rule that fires again
+    within its escalation window takes the next step of its ladder."""
+
+    RESTART_WORKLOAD = "restart_workload", "restart workload"
+    GPU_RESET = "gpu_reset", "GPU reset"
+    NODE_REBOOT = "node_reboot", "node reboot"
+    REPLACE = "replace", "replace the node"
+    HARDWARE_TICKET = "hardware_ticket", "hardware ticket"
+
+
+#: ladder steps, mildest first (a ladder lists some of them in this order)
+LADDER_ORDER: tuple[str, ...] = tuple(LadderStep.values)

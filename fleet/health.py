@@ -3,14 +3,16 @@
 * :func:`open_unhealthy` / :func:`close_unhealthy` keep :class:`fleet.models.GpuHealthInterval`
   (one open interval per GPU at most, never overlapping) and ``Gpu.health`` in step, and send
   :data:`fleet.signals.gpu_health_changed` once the change commits.
-* :func:`handle_xid` / :func:`handle_xids` map an Xid to the catalog's action
-  (``catalog.services.get_xid_code``):
-  a *critical* Xid (NVIDIA's immediate action is a GPU reset, a reboot, a hardware check …)
-  marks the GPU unhealthy with ``needs_operator``; one whose action is a reboot of the machine
-  or a mechanical check (``RESTART_BM``, ``RESTART_VM``, ``CHECK_MECHANICALS``) also cordons
-  the host. Warnings and info Xids (``RESTART_APP``, ``IGNORE`` …) are recorded only. An Xid
-  the catalog does not know marks the GPU unhealthy unless it is one of the application-error
-  Xids NVIDIA's device plugin ignores (13, 31, 43, 45, 68, 109: nvml.md §5, [DP]).
+* :func:`handle_xid` / :func:`handle_xids` run Xids through the health rules in effect
+  (:mod:`fleet.health_rules`: the catalog's table as defaults — every critical Xid, threshold 1
+  — with the operator's overrides): a rule that fires marks the GPU unhealthy (with the rule's
+  ``needs_operator``) and records its ladder step (``GpuHealthInterval.rule_action``:
+  what auto-repair does); a firing whose Xid action is host-scoped (:mod:`catalog.xid_actions`,
+  the one Xid-action table: ``RESTART_BM``, ``CHECK_MECHANICALS``) or whose step is a hardware
+  ticket also cordons the host. Xids no rule decides, or below a rule's threshold, are
+  recorded only. An Xid the catalog does not know is decided as critical unless it is one of
+  the application-error Xids NVIDIA's device plugin ignores (13, 31, 43, 45, 68, 109: nvml.md
+  §5, [DP]).
 * :func:`mark_silent_hosts_not_ready`: a registered host without a report for
   ``NVKE_HOST_HEARTBEAT_TIMEOUT_S`` becomes NOT_READY and its GPUs get an interval with reason
   ``host_not_ready``; the next report brings it back (:func:`host_reported`).
@@ -26,16 +28,22 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.services import get_xid_code
+from catalog.xid_actions import action_scope
 
-from . import conf
-from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HealthReason, HostEventKind, HostState
+from . import conf, health_rules
+from .choices import (
+    SCHEDULABLE_HOST_STATES,
+    GpuHealth,
+    HealthReason,
+    HostEventKind,
+    HostState,
+    LadderStep,
+)
 from .models import Gpu, GpuHealthInterval, Host, HostEvent, XidEvent
 from .signals import gpu_health_changed
 
 #: Xids the NVIDIA device plugin never marks unhealthy (application errors), nvml.md §5 [DP]
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-#: NVIDIA immediate actions that concern the whole machine, not one GPU
-HOST_ACTIONS = frozenset({"RESTART_BM", "RESTART_VM", "CHECK_MECHANICALS"})
+APPLICATION_XIDS = health_rules.APPLICATION_XIDS
 
 
 def _notify(gpu: Gpu, *, healthy: bool, interval: GpuHealthInterval | None, at: datetime) -> None:
@@ -48,6 +56,7 @@ def _notify(gpu: Gpu, *, healthy: bool, interval: GpuHealthInterval | None, at: 
         "reason": interval.reason if interval else "",
         "xid": interval.xid if interval else None,
         "action": interval.action if interval else "",
+        "rule_action": interval.rule_action if interval else "",
         "needs_operator": bool(interval and interval.needs_operator),
         "at": at,
     }
@@ -63,6 +72,7 @@ def open_unhealthy(
     detail: str = "",
     xid: int | None = None,
     action: str = "",
+    rule_action: str = "",
 ) -> GpuHealthInterval:
     """Mark ``gpu`` unhealthy from ``at`` (idempotent for the same cause).
 
@@ -101,6 +111,7 @@ def open_unhealthy(
             reason=reason,
             xid=xid,
             action=action[:100],
+            rule_action=rule_action,
             needs_operator=needs_operator,
             detail=detail[:500],
             holder_id=gpu.holder_id,
@@ -136,62 +147,100 @@ def close_unhealthy(
 
 @dataclass(frozen=True)
 class _XidClass:
-    """What the catalog says of one Xid code (see the module docstring)."""
+    """What the catalog says of one Xid code, and the rule that decides it (None: logged)."""
 
-    critical: bool
     action: str
     what: str
     operator_action: str
+    rule: health_rules.Rule | None
 
 
-def _classify(xid: int) -> _XidClass:
+def _classify(xid: int, rules: dict[str, health_rules.Rule]) -> _XidClass:
     code = get_xid_code(xid)
+    rule = health_rules.rule_for_xid(rules, xid, code is not None)
     if code is None:
-        critical = xid not in APPLICATION_XIDS
         return _XidClass(
-            critical,
-            "UNKNOWN_XID" if critical else "RESTART_APP",
+            rule.nvidia_action if rule else "RESTART_APP",
             f"Xid {xid} (not in the catalog)",
             "",
+            rule,
         )
     return _XidClass(
-        code.severity == code.Severity.CRITICAL,
         code.nvidia_immediate_action or "",
         f"Xid {xid} {code.mnemonic or ''}".strip(),
         code.operator_action or "",
+        rule,
     )
 
 
 def handle_xid(host: Host, event: XidEvent, now: datetime) -> str:
-    """Apply one stored Xid event; returns what was done (``unhealthy``, ``cordoned``, ``logged``).
-
-    A GPU UUID that is not one of the host's GPUs is logged only.
-    """
+    """Apply one stored Xid event; returns what was done (``unhealthy``, ``cordoned``,
+    ``logged``, ``restart_workload``). A GPU UUID that is not one of the host's GPUs is
+    logged only."""
     return handle_xids(host, [event], now)[0]
 
 
 def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
-    """Apply a report's stored Xid events (in time order); returns, per event in the order
-    given, what was done (``unhealthy``, ``cordoned``, ``logged``).
+    """Apply a report's stored Xid events (in time order) through the health rules in effect
+    (:mod:`fleet.health_rules`); returns, per event in the order given, what was done:
+    ``unhealthy`` / ``cordoned`` (a rule fired with a step that takes the GPU out of service),
+    ``restart_workload`` (a rule fired with that step: the GPU stays healthy), ``logged``
+    (no rule, or below its threshold).
 
-    The same effect as applying them one by one, at a cost that does not grow with repeats:
-    one host event row per Xid (one bulk insert), each code classified once, one
-    :func:`open_unhealthy` per GPU (its first critical Xid; the GPU's later critical Xids of
-    other codes are logged "already unhealthy … also …", once per code), and the host cordoned
-    once, for the first Xid whose action concerns the machine. A report carries at most
-    ``MAX_EVENTS`` events (fleet.ingest); before this, 1,000 of them took ~30 s, one by one.
+    A rule counts the GPU's stored events (the engine is primed from the store, these events
+    left out, then fed these in time order); each firing is recorded
+    (:class:`~fleet.rule_models.HealthRuleFiring`) and gives its ladder step. One host event
+    row per Xid (one bulk insert), one :func:`open_unhealthy` per GPU (its first firing; the
+    GPU's later firings of other codes are logged "already unhealthy … also …", once per
+    code), and the host cordoned once, for the first firing whose Xid action is host-scoped
+    (:mod:`catalog.xid_actions`) or whose step is a hardware ticket. A report carries at most
+    ``MAX_EVENTS`` events (fleet.ingest); one by one, 1,000 of them took ~30 s.
     """
+    rules = health_rules.effective_rules()
     classes: dict[int, _XidClass] = {}
     order = sorted(range(len(events)), key=lambda i: events[i].ts)
+    for i in order:
+        if events[i].xid not in classes:
+            classes[events[i].xid] = _classify(events[i].xid, rules)
+    engine = health_rules.RuleEngine()
+    pairs = {
+        (classes[e.xid].rule.key, e.gpu_uuid): (classes[e.xid].rule, e.gpu_uuid)
+        for e in events
+        if classes[e.xid].rule is not None
+    }
+    if pairs:
+        health_rules.prime_from_store(
+            engine,
+            host.pk,
+            pairs.values(),
+            before=max(e.ts for e in events),
+            exclude_ids=[e.pk for e in events if e.pk is not None],
+        )
     outcomes = ["logged"] * len(events)
     logged: list[HostEvent] = []
-    first: dict[str, int] = {}  # GPU UUID -> index of its first critical event
-    critical: dict[str, list[int]] = {}  # GPU UUID -> its critical events, in time order
+    fired: dict[int, health_rules.Firing] = {}
+    first: dict[str, int] = {}  # GPU UUID -> index of its first event taking it out of service
+    critical: dict[str, list[int]] = {}  # GPU UUID -> those events, in time order
     later: dict[str, dict[int, int]] = {}  # GPU UUID -> {other Xid code: index of first}
     cordon: int | None = None
     for i in order:
         event = events[i]
-        kind = classes.get(event.xid) or classes.setdefault(event.xid, _classify(event.xid))
+        kind = classes[event.xid]
+        firing = (
+            engine.feed(kind.rule, event.gpu_uuid, host.pk, event.ts)
+            if kind.rule is not None
+            else None
+        )
+        if firing is not None:
+            fired[i] = firing
+            what = f"rule {firing.rule_key} fired ({firing.count}x): {firing.action}"
+        elif kind.rule is not None:
+            what = (
+                f"rule {kind.rule.key}: {engine.counted(kind.rule, event.gpu_uuid)} of "
+                f"{kind.rule.threshold_count}"
+            )
+        else:
+            what = kind.action or "no action"
         logged.append(
             HostEvent(
                 host=host,
@@ -199,7 +248,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
                 kind=HostEventKind.XID,
                 actor="agent",
                 message=(
-                    f"{kind.what} on {event.gpu_uuid}: {kind.action or 'no action'}"
+                    f"{kind.what} on {event.gpu_uuid}: {what}"
                     + (
                         f" (LATE: dated before a sample already received; credit from "
                         f"{event.credit_from.isoformat()})"
@@ -211,11 +260,15 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
                     "xid": event.xid,
                     "gpu_uuid": event.gpu_uuid,
                     "action": kind.action,
+                    **({"rule": firing.rule_key, "step": firing.action} if firing else {}),
                     **({"late": True} if event.late else {}),
                 },
             )
         )
-        if not kind.critical:
+        if firing is None:
+            continue
+        if firing.action == LadderStep.RESTART_WORKLOAD:
+            outcomes[i] = LadderStep.RESTART_WORKLOAD
             continue
         critical.setdefault(event.gpu_uuid, []).append(i)
         if event.gpu_uuid not in first:
@@ -223,22 +276,33 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
         elif event.xid != events[first[event.gpu_uuid]].xid:
             later.setdefault(event.gpu_uuid, {}).setdefault(event.xid, i)
     HostEvent.objects.bulk_create(logged)
+    health_rules.record_firings([fired[i] for i in sorted(fired, key=lambda i: events[i].ts)])
     gpus = {g.uuid: g for g in Gpu.objects.filter(host=host, uuid__in=list(first))}
     also: list[HostEvent] = []
+
+    def takes_host(j: int) -> bool:
+        step = fired[j].action
+        return action_scope(classes[events[j].xid].action) == "host" or (
+            step == LadderStep.HARDWARE_TICKET
+        )
+
     for uuid, i in first.items():
         gpu = gpus.get(uuid)
         if gpu is None:
             continue
-        event, kind = events[i], classes[events[i].xid]
+        event, kind, firing = events[i], classes[events[i].xid], fired[i]
+        rule = kind.rule
+        assert rule is not None  # a firing has a rule
         interval = open_unhealthy(
             gpu,
             reason=HealthReason.XID,
             # a late Xid (fleet.ingest) credits from the newest sample before it, not its date
             at=min(event.credit_from or event.ts, now),
-            needs_operator=True,
+            needs_operator=rule.needs_operator,
             xid=event.xid,
             action=kind.action,
-            detail=f"{kind.what}: {kind.operator_action or kind.action}"[:500],
+            rule_action=firing.action,
+            detail=f"{rule.condition}: {kind.what}: {kind.operator_action or kind.action}"[:500],
         )
         outcomes[i] = "unhealthy"
         for xid, j in later.get(uuid, {}).items():
@@ -256,9 +320,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             )
         for j in critical[uuid]:
             outcomes[j] = "unhealthy"
-            if classes[events[j].xid].action in HOST_ACTIONS and (
-                cordon is None or events[j].ts < events[cordon].ts
-            ):
+            if takes_host(j) and (cordon is None or events[j].ts < events[cordon].ts):
                 cordon = j
     if also:
         HostEvent.objects.bulk_create(also)
@@ -275,7 +337,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             now=now,
         )
         for j, outcome in enumerate(outcomes):
-            if outcome == "unhealthy" and classes[events[j].xid].action in HOST_ACTIONS:
+            if outcome == "unhealthy" and takes_host(j):
                 outcomes[j] = "cordoned"
     return outcomes
 
@@ -339,6 +401,59 @@ def host_reported(host: Host, now: datetime) -> None:
             close_unhealthy(
                 gpu, at=now, ended_by="agent reports again", reasons={HealthReason.HOST_NOT_READY}
             )
+
+
+def apply_source_health(host: Host, source_error: str, now: datetime) -> int:
+    """A report arrived: ``source_error`` non-empty says the agent runs but cannot read its
+    GPUs (NVML/DCGM does not initialise). Unknown is not unhealthy: the host's HEALTHY GPUs
+    become ``UNKNOWN`` — not placeable (:mod:`fleet.placeable` wants HEALTHY), yet no
+    unhealthy interval (no SLA credit), no ``gpu_health_changed`` (no auto-repair: EKS
+    replaced healthy nodes when its agent lost DCGM, aws/containers-roadmap#2555) — and the
+    host gets a ``gpu health unknown:`` warning for the operator. A GPU already UNHEALTHY
+    stays so (evidence from the GPU wins). A report that reads the GPUs again (no error)
+    brings UNKNOWN GPUs back to HEALTHY and clears the warning. Returns the GPUs changed.
+
+    A host that stops reporting altogether is another case: NOT_READY after the heartbeat
+    timeout (:func:`mark_silent_hosts_not_ready`), repaired after its timeout."""
+    from . import host_warnings
+
+    if source_error:
+        changed = Gpu.objects.filter(host=host, health=GpuHealth.HEALTHY).update(
+            health=GpuHealth.UNKNOWN,
+            health_reason=f"the agent cannot read the GPU: {source_error}"[:300],
+        )
+        unknown = Gpu.objects.filter(host=host, health=GpuHealth.UNKNOWN).count()
+        warning = (
+            f"{host_warnings.GPU_HEALTH_UNKNOWN} {unknown} GPU(s) not placeable: the agent "
+            f"reports but cannot read them ({source_error}); no repair and no SLA credit "
+            "until it reads them again"
+            if unknown
+            else None
+        )
+    elif not any(w.startswith(host_warnings.GPU_HEALTH_UNKNOWN) for w in host.warnings or []):
+        # the common case, no statement at all: GPUs are UNKNOWN only while the host carries
+        # the warning (set in the same transaction as them, by this function alone)
+        return 0
+    else:
+        changed = Gpu.objects.filter(host=host, health=GpuHealth.UNKNOWN).update(
+            health=GpuHealth.HEALTHY, health_reason=""
+        )
+        warning = None
+    if changed:
+        HostEvent.objects.create(
+            host=host,
+            ts=now,
+            kind=HostEventKind.STATE,
+            actor="agent",
+            message=(
+                f"{changed} GPU(s) health UNKNOWN: the agent cannot read them ({source_error})"
+                if source_error
+                else f"{changed} GPU(s) read by the agent again: HEALTHY"
+            )[:500],
+            data={"health": GpuHealth.UNKNOWN if source_error else GpuHealth.HEALTHY},
+        )
+    host_warnings.set_host_warning(host.pk, host_warnings.GPU_HEALTH_UNKNOWN, warning)
+    return changed
 
 
 def mark_healthy(

@@ -28,6 +28,9 @@ from .models import Host
 AGENT_CLOCK = "agent clock:"
 #: the agent's source fails (NVML does not initialise …; fleet.ingest)
 AGENT_SOURCE = "agent source:"
+#: the agent reports but cannot read the host's GPUs: their health is UNKNOWN
+#: (fleet.health.apply_source_health)
+GPU_HEALTH_UNKNOWN = "gpu health unknown:"
 #: the agent's inventory disagrees with the host record (fleet.ingest)
 AGENT_INVENTORY = "agent inventory:"
 #: two agents report with this host's credential (fleet.ingest)
@@ -45,6 +48,7 @@ SLICE_SCRUB = "slice scrub overdue: "
 KINDS = {
     AGENT_CLOCK: "agent_clock",
     AGENT_SOURCE: "agent_source",
+    GPU_HEALTH_UNKNOWN: "gpu_health_unknown",
     AGENT_INVENTORY: "agent_inventory",
     AGENT_IDENTITY: "agent_identity",
     AGENT_SPOOL: "agent_spool",

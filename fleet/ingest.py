@@ -80,6 +80,7 @@ from . import (
 from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
 from .models import Gpu, Host, HostEvent, XidEvent
 from .partitions import ensure_partitions
+from .signals import gpu_facts_changed
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +291,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
             inventory=inventoried or bool(source_error),
         )
         health.host_reported(host, now)
+        health.apply_source_health(host, source_error, now)
         commands = hygiene.pending_scrub_commands(host, now) if scrubs_pending else []
     metrics.REPORTS.labels(outcome="stored").inc()
     metrics.SAMPLES.labels(outcome="stored").inc(stored)
@@ -992,6 +994,7 @@ def _apply_inventory(
             "serial",
         )
     }
+    mig_changed = []
     for g in listed:
         uuid = g.get("uuid")
         if uuid not in gpus.uuids:
@@ -1014,6 +1017,13 @@ def _apply_inventory(
         fields = {k: v for k, v in fields.items() if current.get(k, object()) != v}
         if fields:
             Gpu.objects.filter(host=host, uuid=uuid).update(**fields)
+        if "mig_mode" in fields or "mig_devices" in fields:
+            mig_changed.append(uuid)
+    if mig_changed:
+        host_id = host.pk
+        transaction.on_commit(
+            lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
+        )
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
         shared_placement.confirm_scrubs(host, now=now)

@@ -486,6 +486,9 @@ class GpuHealthInterval(models.Model):
     xid = models.PositiveIntegerField(null=True, blank=True)
     action = models.CharField(max_length=100, blank=True)
     needs_operator = models.BooleanField(default=False)
+    #: the health rule's ladder step that opened it (:class:`~fleet.choices.LadderStep`;
+    #: "" for causes no rule decides): what auto-repair does
+    rule_action = models.CharField(max_length=24, blank=True)
     detail = models.CharField(max_length=500, blank=True)
     holder_id = models.UUIDField(null=True, blank=True)
     tenant = models.ForeignKey(
@@ -703,3 +706,7 @@ class GpuInstance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.profile}@{self.start} on {self.gpu_id} ({self.state})"
+
+
+from .breaker_models import BreakerTrip, CordonRecord  # noqa: E402, F401
+from .rule_models import HealthRule, HealthRuleFiring  # noqa: E402, F401

@@ -39,6 +39,9 @@ class GpuFacts:
     #: (``Gpu.slice_scrubs``)
     devices: tuple[tuple[str, int, int, int | None], ...] = ()
     slice_scrubs: tuple[dict[str, Any], ...] = ()
+    #: NVML's name (``NVIDIA H100 80GB HBM3``) and memory as the agent reported them
+    product_name: str = ""
+    memory_total_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class HostFacts:
     inventory_at: datetime | None
     inventory_count: int
     gpus: dict[str, GpuFacts] = field(default_factory=dict)
+    #: the host's multi-node NVLink domain (fabric cluster UUID, clique id), None without one
+    nvlink_domain: tuple[uuid.UUID, int] | None = None
 
 
 def _instances(devices: Any) -> tuple[tuple[str, int, int], ...]:
@@ -101,6 +106,8 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
             "agent_source_error",
             "inventory_at",
             "inventory_count",
+            "nvlink_cluster_uuid",
+            "nvlink_clique_id",
         )
         .first()
     )
@@ -118,6 +125,8 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         "health",
         "health_reason",
         "slice_scrubs",
+        "product_name",
+        "memory_total_bytes",
     ):
         failed = tuple(
             f["detail"]
@@ -136,6 +145,8 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
             health_reason=row["health_reason"],
             devices=_devices(row["mig_devices"]) if row["mig_mode"] == "enabled" else (),
             slice_scrubs=tuple(s for s in row["slice_scrubs"] or [] if isinstance(s, dict)),
+            product_name=row["product_name"],
+            memory_total_bytes=row["memory_total_bytes"],
         )
     return HostFacts(
         host_id=host["id"],
@@ -145,4 +156,9 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         inventory_at=host["inventory_at"],
         inventory_count=host["inventory_count"],
         gpus=gpus,
+        nvlink_domain=(
+            (host["nvlink_cluster_uuid"], host["nvlink_clique_id"])
+            if host["nvlink_cluster_uuid"] is not None
+            else None
+        ),
     )

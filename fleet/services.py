@@ -623,7 +623,8 @@ def drain_host(
     (:mod:`nodepools.host_moves`). ``force`` evicts pods that block a node's drain (as an
     upgrade's ``force``); asking again on a draining host (say with ``force`` after a drain was
     reported blocked) is safe: the nodes already moved stay counted. The host's reason says
-    what is done and what is pending, in nodes.
+    what is done and what is pending, in nodes. The drain counts against its GPU model's
+    circuit-breaker budget (:mod:`fleet.breaker`) but is never refused by it.
 
     A drain that would leave a pool on an ACTIVE reservation short (no other host for its
     nodes, :mod:`nodepools.commitments`) is refused unless ``force`` or the host is failing
@@ -646,6 +647,17 @@ def drain_host(
             raise _refuse(host, "drain", allowed)
         holder_ids = holders_on(host.pk)
         broken = _check_commitments(host, holder_ids, actor=actor, force=force)
+        if not host.drain_target:  # counts against the GPU model's budget, never blocked
+            from .breaker import record_cordon
+
+            record_cordon(
+                target=f"host {host.hostname} (drain to {target})",
+                gpu_model=host.gpu_model_id,
+                pool_id=None,
+                actor=actor,
+                automatic=False,
+                now=now,
+            )
         # a repeated drain keeps counting the nodes already moved off
         moved = max(host.drain_nodes - len(holder_ids), 0) if host.drain_target else 0
         total = moved + len(holder_ids)

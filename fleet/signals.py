@@ -9,13 +9,20 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     ``host_id`` (UUID), ``holder_id`` (UUID of the node holding it, or None), ``tenant_id``
     (UUID or None), ``healthy`` (bool), ``reason`` (:class:`fleet.choices.HealthReason`
     value), ``xid`` (int or None), ``action`` (the catalog's NVIDIA immediate action, e.g.
-    ``RESET_GPU``, or ""), ``needs_operator`` (bool), ``at`` (aware datetime). ``nodepools``
+    ``RESET_GPU``, or ""), ``rule_action`` (the health rule's ladder step that opened it,
+    :class:`fleet.choices.LadderStep` value, or ""), ``needs_operator`` (bool), ``at`` (aware
+    datetime). ``nodepools``
     uses it for auto-repair; billing reads :class:`fleet.models.GpuHealthInterval` for SLA
     credits.
 
 ``host_state_changed``
     A host changed state. ``host_id``, ``old_state``, ``new_state`` (HostState values),
     ``reason`` (str), ``holder_ids`` (list of node UUIDs holding GPUs of the host).
+
+``gpu_facts_changed``
+    A host's agent reported different MIG facts (mode or GPU instances) for some of its GPUs.
+    ``host_id``, ``gpu_uuids`` (the GPUs whose facts changed). ``nodepools`` rewrites the
+    tenant Nodes of those GPUs' holders (:mod:`nodepools.tenant_nodes`).
 
 ``host_drain_requested``
     An operator asked to drain a host: the nodes in ``holder_ids`` should be moved off it
@@ -69,6 +76,7 @@ class BrokenCommitment:
 
 
 gpu_health_changed = Signal()
+gpu_facts_changed = Signal()
 host_state_changed = Signal()
 host_drain_requested = Signal()
 host_drain_checked = Signal()

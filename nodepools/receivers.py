@@ -10,6 +10,7 @@ from clusters.choices import GONE_PHASES as GONE
 from clusters.choices import Phase
 from clusters.signals import cluster_deleting, collect_node_versions, operation_cancelled
 from fleet.signals import (
+    gpu_facts_changed,
     gpu_health_changed,
     host_drain_checked,
     host_drain_requested,
@@ -109,15 +110,18 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
 
 
 @receiver(gpu_health_changed)
-def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, **kwargs) -> None:
-    """An unhealthy GPU held by a node: mark the node for repair (reboot or replace, by the
-    Xid's catalog action) and wake its pool's reconciler."""
-    from .repair import repair_action_for, request_repair
+def repair_on_gpu_fault(
+    sender, gpu_uuid, holder_id, healthy, action, xid, at, rule_action="", **kwargs
+) -> None:
+    """An unhealthy GPU held by a node: mark the node for repair (reboot or replace: by the
+    health rule's ladder step, else by the Xid's catalog action) and wake its pool's
+    reconciler."""
+    from .repair import repair_action_for, repair_for_step, request_repair
     from .tasks import reconcile_nodepool
 
     if healthy or holder_id is None:
         return
-    repair = repair_action_for(action)
+    repair = repair_for_step(rule_action) if rule_action else repair_action_for(action)
     if repair is None:
         return
     reason = f"GPU {gpu_uuid}: " + (f"Xid {xid} ({action})" if xid is not None else action)
@@ -125,6 +129,43 @@ def repair_on_gpu_fault(sender, gpu_uuid, holder_id, healthy, action, xid, at, *
         pool_id = Node.objects.filter(pk=holder_id).values_list("nodepool_id", flat=True).first()
         if pool_id:
             transaction.on_commit(lambda: enqueue_once(reconcile_nodepool, pool_id))
+
+
+def _sync_tenant_nodes_of(holder_ids) -> int:
+    """Enqueue the Node writer of the clusters of the nodes ``holder_ids`` whose provider
+    publishes Nodes (``hosted``); returns how many clusters."""
+    from clusters.providers import get_provider
+
+    from .tasks import sync_tenant_nodes
+
+    rows = set(
+        Node.objects.filter(pk__in=[h for h in holder_ids if h is not None]).values_list(
+            "cluster_id", "cluster__provider"
+        )
+    )
+    ids = [str(c) for c, provider in rows if get_provider(provider).publishes_nodes]
+    for cluster_id in ids:
+        transaction.on_commit(lambda c=cluster_id: enqueue_once(sync_tenant_nodes, c))
+    return len(ids)
+
+
+@receiver(gpu_health_changed)
+def publish_gpu_health(sender, holder_id, **kwargs) -> None:
+    """A GPU held by a node changed health: the node's cluster's Nodes follow (allocatable,
+    the ``GpuXidCritical`` condition: :mod:`nodepools.tenant_nodes`)."""
+    _sync_tenant_nodes_of([holder_id])
+
+
+@receiver(gpu_facts_changed)
+def publish_gpu_facts(sender, gpu_uuids, **kwargs) -> None:
+    """A host reported other MIG facts for some GPUs: their holders' Nodes follow (MIG
+    resources, ``mig.config.state``)."""
+    from fleet.models import Gpu
+
+    holders = Gpu.objects.filter(uuid__in=gpu_uuids, holder_id__isnull=False).values_list(
+        "holder_id", flat=True
+    )
+    _sync_tenant_nodes_of(set(holders))
 
 
 @receiver(host_state_changed)

@@ -12,7 +12,9 @@ reason shown and the node is replaced on healthy GPUs. Repairs run as a REPAIR_N
 operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
 Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
 an operator's problem, not something to repair the whole pool into (condition
-``RepairsPaused``).
+``RepairsPaused``), and while the circuit breaker (:mod:`fleet.breaker`) holds the pool's or
+its GPU model's automation (``RepairsPaused``, reason ``CircuitBreakerOpen``) until an operator
+resumes it.
 
 A replaced node is released first (its machine deleted, its healthy GPUs back to the fleet,
 the unhealthy ones fenced) and keeps ``repair_state`` ``replacing`` on its DELETED row until
@@ -67,6 +69,19 @@ def repair_action_for(catalog_action: str) -> str | None:
     return "replace"
 
 
+def repair_for_step(step: str) -> str | None:
+    """``reboot`` / ``replace`` for a health rule's ladder step (:class:`fleet.choices.
+    LadderStep`): a GPU reset is done by rebooting the node (providers reset a node's GPUs by
+    rebooting it), a hardware ticket replaces the node (the host is cordoned by fleet);
+    None for ``restart_workload`` (the workload's own business)."""
+    return {
+        "gpu_reset": "reboot",
+        "node_reboot": "reboot",
+        "replace": "replace",
+        "hardware_ticket": "replace",
+    }.get(step)
+
+
 def max_unhealthy(pool: NodePool) -> int:
     return max(1, math.floor(pool.node_count * MAX_UNHEALTHY_FRACTION))
 
@@ -95,9 +110,14 @@ def step_repair(
         )
         save_conditions(pool, now, ("RepairsPaused", True, "TooManyUnhealthy", message))
         return None
+    node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
+    if node.repair_state == "requested":
+        allowed, why = _breaker_allows(pool, node, now)
+        if not allowed:
+            save_conditions(pool, now, ("RepairsPaused", True, "CircuitBreakerOpen", why))
+            return None
     save_conditions(pool, now, ("RepairsPaused", False, "WithinLimit", ""))
     _ensure_operation(pool, len(unhealthy), now)
-    node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
     if node.repair_action == "reboot" and node.repair_state == "requested":
         # the one path, as the emergency it is: no gate, nothing waited for
         backend = disruption.backend_for(provider, spec)
@@ -162,6 +182,26 @@ def step_repair(
     if not [n for n in live if n.repair_state and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0
+
+
+def _breaker_allows(pool: NodePool, node: Node, now: datetime) -> tuple[bool, str]:
+    """The circuit breaker's word (:mod:`fleet.breaker`) on starting ``node``'s repair (which
+    cordons it): asked once per repair request — a retried step does not count twice."""
+    from fleet import breaker
+    from fleet.breaker_models import CordonRecord
+
+    target = f"node {node.name} ({node.pk})"
+    since = node.repair_requested_at or now
+    if CordonRecord.objects.filter(target=target, automatic=True, at__gte=since).exists():
+        return True, ""
+    return breaker.allow_automatic_cordon(
+        target=target,
+        gpu_model=pool.gpu_model_id,
+        pool_id=pool.id,
+        pool_size=pool.node_count,
+        actor="system:auto-repair",
+        now=max(now, since),
+    )
 
 
 def _progress(pool: NodePool, stage: str, unhealthy: int, now: datetime) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from clusters.providers.base import ProviderError
 from nvke.queueing import clear_pending, enqueue_once
 
 from . import reconcile
@@ -16,6 +17,26 @@ def reconcile_nodepool(pool_id: str) -> None:
     delay = reconcile.reconcile_nodepool(pool_id)
     if delay is not None:
         enqueue_once(reconcile_nodepool, pool_id, countdown=delay)
+
+
+@shared_task(
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    autoretry_for=(ProviderError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def sync_tenant_nodes(cluster_id: str) -> None:
+    """Write the cluster's Nodes from its hosts' latest reports (the one writer:
+    :func:`nodepools.tenant_nodes.sync_cluster_nodes`); a no-op for providers without."""
+    from clusters.models import Cluster
+
+    from .tenant_nodes import sync_cluster_nodes
+
+    clear_pending(sync_tenant_nodes.name, cluster_id)
+    if Cluster.objects.filter(pk=cluster_id, deletion_requested_at__isnull=True).exists():
+        sync_cluster_nodes(cluster_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

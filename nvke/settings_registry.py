@@ -443,6 +443,33 @@ SETTINGS: tuple[Setting, ...] = (
         unit="s",
     ),
     _s(
+        "NVKE_BREAKER_SHARE",
+        "float",
+        0.05,
+        "Circuit breaker: automation (auto-repair) may cordon at most max(1, floor(share x N)) "
+        "of a GPU model's hosts, or of one node pool's nodes, within NVKE_BREAKER_WINDOW_S; "
+        "beyond it automation pauses until an operator resumes it.",
+        FLEET,
+    ),
+    _s(
+        "NVKE_BREAKER_WINDOW_S",
+        "int",
+        3600,
+        "The circuit breaker's sliding window: cordons older than this no longer count.",
+        FLEET,
+        unit="s",
+    ),
+    _s(
+        "NVKE_HEALTH_ESCALATION_WINDOW_S",
+        "int",
+        86400,
+        "A catalog-default health rule that fires again on the same GPU within this long takes "
+        "the next step of its action ladder (GPU reset -> node reboot -> replace -> hardware "
+        "ticket); operators set it per rule.",
+        FLEET,
+        unit="s",
+    ),
+    _s(
         "NVKE_HOST_HEARTBEAT_TIMEOUT_S",
         "float",
         120.0,
@@ -616,6 +643,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Folder of the Kubernetes binaries built by deploy/k8s/build.sh (empty: "
         "~/.cache/nvke/k8s).",
         PROV,
+    ),
+    _s(
+        "NVKE_KWOK_NODE_LEASE_S",
+        "int",
+        40,
+        "Lease duration of the Nodes KWOK keeps alive for simulated hosts (one KWOK per hosted "
+        "cluster); KWOK renews each Lease every quarter of it (a kubelet's default: 40 s).",
+        PROV,
+        unit="s",
     ),
     _s(
         "NVKE_MAX_DELETE_ATTEMPTS",

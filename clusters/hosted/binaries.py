@@ -17,7 +17,9 @@ from django.conf import settings
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "build.sh"
 CONTROL_PLANE_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
-TARGET_BINARIES = {"etcd": ("etcd", "etcdctl")}
+TARGET_BINARIES = {"etcd": ("etcd", "etcdctl"), "kwok": ("kwok",)}
+#: KWOK's Stages (its module's own stage files) in the kwok target's folder
+KWOK_STAGES = "stages.yaml"
 
 
 def target_of(version: str) -> str:
@@ -27,7 +29,7 @@ def target_of(version: str) -> str:
 
 
 def supported_targets() -> list[str]:
-    """The targets ``deploy/k8s`` pins (``["etcd", "v1.36", "v1.37"]``)."""
+    """The targets ``deploy/k8s`` pins (``["etcd", "kwok", "v1.36", "v1.37"]``)."""
     return sorted(p.name for p in BUILD_SCRIPT.parent.iterdir() if (p / "go.mod").is_file())
 
 
@@ -71,7 +73,17 @@ def binary(target: str, name: str) -> Path | None:
 def missing(target: str) -> list[str]:
     """The binaries of ``target`` not built yet (``[]`` when all are there)."""
     names = TARGET_BINARIES.get(target, (*CONTROL_PLANE_BINARIES, "kubectl"))
-    return [n for n in names if binary(target, n) is None]
+    out = [n for n in names if binary(target, n) is None]
+    if target == "kwok" and not kwok_stages().is_file():
+        out.append(KWOK_STAGES)
+    return out
+
+
+def kwok_stages() -> Path:
+    """The file of KWOK's Stages the builder copied from the ``sigs.k8s.io/kwok`` module it
+    built ``kwok`` from (node-initialize, node-heartbeat-with-lease, pod-ready, pod-complete,
+    pod-delete)."""
+    return target_dir("kwok") / KWOK_STAGES
 
 
 def build_progress() -> str:

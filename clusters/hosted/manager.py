@@ -9,7 +9,9 @@ makes the machine match it:
   ``deploy/k8s/build.sh`` when they are missing, and saying so in the row's message), writes
   the files, ensures the cluster's etcd user, starts kube-apiserver, kube-controller-manager and
   kube-scheduler as its children on the row's port, and marks the row ready once
-  kube-apiserver's ``/readyz`` answers ``ok`` (``running_version`` from ``/version``);
+  kube-apiserver's ``/readyz`` answers ``ok`` (``running_version`` from ``/version``); then
+  starts the cluster's KWOK (the kubelets of its simulated hosts: it keeps the Nodes NVKE
+  writes alive), supervised the same way, stopped with the others;
 - a child that exits is seen at once by a thread blocked in ``wait()``: the row and the
   cluster's ``ControlPlaneReady`` go False with the exit status in the message, and the process
   is started again after a backoff (1, 2, 4 ... 30 s; back to 1 s after 60 s of running);
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from django.conf import settings
 from django.db import close_old_connections, connection
 
 from nvke import crypto
@@ -50,7 +53,7 @@ from ..models import HostedControlPlane
 from . import binaries, status
 from .etcd import Etcd
 from .pki import ControlPlanePki
-from .processes import COMPONENTS, ControlPlaneFiles, argv
+from .processes import COMPONENTS, KWOK, ControlPlaneFiles, argv, kwok_argv
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,7 @@ class ControlPlane:
     last_rss: float = 0.0
 
     def stop(self) -> None:
-        for name in reversed(COMPONENTS):
+        for name in (KWOK, *reversed(COMPONENTS)):
             if name in self.children:
                 self.children[name].stop()
         self.children.clear()
@@ -337,10 +340,52 @@ class ControlPlaneManager:
                 ready=False,
                 message=f"starting Kubernetes {target[1:]}",
             )
-        for child in plane.children.values():
-            if not child.running and time.monotonic() >= child.not_before:
+        for name, child in plane.children.items():
+            if name != KWOK and not child.running and time.monotonic() >= child.not_before:
                 child.start()
         self._observe(plane, row)
+        self._ensure_kwok(plane, row)
+
+    def _ensure_kwok(self, plane: ControlPlane, row: HostedControlPlane) -> None:
+        """The cluster's KWOK (the kubelets of its simulated hosts): started once its
+        kube-apiserver is ready, supervised as the other processes (restarted after the same
+        backoff, stopped with them). Its binary missing starts the build; the control plane
+        stays ready meanwhile (no node of the cluster comes up until KWOK runs)."""
+        if not plane.ready:
+            return
+        child = plane.children.get(KWOK)
+        if child is None:
+            if binaries.missing("kwok"):
+                self._build(["kwok"])
+                return
+            child = Child(
+                KWOK,
+                kwok_argv(
+                    binary=binaries.binary("kwok", "kwok"),
+                    files=plane.files,
+                    stages=binaries.kwok_stages(),
+                    lease_duration_s=int(settings.NVKE_KWOK_NODE_LEASE_S),
+                ),
+                plane.files.path(f"{KWOK}.log"),
+            )
+            child.on_exit = lambda c, rc, p=plane: self._kwok_exited(p, c, rc)
+            plane.children[KWOK] = child
+        if not child.running and time.monotonic() >= child.not_before:
+            child.start()
+            status.record(
+                row.pk, pids={n: c.proc.pid for n, c in plane.children.items() if c.running}
+            )
+
+    def _kwok_exited(self, plane: ControlPlane, child: Child, returncode: int) -> None:
+        """KWOK exited on its own (waiter thread): the control plane is still ready (its API
+        answers); the Nodes' Leases stop being renewed until the restart."""
+        log.warning(
+            "control plane %s: kwok exited (%s); restarting in %.0f s (restart %d)",
+            plane.cluster_id,
+            describe_exit(returncode),
+            child.backoff(),
+            child.restarts,
+        )
 
     def _observe(self, plane: ControlPlane, row: HostedControlPlane) -> None:
         now = time.monotonic()
@@ -380,7 +425,8 @@ class ControlPlaneManager:
         if now - plane.last_rss > RSS_POLL_S:
             plane.last_rss = now
             rss = 0
-            for c in plane.children.values():
+            # the control plane's cost: KWOK stands in for the hosts' kubelets, not counted
+            for c in (c for n, c in plane.children.items() if n != KWOK):
                 with contextlib.suppress(psutil.Error, AttributeError):
                     rss += psutil.Process(c.proc.pid).memory_info().rss
             status.record(row.pk, rss_bytes=rss)

@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .etcd import prefix, write_secret
-from .pki import SERVICE_CIDR, ControlPlanePki, encryption_config, kubeconfig
+from .pki import SERVICE_CIDR, ControlPlanePki, encryption_config, issue, kubeconfig
 
 #: the three processes of a control plane, in start order
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+#: the kubelet simulator of the cluster's simulated hosts: one per cluster, started once its
+#: kube-apiserver is ready (it serves one API); it manages only the Nodes NVKE annotates so
+KWOK = "kwok"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_ANNOTATION_VALUE = "fake"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,37 @@ class ControlPlaneFiles:
             path = self.path(filename)
             if not path.exists() or path.read_text() != text:
                 write_secret(path, text)
+        if not self.path("kwok.kubeconfig").exists():
+            # KWOK stands in for every simulated host's kubelet with one identity, so the Node
+            # authorizer (one node per kubelet credential) cannot scope it: it gets NVKE's own
+            # group. Issued here, from the cluster's CA, never handed out.
+            write_secret(
+                self.path("kwok.kubeconfig"),
+                kubeconfig(
+                    name=name,
+                    server=server,
+                    ca_cert=pki.ca.cert,
+                    client=issue(
+                        pki.ca, "nvke:kwok", organizations=("system:masters",), client=True
+                    ),
+                ),
+            )
+
+
+def kwok_argv(
+    *, binary: Path, files: ControlPlaneFiles, stages: Path, lease_duration_s: int
+) -> list[str]:
+    """KWOK's command line: the cluster's kubeconfig for it, the Stages file the builder copied
+    from KWOK's module, the Nodes annotated ``kwok.x-k8s.io/node=fake`` only, Leases of
+    ``lease_duration_s`` (renewed every quarter of it: the heartbeats), no server of its own."""
+    return [
+        str(binary),
+        f"--kubeconfig={files.path('kwok.kubeconfig')}",
+        f"--config={stages}",
+        f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}",
+        f"--node-lease-duration-seconds={lease_duration_s}",
+        "--cidr=10.244.0.0/16",
+    ]
 
 
 def argv(

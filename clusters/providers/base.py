@@ -141,6 +141,24 @@ class ReplacedMachine:
     reason: str
 
 
+@dataclass(frozen=True)
+class TenantNode:
+    """A node as the tenant's Kubernetes API must show it (``nodepools.tenant_nodes`` derives
+    it from the host agent's latest report). ``capacity``/``allocatable``: resource name ->
+    quantity text; ``taints``: ``[{"key", "value", "effect"}]``; ``conditions``: ``[{"type",
+    "status", "reason", "message"}]`` beside the kubelet's own; ``kubelet_version``
+    ``"v1.36.3"``."""
+
+    name: str
+    labels: dict[str, str]
+    taints: tuple[dict[str, str], ...]
+    capacity: dict[str, str]
+    allocatable: dict[str, str]
+    conditions: tuple[dict[str, str], ...]
+    unschedulable: bool
+    kubelet_version: str
+
+
 class ProviderError(Exception):
     """A provider call failed. ``code`` is stable; ``retryable`` says if trying again can help."""
 
@@ -164,6 +182,8 @@ class Provider(abc.ABC):
     """Interface every provider implements (``simulated``, ``clusterapi``)."""
 
     name: str
+    #: whether :meth:`sync_nodes` writes Nodes (NVKE then derives them for it)
+    publishes_nodes: bool = False
 
     @abc.abstractmethod
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
@@ -192,6 +212,12 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def kubeconfig(self, cluster: ClusterSpec) -> str:
         """An admin kubeconfig (YAML) for the cluster."""
+
+    def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
+        """Make the cluster's API hold exactly ``nodes`` among the Nodes NVKE made: create
+        the missing, update labels, taints, resources, conditions and ``unschedulable`` of the
+        others, delete the rest. Default: nothing (a provider whose kubelets publish it)."""
+        return None
 
     def replaced_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[ReplacedMachine]:
         """Of ``nodes`` (READY), those whose machine the infrastructure replaced by itself

@@ -8,7 +8,8 @@ port) and reads back what the control-plane manager observed; it never starts or
 process, so killing a worker never touches an apiserver.
 
 Machines: SIMULATED hosts, exactly as the ``simulated`` provider places and boots them (its
-methods are inherited); the next step puts their kubelets (KWOK) in the tenant's real API.
+methods are inherited); their kubelets are the cluster's KWOK, and their Nodes are written by
+:meth:`HostedProvider.sync_nodes` from the hosts' observed truth (:mod:`nodepools.tenant_nodes`).
 
 Tenant credentials: a ServiceAccount ``nvke-system/tenant-admin`` bound to ``cluster-admin``
 by the ClusterRoleBinding ``nvke:tenant-admin`` (RBAC, not ``system:masters``: revocable), with
@@ -25,13 +26,14 @@ import socket
 import time
 from datetime import datetime, timedelta
 
+import urllib3
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from nvke import crypto
 
 from ..hosted import pki as pki_lib
-from .base import ClusterSpec, ControlPlaneStatus, DeletionStatus, ProviderError
+from .base import ClusterSpec, ControlPlaneStatus, DeletionStatus, ProviderError, TenantNode
 from .simulated import SimulatedProvider
 
 #: the endpoint's names in the serving certificate (kube-apiserver listens on 127.0.0.1)
@@ -67,6 +69,7 @@ def endpoint(port: int) -> str:
 
 class HostedProvider(SimulatedProvider):
     name = "hosted"
+    publishes_nodes = True
 
     # ---------------------------------------------------------------- control plane
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
@@ -153,6 +156,29 @@ class HostedProvider(SimulatedProvider):
             ),
             message="waiting for the control-plane manager to stop the control plane",
         )
+
+    # ---------------------------------------------------------------- nodes
+    def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
+        """The cluster's API holds exactly ``nodes`` among NVKE's Nodes; its KWOK keeps them
+        alive (:mod:`clusters.hosted.nodes`)."""
+        from kubernetes.client.rest import ApiException
+
+        from ..hosted import nodes as hosted_nodes
+
+        _, api = self._admin_client(cluster)
+        try:
+            hosted_nodes.sync(api, nodes)
+        except ApiException as exc:
+            raise ProviderError(
+                f"the cluster's API refused NVKE's Nodes ({exc.status} {exc.reason})",
+                code="cluster_api_error",
+            ) from exc
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # the apiserver restarting
+            raise ProviderError(
+                f"the cluster's API did not answer ({exc})", code="cluster_api_error"
+            ) from exc
+        finally:
+            api.close()
 
     # ---------------------------------------------------------------- credentials
     def kubeconfig(self, cluster: ClusterSpec) -> str:

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Build the Kubernetes binaries NVKE's hosted control planes run -- kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubectl per supported minor, and one etcd -- from
+# kube-controller-manager, kube-scheduler and kubectl per supported minor, one etcd, and KWOK
+# (the kubelet simulator that keeps simulated hosts' Nodes alive) -- from
 # the Go module proxy, unmodified, into a cache folder outside the repo. One builder and one Go
 # build cache for every Kubernetes binary NVKE uses (deploy/capi-testbed/build.sh calls this too).
 #
-# Usage: deploy/k8s/build.sh [TARGET...]      TARGET = etcd (etcd, etcdctl) | v1.36 | v1.37 (default: all)
+# Usage: deploy/k8s/build.sh [TARGET...]      TARGET = etcd (etcd, etcdctl) | kwok | v1.36 | v1.37 (default: all)
 #          builds what is missing, prints one line per target: "<target> <folder>" on stdout
 #        deploy/k8s/build.sh --dir TARGET     prints the target's folder, builds nothing
 #        deploy/k8s/build.sh --list           prints the targets, one a line
 # A target's folder is ~/.cache/nvke/k8s/<target>-<hash>/bin/; the hash covers the target's
-# go.mod, go.sum and this script's recipe version, so a pin change builds a new set.
+# go.mod, go.sum and this script's recipe version, so a pin change builds a new set. The kwok
+# target's folder also holds stages.yaml: KWOK's Stages, copied from its module's stage files.
 # Progress: one line per binary on stderr ("building X (2/9): 3m10s elapsed, ~4m left") every
 # 20 s, and the same line in ~/.cache/nvke/k8s/progress (read by NVKE's control-plane manager to
 # tell a waiting cluster what it waits for). Per-binary durations go to build-times.tsv and are
@@ -26,7 +28,7 @@ root="${NVKE_K8S_BIN_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/nvke/k8s}"
 recipe=1 # bump when the way binaries are built (ldflags, flags) changes
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 
-targets_all() { (cd "$here" && ls -d v1.* etcd 2>/dev/null | sort -V); }
+targets_all() { (cd "$here" && ls -d v1.* etcd kwok 2>/dev/null | sort -V); }
 
 target_dir() { # target -> folder
   local t="$1" h
@@ -37,9 +39,23 @@ target_dir() { # target -> folder
 
 target_bins() { # target -> "name package" lines, in build order
   if [[ $1 == etcd ]]; then printf '%s\n' "etcd go.etcd.io/etcd/server/v3" "etcdctl go.etcd.io/etcd/etcdctl/v3"; return; fi
+  if [[ $1 == kwok ]]; then echo "kwok sigs.k8s.io/kwok/cmd/kwok"; return; fi
   for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     echo "$c k8s.io/kubernetes/cmd/$c"
   done
+}
+
+# KWOK's Stages (node-initialize, node-heartbeat-with-lease, pod-ready/complete/delete), taken
+# unmodified from the stage files of the module the binary was built from: <folder>/stages.yaml
+kwok_stages=(node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml
+  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml)
+target_files() { # target folder -> write the target's files besides binaries when missing
+  [[ $1 == kwok && ! -s $2/stages.yaml ]] || return 0
+  local src f
+  src="$(cd "$here/kwok" && GOFLAGS=-mod=mod go mod download -json sigs.k8s.io/kwok | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  mkdir -p "$2"
+  for f in "${kwok_stages[@]}"; do echo "---"; cat "$src/kustomize/stage/$f"; done >"$2/stages.yaml.tmp"
+  mv "$2/stages.yaml.tmp" "$2/stages.yaml"
 }
 
 module_dir="" out_dir="" extra=()
@@ -50,7 +66,7 @@ fi
 case "${1:-}" in
   --dir) [[ $# == 2 ]] || { echo "usage: $0 --dir TARGET" >&2; exit 2; }; target_dir "$2"; exit 0 ;;
   --list) targets_all; exit 0 ;;
-  -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
 esac
 targets=("$@"); [[ ${#targets[@]} == 0 && -z $module_dir ]] && mapfile -t targets < <(targets_all)
 [[ -n $module_dir ]] && targets=()
@@ -65,7 +81,7 @@ estimate() { # name -> seconds
   if [[ -n $t ]]; then echo "$t"; return; fi
   case "$1" in
     etcd) echo 240 ;; etcdctl) echo 60 ;; kube-apiserver) echo 900 ;; kube-controller-manager) echo 420 ;;
-    kube-scheduler) echo 120 ;; kubectl) echo 240 ;; *) echo 300 ;;
+    kube-scheduler) echo 120 ;; kubectl) echo 240 ;; kwok) echo 180 ;; *) echo 300 ;;
   esac
 }
 
@@ -76,7 +92,7 @@ for t in "${targets[@]}"; do
 done
 for e in "${extra[@]}"; do [[ -x "$out_dir/${e%%=*}" ]] || todo+=("$module_dir $out_dir ${e%%=*} ${e#*=}"); done
 if [[ ${#todo[@]} == 0 ]]; then
-  for t in "${targets[@]}"; do echo "$t $(target_dir "$t")"; done
+  for t in "${targets[@]}"; do target_files "$t" "$(target_dir "$t")"; echo "$t $(target_dir "$t")"; done
   exit 0
 fi
 command -v go >/dev/null || { echo "k8s-bins: the Go toolchain is not installed (https://go.dev/dl/)" >&2; exit 3; }
@@ -122,4 +138,4 @@ for item in "${todo[@]}"; do
 done
 rm -f "$root/progress"
 echo "k8s-bins: built ${#todo[@]} binaries in $(fmt $(($(date +%s) - start)))" >&2
-for t in "${targets[@]}"; do echo "$t $(target_dir "$t")"; done
+for t in "${targets[@]}"; do target_files "$t" "$(target_dir "$t")"; echo "$t $(target_dir "$t")"; done

@@ -49,6 +49,11 @@ save status, return the requeue delay (None when converged):
    under a REPAIR_NODES operation), while the pool stays ``ERROR`` with ``Ready`` keeping the
    failure (:func:`_step_failed`); converged (None) when nothing is in progress.
 
+After every step on a RUNNING cluster, the cluster's Nodes are written from its hosts' latest
+reports (:func:`nodepools.tenant_nodes.sync_cluster_nodes`; a no-op unless the provider
+publishes Nodes: ``hosted``): a node placed and booted appears, a released one is deleted, a
+cordoned one is unschedulable.
+
 The package, one file per step: ``delete`` (1), ``ensure`` (2-8, in order), ``scale`` (3, 4:
 placing and removing nodes; removal through :mod:`nodepools.disruption`), ``nodes_up`` (5),
 ``rollout`` (6), ``failed`` and ``fail`` (9 and how a pool goes ERROR), ``resync`` (the beat's
@@ -69,10 +74,12 @@ from django.utils import timezone
 
 from clusters.choices import Phase
 from clusters.models import progress_operation
+from clusters.providers.base import ProviderError
 from nvke.conditions import save_conditions
 
 from ..models import NodePool
 from ..step_result import delay_of
+from ..tenant_nodes import sync_cluster_nodes
 
 # what other modules and tests use (one import path: ``nodepools.reconcile``)
 from .delete import _step_delete, release_nodes
@@ -97,6 +104,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 WAIT_FOR_CLUSTER_S = 1.0
+SYNC_RETRY_S = 5.0  # the cluster's API refused or did not answer the Nodes: try again
 
 
 def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) -> float | None:
@@ -122,7 +130,14 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
         else:
             delay = _step_ensure(pool, now)
     update_cluster_nodes_ready(pool.cluster_id, now)
-    return delay_of(delay)
+    delay = delay_of(delay)
+    if pool.cluster.phase == Phase.RUNNING and pool.cluster.deletion_requested_at is None:
+        try:
+            sync_cluster_nodes(pool.cluster_id)
+        except ProviderError as exc:
+            log.warning("node pool %s: the cluster's Nodes not written: %s", pool.id, exc)
+            delay = min(delay if delay is not None else SYNC_RETRY_S, SYNC_RETRY_S)
+    return delay
 
 
 def _wait_for_cluster(pool: NodePool, now: datetime) -> float:

@@ -197,7 +197,16 @@ def host_detail(request: HttpRequest, host_id) -> HttpResponse:
     return render(request, "portal/console/host_detail.html", context)
 
 
-HOST_ACTIONS = ("cordon", "uncordon", "drain", "maintenance", "retire", "mark-healthy", "tenancy")
+#: the verbs of the console's host action form (not Xid actions: those are catalog.xid_actions)
+CONSOLE_HOST_VERBS = (
+    "cordon",
+    "uncordon",
+    "drain",
+    "maintenance",
+    "retire",
+    "mark-healthy",
+    "tenancy",
+)
 
 
 @console_page
@@ -235,7 +244,7 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
     """Cordon, uncordon, drain (to CORDONED / MAINTENANCE / RETIRED), maintenance, mark the
     host's unhealthy GPUs healthy. A refusal (``invalid_host_state``) is shown on the page."""
     host = get_object_or_404(Host, pk=host_id)
-    if action not in HOST_ACTIONS:
+    if action not in CONSOLE_HOST_VERBS:
         raise NotFound()
     actor = request.principal.label
     before = host.state

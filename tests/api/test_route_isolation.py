@@ -65,6 +65,11 @@ ROUTES = {
     "host-health": "operator",
     "host-telemetry": "operator",
     "fleet-fragmentation": "operator",
+    "health-rules": "operator",
+    "health-rule": "operator",
+    "health-rules-dry-run": "operator",
+    "breakers": "operator",
+    "breaker-resume": "operator",
     "defrag-plan": "operator",
     "defrag-run-list": "operator",
     "defrag-run-detail": "operator",
@@ -416,6 +421,12 @@ def test_operator_routes_refuse_tenants(owner, operator, world):
         ("get", f"/api/v1/fleet/hosts/{host}"),
         ("post", f"/api/v1/fleet/hosts/{host}/bootstrap-token"),
         ("post", "/api/v1/tenants"),
+        ("get", "/api/v1/fleet/health-rules"),
+        ("put", "/api/v1/fleet/health-rules/xid-79"),
+        ("delete", "/api/v1/fleet/health-rules/xid-79"),
+        ("post", "/api/v1/fleet/health-rules/dry-run"),
+        ("get", "/api/v1/fleet/breakers"),
+        ("post", "/api/v1/fleet/breakers/model:h100-sxm5-80gb/resume"),
     ]:
         assert getattr(owner, method)(url, {}, format="json").status_code == 403, url
     assert operator.get(f"/api/v1/fleet/hosts/{host}").status_code == 200

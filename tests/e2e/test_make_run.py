@@ -96,7 +96,7 @@ class MakeRun:
 def make_run(tmp_path_factory):
     from tests.hosted.conftest import require_binaries
 
-    require_binaries(("etcd", "v1.36"))
+    require_binaries(("etcd", "v1.36", "kwok"))
     run = MakeRun(tmp_path_factory.mktemp("make-run"))
     try:
         wait_for(
@@ -129,6 +129,11 @@ def test_make_run_serves_the_readme_tour(make_run):
     assert "1g.18gb" in out and "1g.20gb" in out  # the refusal lists valid profiles
     assert "Server Version: v1.36.3" in out  # kubectl against the cluster's own API
     assert re.search(r"^kube-system +Active", out, re.M)  # kubectl get namespaces
+    # the pool's node in the cluster's API: Ready (KWOK), 4 MIG 1g.20gb devices (single)
+    assert re.search(
+        r"^\S+ +Ready +<none> +\S+ +v1\.36\.3 +NVIDIA-A100-SXM4-80GB-MIG-1g\.20gb$", out, re.M
+    )
+    assert "nvidia.com/gpu: 4\n" in out
     assert "DELETE_CLUSTER" in out
     assert out.rstrip().splitlines()[-2] == "AVAILABLE"
     hosts = requests.get(

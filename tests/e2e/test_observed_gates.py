@@ -39,7 +39,11 @@ class Api:
 
 @pytest.fixture
 def gated_worker(transactional_db, tmp_path):
-    proc, log = start_worker(tmp_path, NVKE_OBSERVED_STATE_TIMEOUT_S=str(TIMEOUT_S))
+    # two repairs in a row of a one-node pool: past the circuit breaker's default budget
+    # (max(1, floor(0.05 x 1)) = 1 an hour; tests/nodepools/test_circuit_breaker.py)
+    proc, log = start_worker(
+        tmp_path, NVKE_OBSERVED_STATE_TIMEOUT_S=str(TIMEOUT_S), NVKE_BREAKER_SHARE="2.0"
+    )
     yield proc
     stop(proc)
     log.close()

@@ -21,7 +21,7 @@ import yaml
 from tests.e2e.conftest import service_env, stop
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = ("etcd", "v1.36", "v1.37")
+TARGETS = ("etcd", "kwok", "v1.36", "v1.37")
 
 
 def require_binaries(targets=TARGETS) -> None:

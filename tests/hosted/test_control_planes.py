@@ -386,8 +386,11 @@ def test_a_cluster_created_before_its_binaries_are_built_says_so_then_becomes_re
         (folder(target) / "bin").mkdir(parents=True)
         for built in (binaries.target_dir(target) / "bin").iterdir():
             (folder(target) / "bin" / built.name).symlink_to(built)
+        if target == "kwok":
+            (folder(target) / binaries.KWOK_STAGES).symlink_to(binaries.kwok_stages())
 
     provide("etcd")
+    provide("kwok")
     lock = (root / ".lock").open("w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # "another build is running"
     manager = Manager(planes_dir, tmp_path / "manager.log", NVKE_K8S_BIN_ROOT=str(root))

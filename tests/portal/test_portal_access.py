@@ -69,6 +69,10 @@ PAGES = {
     "console:host-action": "console",
     "console:host-confirm": "console",
     "console:xids": "console",
+    "console:health-rules": "console",
+    "console:health-rule-save": "console",
+    "console:health-rule-restore": "console",
+    "console:breaker-resume": "console",
     "console:control-planes": "console",
     "console:tenants": "console",
     "console:tenant": "console",
@@ -172,7 +176,7 @@ def test_tenant_users_get_404_on_every_console_page(alice_client, h100_host, ten
     urls += ["/console/tenants", f"/console/tenants/{tenant_a.id}", "/console/prices"]
     urls += ["/console/defrag", f"/console/defrag/runs/{tenant_a.id}"]
     urls += ["/console/xids", f"/console/hosts/{h100_host.id}/confirm/retire"]
-    urls += ["/console/control-planes"]
+    urls += ["/console/control-planes", "/console/health-rules"]
     urls += [f"/console/hosts/{h100_host.id}?fragment=live"]
     for url in urls:
         assert alice_client.get(url).status_code == 404, url
@@ -258,6 +262,7 @@ def test_every_form_control_has_a_label(alice_client, ops_client, world, h100_ho
         (ops_client, "/console/hosts"),
         (ops_client, "/console/defrag"),
         (ops_client, "/console/xids"),
+        (ops_client, "/console/health-rules"),
         (ops_client, f"/console/hosts/{h100_host.id}/confirm/drain"),
         (ops_client, f"/console/hosts/{h100_host.id}/confirm/retire"),
     ]

@@ -242,8 +242,12 @@ def pool(admin, make_host):
     return op["target_id"]
 
 
-def test_node_repaired_and_replaced_come_from_auto_repair(admin, pool, loopback_allowed):
+def test_node_repaired_and_replaced_come_from_auto_repair(admin, pool, loopback_allowed, settings):
     from fleet.models import Gpu
+
+    # two repairs in a row in a small pool: past the circuit breaker's default budget (1 an
+    # hour), which has its own test (tests/nodepools/test_circuit_breaker.py)
+    settings.NVKE_BREAKER_SHARE = 1.0
 
     register(admin, types=["node.repaired", "node.replaced"])
     first, second = nodes(pool)

@@ -1,0 +1,106 @@
+"""The circuit breaker (fleet/breaker.py) on auto-repair: in a 20-node pool at the default 5 %
+(budget max(1, floor(0.05 x 20)) = 1 cordon an hour) the second automatic repair is refused,
+the pool says why (RepairsPaused / CircuitBreakerOpen), and it goes on once an operator
+resumes automation. The 40 one-GPU H100 hosts are SIMULATED rows (``make_host``): the H100
+fleet's own budget is floor(0.05 x 40) = 2, so only the pool's breaker is under test."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from fleet import breaker
+from fleet.models import BreakerTrip, CordonRecord, Gpu
+from fleet.signals import gpu_health_changed
+from nodepools.models import Node, NodePool
+from tenants.models import AuditEvent, Tenant
+from tenants.principal import Principal
+from tests.helpers import drive_pool, running_exclusive_pool
+
+pytestmark = pytest.mark.django_db
+
+
+def fault(node: Node) -> None:
+    """An Xid 95 (RESET_GPU) on the node's GPU, as fleet announces it: reboot the node."""
+    gpu = Gpu.objects.get(uuid=node.gpu_uuids[0])
+    gpu_health_changed.send(
+        sender=Gpu,
+        gpu_uuid=gpu.uuid,
+        host_id=gpu.host_id,
+        holder_id=node.id,
+        tenant_id=node.tenant_id,
+        healthy=False,
+        reason="xid",
+        xid=95,
+        action="RESET_GPU",
+        rule_action="gpu_reset",
+        needs_operator=True,
+        at=timezone.now(),
+    )
+
+
+def condition(pool_id, kind: str) -> dict:
+    pool = NodePool.objects.get(pk=pool_id)
+    return next(c for c in pool.conditions if c["type"] == kind)
+
+
+def test_the_second_automatic_cordon_in_a_20_node_pool_waits_for_the_operator(make_host):
+    for i in range(40):
+        make_host("h100-sxm5-80gb", gpus=1, hostname=f"breaker-{i:02d}")
+    owner = Principal(Tenant.objects.create(name="acme"), "owner", False, "user:alice")
+    _, pool_id = running_exclusive_pool(owner, gpus_per_node=1, node_count=20)
+    first, second = Node.objects.filter(nodepool_id=pool_id).order_by("name")[:2]
+    assert breaker.budget(20) == 1 and breaker.budget(40) == 2
+
+    fault(first)
+    drive_pool(pool_id)  # rebooted, verified, READY: one cordon counted
+    first.refresh_from_db()
+    assert (first.phase, first.repair_state) == ("READY", "")
+    assert CordonRecord.objects.filter(automatic=True).count() == 1
+
+    fault(second)
+    drive_pool(pool_id)
+    second.refresh_from_db()
+    assert (second.phase, second.repair_state) == ("READY", "requested")  # not cordoned
+    paused = condition(pool_id, "RepairsPaused")
+    assert (paused["status"], paused["reason"]) == ("True", "CircuitBreakerOpen")
+    assert paused["message"].startswith(
+        "circuit breaker open for the node pool (20 nodes): 1 cordon(s) by automation or "
+        "operators in the last 3600 s, the budget is 1 (max(1, floor(0.05 x 20)))"
+    )
+    trip = BreakerTrip.objects.get()
+    assert (trip.scope, trip.resumed_at) == (f"pool:{pool_id}", None)
+    drive_pool(pool_id)  # still waiting: nothing changes by itself
+    assert Node.objects.get(pk=second.pk).repair_state == "requested"
+
+    # the operator resumes: the count starts afresh and the repair goes on
+    breaker.resume(trip.scope, actor="user:ops", now=timezone.now())
+    drive_pool(pool_id)
+    second.refresh_from_db()
+    assert (second.phase, second.repair_state) == ("READY", "")
+    assert condition(pool_id, "RepairsPaused")["status"] == "False"
+    assert CordonRecord.objects.filter(automatic=True).count() == 2
+    assert AuditEvent.objects.get(action="breaker.resume").actor == "user:ops"
+
+
+def test_an_operator_drain_counts_against_the_budget_and_is_never_blocked(make_host):
+    from fleet.models import Host
+    from fleet.services import drain_host
+
+    host = make_host("a10g", gpus=1, hostname="breaker-a10g")
+    other = make_host("a10g", gpus=1, hostname="breaker-a10g-2")
+    now = timezone.now()
+    BreakerTrip.objects.create(scope="model:a10g", tripped_at=now, reason="open for a test")
+    drain_host(host, actor="user:ops", target="MAINTENANCE")  # an open breaker: not blocked
+    assert Host.objects.get(pk=host.pk).state == "MAINTENANCE"
+    record = CordonRecord.objects.get()
+    assert (record.automatic, record.gpu_model, record.actor) == (False, "a10g", "user:ops")
+    # resumed, the operator's drain still fills the a10g fleet's budget (2 hosts: 1 an hour)
+    breaker.resume("model:a10g", actor="user:ops", now=now)
+    later = timezone.now()
+    drain_host(other, actor="user:ops", target="MAINTENANCE")
+    allowed, why = breaker.allow_automatic_cordon(
+        target="node n1", gpu_model="a10g", pool_id=None, pool_size=100, actor="auto", now=later
+    )
+    assert not allowed
+    assert why.startswith("circuit breaker open for the a10g fleet (2 hosts): 1 cordon(s)")
