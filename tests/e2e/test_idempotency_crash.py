@@ -64,7 +64,8 @@ class Web:
 
     def kill(self) -> None:
         """SIGKILL the whole process group (arbiter and workers), as the trial did."""
-        assert self.proc is not None
+        if self.proc is None:
+            raise RuntimeError("kill() before start(): no gunicorn to kill")
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 
