@@ -125,7 +125,9 @@ class HealthRuleListView(APIView):
 
     permission_classes = [IsOperator]
 
-    @extend_schema(responses={200: HealthRuleListSerializer})
+    @extend_schema(
+        operation_id="fleet_health_rules_list", responses={200: HealthRuleListSerializer}
+    )
     def get(self, request):
         rules = [r.as_dict() for r in health_rules.effective_rules().values()]
         return Response({"count": len(rules), "results": rules})

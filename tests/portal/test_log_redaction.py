@@ -39,7 +39,8 @@ def web(tmp_path):
     proc = subprocess.Popen(
         list(spec.argv),
         cwd=ROOT,
-        env=service_env(NVKE_PUBLIC_URL=f"http://127.0.0.1:{port}"),
+        # INFO: `make test` runs with LOG_LEVEL=WARNING, which drops the request log
+        env=service_env(NVKE_PUBLIC_URL=f"http://127.0.0.1:{port}", LOG_LEVEL="INFO"),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
