@@ -64,25 +64,36 @@ def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
-def new_ca(common_name: str, *, now: datetime.datetime | None = None) -> KeyPair:
-    """A self-signed CA certificate (``common_name``, 10 years) and its key."""
+def _certificate(
+    *,
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    signer: ec.EllipticCurvePrivateKey,
+    days: int,
+    ca: bool,
+    extensions: tuple[x509.ExtensionType, ...],
+    now: datetime.datetime | None,
+) -> KeyPair:
+    """The one certificate builder: ``key``'s certificate for ``subject``, signed by ``signer``
+    (``key`` itself for a self-signed CA), valid from five minutes before ``now`` for ``days``.
+    Every certificate gets critical BasicConstraints and KeyUsage (digital signature; a ``ca``
+    signs certificates and CRLs too), then ``extensions`` in order, not critical."""
     now = now or datetime.datetime.now(datetime.UTC)
-    key = _key()
-    name = _name(common_name)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(issuer)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
+                key_cert_sign=ca,
+                crl_sign=ca,
                 content_commitment=False,
                 key_encipherment=False,
                 data_encipherment=False,
@@ -92,10 +103,27 @@ def new_ca(common_name: str, *, now: datetime.datetime | None = None) -> KeyPair
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
     )
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=False)
+    cert = builder.sign(signer, hashes.SHA256())
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM).decode(), _pem_key(key))
+
+
+def new_ca(common_name: str, *, now: datetime.datetime | None = None) -> KeyPair:
+    """A self-signed CA certificate (``common_name``, 10 years) and its key."""
+    key = _key()
+    name = _name(common_name)
+    return _certificate(
+        subject=name,
+        issuer=name,
+        key=key,
+        signer=key,
+        days=CA_DAYS,
+        ca=True,
+        extensions=(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),),
+        now=now,
+    )
 
 
 def issue(
@@ -109,44 +137,17 @@ def issue(
 ) -> KeyPair:
     """A leaf certificate signed by ``ca``: a server certificate when ``server_names`` (DNS
     names and IP addresses, as text) are given, a client one when ``client``; both may be set."""
-    now = now or datetime.datetime.now(datetime.UTC)
     ca_cert = x509.load_pem_x509_certificate(ca.cert.encode())
     ca_key = serialization.load_pem_private_key(ca.key.encode(), password=None)
-    key = _key()
     usages = []
     if server_names:
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
     if client:
         usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name, organizations))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=LEAF_DAYS))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
-            critical=False,
-        )
-    )
+    extensions: list[x509.ExtensionType] = [
+        x509.ExtendedKeyUsage(usages),
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
+    ]
     if server_names:
         sans: list[x509.GeneralName] = []
         for name in server_names:
@@ -154,9 +155,17 @@ def issue(
                 sans.append(x509.IPAddress(ipaddress.ip_address(name)))
             except ValueError:
                 sans.append(x509.DNSName(name))
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    return KeyPair(cert.public_bytes(serialization.Encoding.PEM).decode(), _pem_key(key))
+        extensions.append(x509.SubjectAlternativeName(sans))
+    return _certificate(
+        subject=_name(common_name, organizations),
+        issuer=ca_cert.subject,
+        key=_key(),
+        signer=ca_key,
+        days=LEAF_DAYS,
+        ca=False,
+        extensions=tuple(extensions),
+        now=now,
+    )
 
 
 @dataclass(frozen=True)
