@@ -199,13 +199,24 @@ class ControlPlanePki:
         return cls(**{k: (KeyPair(**v) if k in pairs else v) for k, v in data.items()})
 
 
+def new_service_account_keys() -> tuple[str, str]:
+    """A key pair for signing service-account tokens (RSA 2048): (private key, PKCS#8 PEM;
+    public key, SubjectPublicKeyInfo PEM) — kube-apiserver's ``--service-account-signing-key-file``
+    and ``--service-account-key-file``."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return _pem_key(key), public.decode()
+
+
 def new_control_plane_pki(cluster_name: str, server_names: tuple[str, ...]) -> ControlPlanePki:
     """A fresh PKI for one cluster; ``server_names`` are the endpoint's host names and IP
     addresses (``("127.0.0.1", "localhost")`` under ``make run``), to which the in-cluster
     names of the ``kubernetes`` Service are added."""
     ca = new_ca(f"nvke-{cluster_name}-ca")
     names = tuple(dict.fromkeys((*server_names, KUBERNETES_SERVICE_IP, *IN_CLUSTER_NAMES)))
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    sa_key, sa_pub = new_service_account_keys()
     return ControlPlanePki(
         ca=ca,
         apiserver=issue(ca, "kube-apiserver", server_names=names),
@@ -215,10 +226,8 @@ def new_control_plane_pki(cluster_name: str, server_names: tuple[str, ...]) -> C
             ca, "nvke:control-plane-manager", organizations=("system:masters",), client=True
         ),
         monitoring=issue(ca, "nvke:monitoring", organizations=("system:monitoring",), client=True),
-        service_account_key=_pem_key(sa_key),
-        service_account_pub=sa_key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode(),
+        service_account_key=sa_key,
+        service_account_pub=sa_pub,
         encryption_key=base64.b64encode(os.urandom(32)).decode(),
     )
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
-import ipaddress
 import os
 import shutil
 import signal
@@ -34,10 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
+
+from clusters.hosted import pki as hosted_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "deploy" / "capi-testbed" / "build.sh"
@@ -90,97 +86,30 @@ class Pki:
         return (self.folder / name).read_bytes()
 
 
-def _key() -> rsa.RSAPrivateKey:
-    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-
-def _write_key(path: Path, key: rsa.RSAPrivateKey) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
+#: what the serving certificates (kube-apiserver, the managers' webhooks) answer to: the
+#: loopback and the first address of ``--service-cluster-ip-range=10.0.0.0/24``
+SERVER_NAMES = ("localhost", "127.0.0.1", "10.0.0.1")
 
 
 def make_pki(folder: Path) -> Pki:
-    """A CA and the certificates every process needs, valid for a day."""
+    """A CA and the certificates every process needs, made by the hosted control planes' own
+    PKI (:mod:`clusters.hosted.pki`), written as ``<name>.crt`` / ``<name>.key`` PEM files."""
     folder.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    ca_key = _key()
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nvke-testbed-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    _write_key(folder / "ca.key", ca_key)
-
-    def issue(name: str, cn: str, *, org: str = "", server: bool) -> None:
-        key = _key()
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(
-                x509.ExtendedKeyUsage([x509.OID_SERVER_AUTH if server else x509.OID_CLIENT_AUTH]),
-                critical=False,
-            )
-        )
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                    ]
-                ),
-                critical=False,
-            )
-        cert = builder.sign(ca_key, hashes.SHA256())
-        (folder / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(folder / f"{name}.key", key)
-
-    issue("apiserver", "kube-apiserver", server=True)
-    issue("webhook", "webhook", server=True)
-    issue("admin", "nvke-testbed-admin", org="system:masters", server=False)
-    sa = _key()
-    _write_key(folder / "sa.key", sa)
-    (folder / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-    )
+    ca = hosted_pki.new_ca("nvke-testbed-ca")
+    pairs = {
+        "ca": ca,
+        "apiserver": hosted_pki.issue(ca, "kube-apiserver", server_names=SERVER_NAMES),
+        "webhook": hosted_pki.issue(ca, "webhook", server_names=SERVER_NAMES),
+        "admin": hosted_pki.issue(
+            ca, "nvke-testbed-admin", organizations=("system:masters",), client=True
+        ),
+    }
+    for name, pair in pairs.items():
+        (folder / f"{name}.crt").write_text(pair.cert)
+        (folder / f"{name}.key").write_text(pair.key)
+    sa_key, sa_pub = hosted_pki.new_service_account_keys()
+    (folder / "sa.key").write_text(sa_key)
+    (folder / "sa.pub").write_text(sa_pub)
     return Pki(folder)
 
 
