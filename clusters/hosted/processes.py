@@ -147,15 +147,9 @@ def argv(
             "--profiling=false",
         ]
     if component == "kube-controller-manager":
-        kubeconfig_file = f("controller-manager.kubeconfig")
-        return [
-            str(binary),
-            f"--kubeconfig={kubeconfig_file}",
-            f"--authentication-kubeconfig={kubeconfig_file}",
-            f"--authorization-kubeconfig={kubeconfig_file}",
-            "--bind-address=127.0.0.1",
-            "--secure-port=0",
-            "--leader-elect=false",
+        return _kubeconfig_client_argv(
+            binary,
+            f("controller-manager.kubeconfig"),
             f"--cluster-name={cluster_name}",
             f"--cluster-signing-cert-file={f('ca.crt')}",
             f"--cluster-signing-key-file={f('ca.key')}",
@@ -164,18 +158,24 @@ def argv(
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--use-service-account-credentials=true",
             "--controllers=*,bootstrapsigner,tokencleaner",
-            "--profiling=false",
-        ]
+        )
     if component == "kube-scheduler":
-        kubeconfig_file = f("scheduler.kubeconfig")
-        return [
-            str(binary),
-            f"--kubeconfig={kubeconfig_file}",
-            f"--authentication-kubeconfig={kubeconfig_file}",
-            f"--authorization-kubeconfig={kubeconfig_file}",
-            "--bind-address=127.0.0.1",
-            "--secure-port=0",
-            "--leader-elect=false",
-            "--profiling=false",
-        ]
+        return _kubeconfig_client_argv(binary, f("scheduler.kubeconfig"))
     raise ValueError(f"unknown control-plane component {component!r}")
+
+
+def _kubeconfig_client_argv(binary: Path, kubeconfig_file: Path, *flags: str) -> list[str]:
+    """The command line the controller-manager and the scheduler share: one kubeconfig file for
+    the API, its authentication and authorization; no server of their own (``--secure-port=0``),
+    no leader election (one of each per cluster), then the component's ``flags``."""
+    return [
+        str(binary),
+        f"--kubeconfig={kubeconfig_file}",
+        f"--authentication-kubeconfig={kubeconfig_file}",
+        f"--authorization-kubeconfig={kubeconfig_file}",
+        "--bind-address=127.0.0.1",
+        "--secure-port=0",
+        "--leader-elect=false",
+        *flags,
+        "--profiling=false",
+    ]
