@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_pool
-from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
+from tests.reservations.conftest import MODEL, pool_on_reservation
 
 pytestmark = pytest.mark.django_db
 
@@ -22,16 +21,7 @@ def reserved_pool(owner, make_host, settings):
     settings.NVKE_WEBHOOK_ALLOW_HTTP = True
     settings.NVKE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     host = make_host(MODEL, gpus=8, hostname="only")
-    reservation = reserve(owner, 8, name="train-q4").json()
-    cluster = make_cluster(owner, "r")
-    op = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        pool_body("trainers", 2, gpus=4, reservation=reservation["id"]),
-        format="json",
-    )
-    assert op.status_code == 202, op.content
-    pool_id = op.json()["target_id"]
-    drive_pool(pool_id)
+    reservation, pool_id = pool_on_reservation(owner, reserved_gpus=8, nodes=2, gpus_per_node=4)
     from nodepools.models import Node
 
     assert sorted(Node.objects.live().values_list("host__hostname", "phase")) == [
@@ -198,14 +188,7 @@ def test_only_the_nodes_a_pool_would_lack_need_another_host(owner, make_host, op
 
     make_host(MODEL, gpus=8, hostname="only")
     make_host(MODEL, gpus=4, hostname="small")
-    reservation = reserve(owner, 12, name="r12").json()
-    cluster = make_cluster(owner, "r")
-    op = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        pool_body("trainers", 3, gpus=4, reservation=reservation["id"]),
-        format="json",
-    ).json()
-    drive_pool(op["target_id"])
+    _, pool_id = pool_on_reservation(owner, reserved_gpus=12, nodes=3, gpus_per_node=4, name="r12")
     assert sorted(Node.objects.live().values_list("host__hostname", flat=True)) == [
         "only",
         "only",
@@ -219,6 +202,6 @@ def test_only_the_nodes_a_pool_would_lack_need_another_host(owner, make_host, op
         f"2 of 3 node(s) (8 GPU(s)) have no other {MODEL} host in us-east-1"
     )
     # the pool asks for one node now: the one on ``small`` is enough, nothing breaks
-    NodePool.objects.filter(pk=op["target_id"]).update(node_count=1)
+    NodePool.objects.filter(pk=pool_id).update(node_count=1)
     resp = operator.post(f"/api/v1/fleet/hosts/{only.id}/drain", {}, format="json")
     assert resp.status_code == 200, resp.content

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_pool
-from tests.reservations.conftest import MODEL, make_cluster, pool_body, reserve
+from tests.reservations.conftest import MODEL, pool_on_reservation
 
 pytestmark = pytest.mark.django_db
 
@@ -19,14 +18,7 @@ def test_the_confirmation_names_what_the_drain_breaks_and_force_goes_ahead(
     from tenants.models import AuditEvent
 
     host = make_host(MODEL, gpus=8, hostname="only")
-    reservation = reserve(owner, 8, name="train-q4").json()
-    cluster = make_cluster(owner, "r")
-    op = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        pool_body("trainers", 2, gpus=4, reservation=reservation["id"]),
-        format="json",
-    ).json()
-    drive_pool(op["target_id"])
+    pool_on_reservation(owner, reserved_gpus=8, nodes=2, gpus_per_node=4)
     page = ops_client.get(f"/console/hosts/{host.id}/confirm/maintenance")
     html = page.content.decode()
     assert page.status_code == 200

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import drive_cluster
+from tests.helpers import drive_cluster, drive_pool
 
 MODEL = "h100-sxm5-80gb"
 
@@ -45,3 +45,23 @@ def reserve(client, gpus, *, start=None, hours=4, **extra):
 
 def pool_body(name, nodes, gpus=8, **extra):
     return {"name": name, "gpu_model": MODEL, "gpus_per_node": gpus, "node_count": nodes, **extra}
+
+
+def pool_on_reservation(
+    client, *, reserved_gpus: int, nodes: int, gpus_per_node: int, name: str = "train-q4"
+) -> tuple[dict, str]:
+    """Reserve ``reserved_gpus`` H100s in us-east-1 now (reservation ``name``), create cluster
+    ``r`` and its node pool ``trainers`` of ``nodes`` x ``gpus_per_node`` GPUs on the
+    reservation, and drive the pool until it converges; returns (the reservation's JSON, the
+    pool's id)."""
+    reservation = reserve(client, reserved_gpus, name=name).json()
+    cluster = make_cluster(client, "r")
+    op = client.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        pool_body("trainers", nodes, gpus=gpus_per_node, reservation=reservation["id"]),
+        format="json",
+    )
+    assert op.status_code == 202, op.content
+    pool_id = op.json()["target_id"]
+    drive_pool(pool_id)
+    return reservation, pool_id
