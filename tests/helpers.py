@@ -136,6 +136,35 @@ def snapshot() -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
+def announce_gpu_fault(
+    node, *, xid: int, action: str, needs_operator: bool, rule_action: str = ""
+) -> None:
+    """TEST SET-UP: send :data:`fleet.signals.gpu_health_changed` for ``node``'s first GPU
+    turning unhealthy on Xid ``xid`` (reason ``xid``, ``action`` the catalog's NVIDIA action,
+    ``rule_action`` the health rule's ladder step or ""), as fleet announces a fault once it
+    commits; nothing is written in fleet (no health interval)."""
+    from django.utils import timezone
+
+    from fleet.models import Gpu
+    from fleet.signals import gpu_health_changed
+
+    gpu = Gpu.objects.get(uuid=node.gpu_uuids[0])
+    gpu_health_changed.send(
+        sender=Gpu,
+        gpu_uuid=gpu.uuid,
+        host_id=gpu.host_id,
+        holder_id=node.id,
+        tenant_id=node.tenant_id,
+        healthy=False,
+        reason="xid",
+        xid=xid,
+        action=action,
+        rule_action=rule_action,
+        needs_operator=needs_operator,
+        at=timezone.now(),
+    )
+
+
 def seat_on_shared_host(node, host) -> None:
     """TEST SET-UP (simulated placement): move a PROVISIONING node's GPU claim onto ``host``
     beside another tenant's node, as a shared-host placement would.

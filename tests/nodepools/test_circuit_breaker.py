@@ -10,32 +10,19 @@ import pytest
 from django.utils import timezone
 
 from fleet import breaker
-from fleet.models import BreakerTrip, CordonRecord, Gpu
-from fleet.signals import gpu_health_changed
+from fleet.models import BreakerTrip, CordonRecord
 from nodepools.models import Node, NodePool
 from tenants.models import AuditEvent, Tenant
 from tenants.principal import Principal
-from tests.helpers import drive_pool, running_exclusive_pool
+from tests.helpers import announce_gpu_fault, drive_pool, running_exclusive_pool
 
 pytestmark = pytest.mark.django_db
 
 
 def fault(node: Node) -> None:
     """An Xid 95 (RESET_GPU) on the node's GPU, as fleet announces it: reboot the node."""
-    gpu = Gpu.objects.get(uuid=node.gpu_uuids[0])
-    gpu_health_changed.send(
-        sender=Gpu,
-        gpu_uuid=gpu.uuid,
-        host_id=gpu.host_id,
-        holder_id=node.id,
-        tenant_id=node.tenant_id,
-        healthy=False,
-        reason="xid",
-        xid=95,
-        action="RESET_GPU",
-        rule_action="gpu_reset",
-        needs_operator=True,
-        at=timezone.now(),
+    announce_gpu_fault(
+        node, xid=95, action="RESET_GPU", rule_action="gpu_reset", needs_operator=True
     )
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import drive_pool, running_h100_pool
+from tests.helpers import announce_gpu_fault, drive_pool, running_h100_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -19,23 +19,9 @@ def pool(owner, make_host):
 
 
 def fault(node, action, xid):
-    from fleet.models import Gpu
-    from fleet.signals import gpu_health_changed
-
-    gpu = Gpu.objects.get(uuid=node.gpu_uuids[0])
-    gpu_health_changed.send(
-        sender=Gpu,
-        gpu_uuid=gpu.uuid,
-        host_id=gpu.host_id,
-        holder_id=node.id,
-        tenant_id=node.tenant_id,
-        healthy=False,
-        reason="xid",
-        xid=xid,
-        action=action,
-        needs_operator=action != "RESET_GPU",
-        at=timezone.now(),
-    )
+    """Xid ``xid`` on the node's GPU with the catalog's ``action``; all but RESET_GPU need an
+    operator."""
+    announce_gpu_fault(node, xid=xid, action=action, needs_operator=action != "RESET_GPU")
 
 
 def nodes(pool_id):
