@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import requests
 from django.conf import settings
 
 from tests.helpers import broker_client, database_url
@@ -123,6 +125,84 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str =
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WebProcess:
+    """gunicorn serving ``nvke.wsgi`` on 127.0.0.1 (2 sync workers) in its own process group,
+    so that :meth:`kill` takes the arbiter and its workers at once; :meth:`start` again after
+    a kill serves on the same port. Output is appended to ``log``; ``env`` is the process'
+    whole environment (:func:`service_env` for the suite's database). ``argv`` replaces the
+    command line (one that binds ``port``), e.g. the supervisor's own for the web process."""
+
+    def __init__(
+        self,
+        log: Path,
+        env: dict[str, str],
+        *,
+        port: int | None = None,
+        argv: list[str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.argv = argv or [
+            str(BIN / "gunicorn"), "nvke.wsgi", "--bind", f"127.0.0.1:{self.port}",
+            "--workers", "2", "--timeout", "60",
+        ]  # fmt: skip
+        self.env = env
+        self.log = log.open("a")
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, answering: bool = True) -> None:
+        """Start it and wait (60 s at most) until ``/healthz`` answers without a 5xx, or, with
+        ``answering=False``, only until the port accepts connections (no request served yet:
+        the moment the soak test takes for the end of an outage)."""
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+        def answers() -> bool:
+            try:
+                return requests.get(f"{self.url}/healthz", timeout=2).status_code < 500
+            except requests.RequestException:
+                return False
+
+        def listens() -> bool:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(
+            answers if answering else listens,
+            timeout=60,
+            what=f"gunicorn on port {self.port} to {'answer' if answering else 'listen'}",
+        )
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (arbiter and workers): a crash, mid-request."""
+        if self.proc is None:
+            raise RuntimeError("kill() before start(): no gunicorn to kill")
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM the process group if it runs (waits 30 s at most) and close the log."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(30)
+        self.log.close()
 
 
 @pytest.fixture

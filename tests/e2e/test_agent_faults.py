@@ -24,8 +24,7 @@ import pytest
 import requests
 
 from tests.conftest import capture
-from tests.e2e.conftest import BIN, ROOT, service_env, wait_for
-from tests.fleet.test_soak import free_port
+from tests.e2e.conftest import BIN, ROOT, free_port, service_env, wait_for
 from tests.helpers import wire_inventory_gpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -23,8 +23,8 @@ from datetime import datetime
 import pytest
 import requests
 
-from tests.e2e.conftest import BIN, ROOT, wait_for
-from tests.fleet.test_soak import GPUS_PER_HOST, SoakAgent, free_port, write_replay
+from tests.e2e.conftest import ROOT, WebProcess, wait_for
+from tests.fleet.test_soak import GPUS_PER_HOST, SoakAgent, write_replay
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -53,42 +53,6 @@ print("SETUP " + json.dumps(out))
 """
 
 
-class PrivateApi:
-    """gunicorn on the private database (duck-types the soak test's Api for SoakAgent)."""
-
-    def __init__(self, tmp_path, env: dict[str, str]) -> None:
-        self.port = free_port()
-        self.env = env
-        self.log = (tmp_path / "api.log").open("a")
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / "gunicorn"), "nvke.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "2", "--timeout", "60"],
-            cwd=ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-        def up() -> bool:
-            try:
-                return requests.get(f"{self.url}/healthz", timeout=2).status_code < 500
-            except requests.RequestException:
-                return False
-
-        wait_for(up, timeout=60, what="the API to answer")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        self.log.close()
-
-
 def manage(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
@@ -112,7 +76,7 @@ def test_postgres_stopped_while_agents_report_loses_and_duplicates_no_sample(tmp
         "LOG_LEVEL": "WARNING",
         "DB_CONN_MAX_AGE": "60",  # persistent connections must survive the restart too
     }
-    api = PrivateApi(tmp_path, env)
+    api = WebProcess(tmp_path / "api.log", env)
     agents: list[SoakAgent] = []
     try:
         manage(env, "migrate", "--no-input")
@@ -122,7 +86,7 @@ def test_postgres_stopped_while_agents_report_loses_and_duplicates_no_sample(tmp
         for n, host in enumerate(hosts):
             replay = tmp_path / f"replay-{n}.jsonl"
             write_replay(replay, host["uuids"])
-            agents.append(SoakAgent(n, api, host["token"], replay, tmp_path))  # type: ignore[arg-type]
+            agents.append(SoakAgent(n, api, host["token"], replay, tmp_path))
         api.start()
         for agent in agents:
             agent.start()

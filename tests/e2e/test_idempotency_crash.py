@@ -16,9 +16,6 @@ retries with the same key:
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
 import threading
 import time
 
@@ -26,60 +23,17 @@ import pytest
 import requests
 from django.db import connection, transaction
 
-from tests.e2e.conftest import BIN, ROOT, service_env, wait_for
-from tests.fleet.test_soak import free_port
+from tests.e2e.conftest import WebProcess, service_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CLUSTER = {"kubernetes_version": "1.36", "region": "us-east-1"}
 
 
-class Web:
-    """gunicorn serving nvke.wsgi on the test database, in its own process group."""
-
-    def __init__(self, tmp_path) -> None:
-        self.port = free_port()
-        self.log = (tmp_path / "web.log").open("a")
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / "gunicorn"), "nvke.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "2", "--timeout", "60"],
-            cwd=ROOT, env=service_env(), stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-        def up() -> bool:
-            try:
-                return requests.get(f"{self.url}/healthz", timeout=2).status_code < 500
-            except requests.RequestException:
-                return False
-
-        wait_for(up, timeout=60, what="gunicorn to answer")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (arbiter and workers), as the trial did."""
-        if self.proc is None:
-            raise RuntimeError("kill() before start(): no gunicorn to kill")
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        self.log.close()
-
-
 @pytest.fixture
 def web(tmp_path, tenant_a, make_host):
     make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")  # the region has GPU hosts
-    server = Web(tmp_path)
+    server = WebProcess(tmp_path / "web.log", service_env())
     server.start()
     yield server
     server.stop()
@@ -92,7 +46,7 @@ def key(tenant_a) -> str:
     return create_api_key(tenant=tenant_a, name="owner-key", role="owner")[1]
 
 
-def post(web: Web, key: str, name: str, idem: str) -> requests.Response:
+def post(web: WebProcess, key: str, name: str, idem: str) -> requests.Response:
     return requests.post(
         f"{web.url}/api/v1/clusters",
         json={**CLUSTER, "name": name},
@@ -118,7 +72,7 @@ def clusters(name: str) -> int:
     return Cluster.objects.filter(name=name).count()
 
 
-def retry_until_answered(web: Web, key: str, name: str, idem: str) -> requests.Response:
+def retry_until_answered(web: WebProcess, key: str, name: str, idem: str) -> requests.Response:
     """Retry as a client would: a 409 in progress is retryable (the killed request's backend
     may take a moment to end); anything else is the answer."""
     deadline = time.monotonic() + 30

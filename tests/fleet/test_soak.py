@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from tests.e2e.conftest import WebProcess, wait_for
 from tests.helpers import database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -42,12 +42,6 @@ GPUS_PER_HOST = 2
 RUN_S = 5.0  # normal running before the outage and after it
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def env() -> dict[str, str]:
     return {
         **os.environ,
@@ -58,62 +52,10 @@ def env() -> dict[str, str]:
     }
 
 
-def wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Api:
-    """gunicorn on a fixed port, killed and restarted at will."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.port = free_port()
-        self.log = (tmp_path / "api.log").open("a")
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [str(BIN / "gunicorn"), "nvke.wsgi", "--bind", f"127.0.0.1:{self.port}",
-             "--workers", "2", "--timeout", "60"],
-            cwd=ROOT, env=env(), stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-        def up() -> bool:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return True
-            except OSError:
-                return False
-
-        wait(up, 60, "the API to listen")
-
-    def kill(self) -> None:
-        if self.proc is None:
-            raise RuntimeError("the API was never started")
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(30)
-        self.log.close()
-
-
 class SoakAgent:
     """One agent process (journaling wrapper around the real nvke-agent)."""
 
-    def __init__(self, n: int, api: Api, token: str, replay: Path, tmp_path: Path) -> None:
+    def __init__(self, n: int, api: WebProcess, token: str, replay: Path, tmp_path: Path) -> None:
         self.n = n
         self.dir = tmp_path / f"agent-{n}"
         self.journal = tmp_path / f"journal-{n}.jsonl"
@@ -187,7 +129,7 @@ def test_an_api_outage_and_agent_restarts_lose_no_sample(make_host, tmp_path):
     from fleet.models import AgentReport
     from fleet.services import reissue_bootstrap_token
 
-    api = Api(tmp_path)
+    api = WebProcess(tmp_path / "api.log", env())
     hosts = [
         make_host("h100-sxm5-80gb", gpus=GPUS_PER_HOST, zone="us-east-1a", hostname=f"soak-{n}")
         for n in range(AGENTS)
@@ -199,16 +141,16 @@ def test_an_api_outage_and_agent_restarts_lose_no_sample(make_host, tmp_path):
         agents.append(SoakAgent(n, api, reissue_bootstrap_token(host), replay, tmp_path))
     host_ids = [str(h.id) for h in hosts]
     try:
-        api.start()
+        api.start(answering=False)
         for agent in agents:
             agent.start()
-        wait(
+        wait_for(
             lambda: (
                 AgentReport.objects.filter(host__in=hosts).values("host").distinct().count()
                 == AGENTS
             ),
-            120,
-            "every agent to deliver a report",
+            timeout=120,
+            what="every agent to deliver a report",
         )
         time.sleep(RUN_S)
 
@@ -221,7 +163,7 @@ def test_an_api_outage_and_agent_restarts_lose_no_sample(make_host, tmp_path):
         agents[1].signal(signal.SIGKILL)  # a crash
         agents[1].start()
         time.sleep(OUTAGE_S - 2 * OUTAGE_S / 3)
-        api.start()
+        api.start(answering=False)
         up_at = datetime.now(UTC)
         time.sleep(RUN_S)
 

@@ -9,24 +9,16 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
-import subprocess
 
 import pytest
 import requests
 from django.core import mail
 
-from tests.e2e.conftest import ROOT, service_env, stop, wait_for
+from tests.e2e.conftest import WebProcess, free_port, service_env, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 STRONG = "violet-anchor-harbour-42"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -35,29 +27,17 @@ def web(tmp_path):
 
     port = free_port()
     (spec,) = [p for p in default_processes(data_dir=tmp_path, port=port) if p.name == "web"]
-    log = (tmp_path / "web.log").open("w")
-    proc = subprocess.Popen(
-        list(spec.argv),
-        cwd=ROOT,
+    server = WebProcess(
+        tmp_path / "web.log",
         # INFO: `make test` runs with LOG_LEVEL=WARNING, which drops the request log
-        env=service_env(NVKE_PUBLIC_URL=f"http://127.0.0.1:{port}", LOG_LEVEL="INFO"),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        service_env(NVKE_PUBLIC_URL=f"http://127.0.0.1:{port}", LOG_LEVEL="INFO"),
+        port=port,
+        argv=list(spec.argv),
     )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return requests.get(f"{url}/healthz", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_for(up, timeout=60, what="gunicorn to answer")
-    yield url, tmp_path / "web.log"
-    stop(proc)
-    log.close()
-    assert proc.returncode in (0, -signal.SIGTERM)
+    server.start()
+    yield server.url, tmp_path / "web.log"
+    server.stop()
+    assert server.proc.returncode in (0, -signal.SIGTERM)
 
 
 def test_invitation_tokens_and_reset_links_are_redacted_in_every_log_line(web, tenant_a):
