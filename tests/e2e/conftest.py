@@ -3,6 +3,7 @@ Django's live server (real HTTP), all on the real PostgreSQL test database and r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ import pytest
 import requests
 from django.conf import settings
 
-from tests.helpers import broker_client, database_url
+from tests.helpers import broker_client, database_url, wire_inventory_gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -125,6 +126,40 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.25, what: str =
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def register_host(server: str) -> tuple[requests.Session, dict]:
+    """Register host ``h1`` (us-east-1a) with the SIMULATED nvidia-smi capture ``a10g.xml``
+    through ``server``'s fleet API as an operator; returns (the operator's HTTP session, the
+    created host's JSON, with its ``gpus`` and ``bootstrap_token``)."""
+    from tenants.services import create_api_key
+    from tests.conftest import capture
+
+    operator = requests.Session()
+    operator.headers["Authorization"] = f"Bearer {create_api_key(tenant=None, name='op')[1]}"
+    resp = operator.post(
+        server + "/api/v1/fleet/hosts",
+        json={"hostname": "h1", "zone": "us-east-1a", "nvidia_smi_xml": capture("a10g.xml")},
+        timeout=30,
+    )
+    assert resp.status_code == 201, resp.text
+    return operator, resp.json()
+
+
+def replay_file(path: Path, gpus: list[dict], times: list, util: float = 10.0) -> Path:
+    """Write the agent's ``replay`` source file at ``path``: an inventory of ``gpus`` (the
+    API's host GPUs) and one SIMULATED sample of the first GPU per time in ``times`` (aware
+    datetimes), utilization ``util`` + 0, 1, 2 ... %."""
+    lines = [
+        {"kind": "inventory", "driver_version": "535.54.03", "gpus": wire_inventory_gpus(gpus)}
+    ]
+    lines += [
+        {"kind": "sample", "ts": ts.isoformat(), "gpu_uuid": gpus[0]["uuid"],
+         "utilization_gpu_pct": util + i}
+        for i, ts in enumerate(times)
+    ]  # fmt: skip
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
 
 
 def free_port() -> int:

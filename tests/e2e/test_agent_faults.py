@@ -21,11 +21,16 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import requests
 
-from tests.conftest import capture
-from tests.e2e.conftest import BIN, ROOT, free_port, service_env, wait_for
-from tests.helpers import wire_inventory_gpus
+from tests.e2e.conftest import (
+    BIN,
+    ROOT,
+    free_port,
+    register_host,
+    replay_file,
+    service_env,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -38,32 +43,9 @@ def agent_args(server: str, state_dir, replay, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def replay_file(path, gpus: list[dict], times: list[datetime], util: float = 10.0):
-    lines = [
-        {"kind": "inventory", "driver_version": "535.54.03", "gpus": wire_inventory_gpus(gpus)}
-    ]
-    lines += [
-        {"kind": "sample", "ts": ts.isoformat(), "gpu_uuid": gpus[0]["uuid"],
-         "utilization_gpu_pct": util + i}
-        for i, ts in enumerate(times)
-    ]  # fmt: skip
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
-
-
 @pytest.fixture
 def host(live_server, catalog):
-    from tenants.services import create_api_key
-
-    operator = requests.Session()
-    operator.headers["Authorization"] = f"Bearer {create_api_key(tenant=None, name='op')[1]}"
-    resp = operator.post(
-        live_server.url + "/api/v1/fleet/hosts",
-        json={"hostname": "h1", "zone": "us-east-1a", "nvidia_smi_xml": capture("a10g.xml")},
-        timeout=30,
-    )
-    assert resp.status_code == 201, resp.text
-    return resp.json()
+    return register_host(live_server.url)[1]
 
 
 def run(args: list[str]) -> subprocess.CompletedProcess:

@@ -19,9 +19,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from tests.conftest import capture
-from tests.e2e.conftest import BIN, ROOT, service_env
-from tests.helpers import wire_inventory_gpus
+from tests.e2e.conftest import BIN, ROOT, register_host, replay_file, service_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -55,40 +53,14 @@ def run_agent(server: str, state_dir, replay, token: str) -> subprocess.Complete
     return agent
 
 
-def replay_file(path, gpus: list[dict], times: list[datetime]):
-    lines = [
-        {"kind": "inventory", "driver_version": "535.54.03", "gpus": wire_inventory_gpus(gpus)}
-    ]
-    lines += [
-        {
-            "kind": "sample",
-            "ts": ts.isoformat(),
-            "gpu_uuid": gpus[0]["uuid"],
-            "utilization_gpu_pct": 10.0 + i,
-        }
-        for i, ts in enumerate(times)
-    ]
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    return path
-
-
 def test_a_reregistered_agent_gets_a_seq_baseline_and_resent_samples_are_stored_once(
     live_server, catalog, tmp_path
 ):
     from django.db import connection
 
     from fleet.models import AgentReport
-    from tenants.services import create_api_key
 
-    operator = requests.Session()
-    operator.headers["Authorization"] = f"Bearer {create_api_key(tenant=None, name='op')[1]}"
-    resp = operator.post(
-        live_server.url + "/api/v1/fleet/hosts",
-        json={"hostname": "h1", "zone": "us-east-1a", "nvidia_smi_xml": capture("a10g.xml")},
-        timeout=30,
-    )
-    assert resp.status_code == 201, resp.text
-    host = resp.json()
+    operator, host = register_host(live_server.url)
     t0 = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
     times = [t0 + timedelta(seconds=i) for i in range(8)]
 
