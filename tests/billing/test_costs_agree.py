@@ -108,6 +108,16 @@ def _by_pool(month):
     return {p.id: name for name, p in month.items() if name != "reservation"}
 
 
+def march_usage(client, **params: str) -> dict:
+    """``GET /api/v1/usage`` for March 2026 (``params``: ``group_by``) as ``client``: the body."""
+    resp = client.get(
+        "/api/v1/usage",
+        {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z", **params},
+    )
+    assert resp.status_code == 200, resp.content
+    return resp.json()
+
+
 def test_usage_costs_are_the_invoice_lines(tenant_a, month):
     from billing.costs import usage_costs
     from billing.invoices import build_invoice
@@ -142,12 +152,7 @@ def test_the_usage_api_shows_the_invoice_costs(tenant_a, month, owner):
     from billing.invoices import build_invoice
 
     invoice = build_invoice(tenant_a.id, "2026-03", now=NOW)  # aggregates the month too
-    resp = owner.get(
-        "/api/v1/usage",
-        {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z", "group_by": "pool"},
-    )
-    assert resp.status_code == 200, resp.content
-    body = resp.json()
+    body = march_usage(owner, group_by="pool")
     by_pool = {r["nodepool_name"]: r["cost"] for r in body["results"]}
     assert by_pool == {
         "od": {"USD": "10.00"},
@@ -167,10 +172,7 @@ def test_the_usage_api_by_day_sums_day_lines(tenant_a, month, owner):
     from billing.invoices import build_invoice
 
     build_invoice(tenant_a.id, "2026-03", now=NOW)
-    body = owner.get(
-        "/api/v1/usage",
-        {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z", "group_by": "day"},
-    ).json()
+    body = march_usage(owner, group_by="day")
     by_day = {r["day"]: r["cost"] for r in body["results"]}
     assert by_day == {
         "2026-03-10": {"USD": "10.00"},
@@ -204,9 +206,7 @@ def test_a_missing_price_shows_no_guess(tenant_a, world, owner, alice_client):  
     host = world.make_host("a100-sxm4-80gb", gpus=1)
     world.hold(pool, host, t(10), end=t(10, 2))
     aggregate_usage(tenant_a.id, *MARCH, now=NOW)
-    body = owner.get(
-        "/api/v1/usage", {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z"}
-    ).json()
+    body = march_usage(owner)
     assert body["totals"]["cost"] is None
     error = body["totals"]["cost_error"]
     assert (error["code"], error["gpu_model"], error["currency"]) == (
@@ -261,10 +261,7 @@ def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
     from billing.invoices import build_invoice
 
     build_invoice(tenant_a.id, "2026-03", now=NOW)
-    body = owner.get(
-        "/api/v1/usage",
-        {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z", "group_by": "pool"},
-    ).json()
+    body = march_usage(owner, group_by="pool")
     rows = {r["nodepool_name"]: r["cost"] for r in usage_cli.usage_rows(body)}
     assert rows == {"od": "10.00 USD", "rsv": "-", "mig": "1.43 USD", "ts": "7.50 USD"}
     notes = usage_cli.usage_notes(body)
@@ -275,9 +272,7 @@ def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
 def test_nvkectl_says_why_usage_is_empty(tenant_a, owner):
     from nvkectl import usage as usage_cli
 
-    body = owner.get(
-        "/api/v1/usage", {"start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z"}
-    ).json()
+    body = march_usage(owner)
     assert body["results"] == [] and body["aggregated_every_s"] == 300
     (note,) = usage_cli.usage_notes(body)
     assert "usage is aggregated every 5 min" in note
