@@ -54,6 +54,19 @@ def wire_inventory_gpus(api_gpus: list[dict]) -> list[dict]:
     ]
 
 
+def make_cluster(client, name: str = "c1") -> str:
+    """Create cluster ``name`` (Kubernetes 1.36, us-east-1) through the API as ``client`` and
+    drive it until it converges; returns its id."""
+    op = client.post(
+        "/api/v1/clusters",
+        {"name": name, "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    )
+    assert op.status_code == 202, op.content
+    drive_cluster(op.json()["target_id"])
+    return op.json()["target_id"]
+
+
 def drive_cluster(cluster_id, max_steps: int = 20) -> int:
     """Call the cluster reconciler until it converges; returns the number of steps."""
     from clusters.reconcile import reconcile_cluster
@@ -90,10 +103,7 @@ def running_h100_pool(owner, make_host, *, hosts: int, nodes: int) -> tuple[str,
     pool ``h100`` of ``nodes`` 8-GPU nodes on them; returns (cluster id, node pool id)."""
     for _ in range(hosts):
         make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
+    cluster = make_cluster(owner, "c1")
     op = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": nodes},

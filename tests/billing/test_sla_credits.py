@@ -14,7 +14,7 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
-from tests.helpers import drive_cluster
+from tests.helpers import make_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -61,10 +61,7 @@ def running_node(owner, make_host, price):
     from nodepools.reconcile import reconcile_nodepool
 
     host = make_host("h100-sxm5-80gb", gpus=2, hostname="h1")
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": "c", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
+    cluster = make_cluster(owner, "c")
     pool_id = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {"name": "p", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 2, "node_count": 1},

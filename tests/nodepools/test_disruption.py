@@ -156,7 +156,8 @@ def test_an_isolation_change_of_a_shared_mig_pool_is_409_before_anything_is_touc
     """The new user's sequence: a PATCH of a shared MIG pool's isolation (not built) answered
     202, then failed with isolation_rollback_failed and left a node NOT_READY for good."""
     from nodepools.models import Node, NodePool
-    from tests.nodepools.test_shared_hosts import make_cluster, make_pool, shared
+    from tests.helpers import make_cluster
+    from tests.nodepools.test_shared_hosts import make_pool, shared
 
     host = make_host("h100-sxm5-80gb", gpus=2, hostname="hv-shared-9")
     operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json")
@@ -191,7 +192,8 @@ def test_the_new_users_sequence_on_a_shared_pool_with_a_broken_node(owner, make_
     the resize holds the cluster; once it is done the cluster takes the next change (no
     cluster-wide 409 left behind)."""
     from nodepools.models import Node, NodePool
-    from tests.nodepools.test_shared_hosts import MODEL, make_cluster, shared
+    from tests.helpers import make_cluster
+    from tests.nodepools.test_shared_hosts import MODEL, shared
 
     host = make_host(MODEL, gpus=2, hostname="hv-shared-7")
     operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json")

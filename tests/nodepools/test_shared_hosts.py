@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_pool, make_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -26,14 +26,6 @@ MODEL = "h100-sxm5-80gb"
 
 def shared(profile: str) -> dict:
     return {"mode": "mig", "mig_profile": profile, "tenancy": "shared"}
-
-
-def make_cluster(client, name: str) -> str:
-    cluster = client.post(
-        "/api/v1/clusters", {"name": name, "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
-    return cluster
 
 
 def make_pool(client, cluster: str, name: str, isolation: dict, gpus: int = 1) -> str:

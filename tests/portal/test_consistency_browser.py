@@ -17,21 +17,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_pool, make_cluster
 from tests.portal.conftest import login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 MODEL = "h100-sxm5-80gb"
 DRIVER = "570.172.08"
-
-
-def _cluster(owner, name: str) -> str:
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": name, "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
-    return cluster
 
 
 def test_a_shared_pool_page_says_what_each_node_gets(
@@ -49,7 +41,7 @@ def test_a_shared_pool_page_says_what_each_node_gets(
         ).json()["tenancy"]
         == "shared"
     )
-    cluster = _cluster(owner, "inference")
+    cluster = make_cluster(owner, "inference")
     pool = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {
@@ -95,7 +87,7 @@ def test_the_defrag_dry_run_says_gpus_are_being_scrubbed_after_a_scale_down(
     from fleet.models import Gpu, Host
 
     host = make_host(MODEL, gpus=8, hostname="gpu-h100-07")
-    cluster = _cluster(owner, "train")
+    cluster = make_cluster(owner, "train")
     pool = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {"name": "h100", "gpu_model": MODEL, "gpus_per_node": 4, "node_count": 2},

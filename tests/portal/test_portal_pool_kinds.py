@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import drive_pool
-from tests.nodepools.test_shared_hosts import make_cluster, make_pool, shared
+from tests.helpers import drive_pool, make_cluster
+from tests.nodepools.test_shared_hosts import make_pool, shared
 
 pytestmark = pytest.mark.django_db
 

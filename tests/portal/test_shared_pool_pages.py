@@ -18,7 +18,7 @@ import re
 
 import pytest
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_pool, make_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -37,10 +37,7 @@ def shared_pool(make_host, operator, owner):
         f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json"
     )
     assert response.status_code == 200, response.json()
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": "c", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
+    cluster = make_cluster(owner, "c")
     response = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {
@@ -114,10 +111,7 @@ def test_the_console_names_each_holders_versions(make_host, owner, ops_client):
     branch R580; the row shows the release the host's agent reports after the install
     (the catalog's newest R580 release, 580.95.05), not what was asked."""
     host = make_host(MODEL, gpus=2, hostname="gpu-pages-2")
-    cluster = owner.post(
-        "/api/v1/clusters", {"name": "d", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
+    cluster = make_cluster(owner, "d")
     pool = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {

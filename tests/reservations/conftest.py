@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_pool, make_cluster
 
 MODEL = "h100-sxm5-80gb"
 
@@ -17,17 +17,6 @@ MODEL = "h100-sxm5-80gb"
 def h100_fleet(make_host):
     """2 hosts x 8 H100 in us-east-1a: 16 GPUs in region us-east-1."""
     return [make_host(MODEL, gpus=8, zone="us-east-1a") for _ in range(2)]
-
-
-def make_cluster(client, name="c1"):
-    op = client.post(
-        "/api/v1/clusters",
-        {"name": name, "kubernetes_version": "1.36", "region": "us-east-1"},
-        format="json",
-    )
-    assert op.status_code == 202, op.content
-    drive_cluster(op.json()["target_id"])
-    return op.json()["target_id"]
 
 
 def reserve(client, gpus, *, start=None, hours=4, **extra):

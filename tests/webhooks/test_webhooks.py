@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tests.helpers import drive_cluster, drive_pool
+from tests.helpers import drive_cluster, drive_pool, make_cluster
 from tests.nodepools.test_repair import fault, nodes
 from tests.webhooks.receiver import Receiver, start
 
@@ -230,10 +230,7 @@ def test_operation_finished_comes_from_the_reconciler(
 def pool(admin, make_host):
     for _ in range(6):
         make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
-    cluster = admin.post(
-        "/api/v1/clusters", {"name": "c1", "kubernetes_version": "1.36", "region": "us-east-1"}
-    ).json()["target_id"]
-    drive_cluster(cluster)
+    cluster = make_cluster(admin, "c1")
     op = admin.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {"name": "h100", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 2},
