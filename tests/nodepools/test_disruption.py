@@ -193,24 +193,12 @@ def test_the_new_users_sequence_on_a_shared_pool_with_a_broken_node(owner, make_
     cluster-wide 409 left behind)."""
     from nodepools.models import Node, NodePool
     from tests.helpers import make_cluster
-    from tests.nodepools.test_shared_hosts import MODEL, shared
+    from tests.nodepools.test_shared_hosts import MODEL, make_pool, shared
 
     host = make_host(MODEL, gpus=2, hostname="hv-shared-7")
     operator.post(f"/api/v1/fleet/hosts/{host.id}/tenancy", {"tenancy": "shared"}, format="json")
     cluster = make_cluster(owner, "newuser")
-    created = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        {
-            "name": "mig1g",
-            "gpu_model": MODEL,
-            "gpus_per_node": 1,
-            "node_count": 4,
-            "isolation": shared("1g.10gb"),
-        },
-        format="json",
-    )
-    assert created.status_code == 202, created.content
-    pool_id = created.json()["target_id"]
+    pool_id = make_pool(owner, cluster, "mig1g", shared("1g.10gb"), nodes=4)
     drive_pool(pool_id)
     nodes = list(Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name"))
     assert [n.phase for n in nodes] == ["READY"] * 4

@@ -28,14 +28,18 @@ def shared(profile: str) -> dict:
     return {"mode": "mig", "mig_profile": profile, "tenancy": "shared"}
 
 
-def make_pool(client, cluster: str, name: str, isolation: dict, gpus: int = 1) -> str:
+def make_pool(
+    client, cluster: str, name: str, isolation: dict, gpus: int = 1, nodes: int = 1
+) -> str:
+    """Create node pool ``name`` of ``nodes`` x ``gpus`` H100 with ``isolation`` in
+    ``cluster`` through the API (not driven); returns its id."""
     response = client.post(
         f"/api/v1/clusters/{cluster}/nodepools",
         {
             "name": name,
             "gpu_model": MODEL,
             "gpus_per_node": gpus,
-            "node_count": 1,
+            "node_count": nodes,
             "isolation": isolation,
         },
         format="json",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import drive_pool, make_cluster
+from tests.nodepools.test_shared_hosts import make_pool, shared
 from tests.portal.conftest import login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -42,17 +43,7 @@ def test_a_shared_pool_page_says_what_each_node_gets(
         == "shared"
     )
     cluster = make_cluster(owner, "inference")
-    pool = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        {
-            "name": "mig1g",
-            "gpu_model": MODEL,
-            "gpus_per_node": 1,
-            "node_count": 4,
-            "isolation": {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"},
-        },
-        format="json",
-    ).json()["target_id"]
+    pool = make_pool(owner, cluster, "mig1g", shared("1g.10gb"), nodes=4)
     drive_pool(pool)
 
     portal_user("alice", tenant_a, "owner")

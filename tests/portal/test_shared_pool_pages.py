@@ -19,6 +19,7 @@ import re
 import pytest
 
 from tests.helpers import drive_pool, make_cluster
+from tests.nodepools.test_shared_hosts import make_pool, shared
 
 pytestmark = pytest.mark.django_db
 
@@ -38,19 +39,7 @@ def shared_pool(make_host, operator, owner):
     )
     assert response.status_code == 200, response.json()
     cluster = make_cluster(owner, "c")
-    response = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        {
-            "name": "mig1g",
-            "gpu_model": MODEL,
-            "gpus_per_node": 1,
-            "node_count": 4,
-            "isolation": {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"},
-        },
-        format="json",
-    )
-    assert response.status_code == 202, response.json()
-    pool = response.json()["target_id"]
+    pool = make_pool(owner, cluster, "mig1g", shared("1g.10gb"), nodes=4)
     drive_pool(pool)
     return host, cluster, pool
 
