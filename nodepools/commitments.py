@@ -23,6 +23,7 @@ from datetime import datetime
 from django.utils import timezone
 
 from clusters.choices import GONE_PHASES
+from clusters.providers.fleet_claims import gpu_requests
 from fleet import placement
 from fleet.signals import BrokenCommitment
 
@@ -33,21 +34,8 @@ from .specs import nodepool_spec
 def _replacements_fit(pool, count: int, host_id: uuid.UUID) -> bool:
     """Whether ``count`` nodes of ``pool`` fit on the fleet's other hosts as they are now (a
     what-if run of the placement planner with the pool's claim, as
-    :func:`clusters.providers.fleet_claims.claim_fleet_gpus` makes it; nothing is claimed)."""
-    spec = nodepool_spec(pool)
-    requests = [
-        placement.GpuRequest(
-            holder_id=uuid.uuid4(),
-            tenant_id=pool.tenant_id,
-            gpu_model=spec.gpu_model,
-            gpus=spec.gpus_per_node,
-            region=spec.cluster.region,
-            zone=spec.zone or None,
-            reservation_id=spec.reservation_id,
-            nvlink_domain=spec.nvlink_domain,
-        )
-        for _ in range(count)
-    ]
+    :func:`clusters.providers.fleet_claims.gpu_requests` makes it; nothing is claimed)."""
+    requests = gpu_requests(nodepool_spec(pool), [uuid.uuid4() for _ in range(count)])
     planner = placement.Planner(placement.load_host_views(requests, exclude=[host_id]))
     try:
         planner.place_all(requests)

@@ -3,6 +3,9 @@ nodes (the simulated one and the Cluster API one reserve GPUs the same way)."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
+
 from fleet import nvlink_domains, placement, shared_placement
 
 from .base import InsufficientCapacity, NodePoolSpec, NodeSpec, ProviderError
@@ -26,19 +29,7 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     """
     if shared_placement.is_shared_policy(pool.isolation):
         return _claim_slices(pool, nodes)  # type: ignore[return-value]
-    requests = [
-        placement.GpuRequest(
-            holder_id=node.id,
-            tenant_id=pool.cluster.tenant_id,
-            gpu_model=pool.gpu_model,
-            gpus=pool.gpus_per_node,
-            region=pool.cluster.region,
-            zone=pool.zone or None,
-            reservation_id=pool.reservation_id,
-            nvlink_domain=pool.nvlink_domain,
-        )
-        for node in nodes
-    ]
+    requests = gpu_requests(pool, [node.id for node in nodes])
     try:
         if pool.placement.get("same_nvlink_domain"):
             return nvlink_domains.claim_in_one_domain(requests, group_id=pool.id)
@@ -49,6 +40,25 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
         raise InsufficientCapacity(_why_short(pool, len(nodes), exc), retryable=True) from exc
     except placement.PlacementContended as exc:
         raise ProviderError(str(exc), retryable=True, code=PLACEMENT_CONTENDED) from exc
+
+
+def gpu_requests(pool: NodePoolSpec, holder_ids: Iterable[uuid.UUID]) -> list[placement.GpuRequest]:
+    """The placement request of each of ``pool``'s nodes, one per holder id: the pool's
+    ``gpus_per_node`` whole GPUs of its model in its cluster's region, its zone, reservation
+    and NVLink domain where set."""
+    return [
+        placement.GpuRequest(
+            holder_id=holder_id,
+            tenant_id=pool.cluster.tenant_id,
+            gpu_model=pool.gpu_model,
+            gpus=pool.gpus_per_node,
+            region=pool.cluster.region,
+            zone=pool.zone or None,
+            reservation_id=pool.reservation_id,
+            nvlink_domain=pool.nvlink_domain,
+        )
+        for holder_id in holder_ids
+    ]
 
 
 def _why_short(pool: NodePoolSpec, nodes: int, exc: Exception) -> str:
