@@ -31,7 +31,7 @@ the lock (not SKIP LOCKED) is deliberate: shared hosts are few and a claim is sh
 Release (:func:`release_slices`) turns the node's instances SCRUBBING, each with a new
 ``scrub_id``; the provider destroys the GPU instance on the host and clears its memory, naming
 that scrub id. :func:`confirm_scrubs` (called by ingestion for every report with an inventory)
-reads the agent's facts (:func:`fleet.observed.host_facts`) and makes a slice FREE only when
+reads the agent's facts (:func:`fleet.agent_facts.host_facts`) and makes a slice FREE only when
 the report shows no GPU instance left on its slices *and* a completed scrub with its scrub id.
 """
 
@@ -409,12 +409,12 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
     cleared (a ``slice_scrubs`` entry with their ``scrub_id``, status ``ok``, same start and
     size) become FREE; ACTIVE ones learn their NVML GPU-instance id. Returns slices freed.
 
-    Reads the agent's facts through :func:`fleet.observed.host_facts` (one truth: what the
+    Reads the agent's facts through :func:`fleet.agent_facts.host_facts` (one truth: what the
     last report said), never what the provider says it did.
     """
     from .conf import scrub_timeout_s
     from .host_warnings import set_host_warning
-    from .observed import host_facts
+    from .agent_facts import host_facts
 
     rows = list(
         GpuInstance.objects.filter(host=host)

@@ -3,7 +3,7 @@ repaired GPU back in service only when its host's agent says so (DESIGN §3).
 
 One verification path for every provider: the reconciler compares what the node must run
 (:func:`expectation`, from the pool's rendered GPU config and versions) with the host's
-latest agent facts (:func:`fleet.observed.host_facts`), never with what a provider answers:
+latest agent facts (:func:`fleet.agent_facts.host_facts`), never with what a provider answers:
 
 * the GPUs are the ones placed: each of ``node.gpu_uuids`` exists, is on the node's host and
   is listed by its agent;
@@ -32,7 +32,7 @@ from django.conf import settings
 
 from catalog.services import parse_driver_version
 from fleet.host_warnings import OBSERVED_STATE, set_host_warning
-from fleet.observed import HostFacts, host_facts
+from fleet.agent_facts import HostFacts, host_facts
 
 from .models import Node, NodePool
 from .shared import node_slices

@@ -3,7 +3,7 @@ derived from what its host's agent last reported (DESIGN §3 "Inside the tenant'
 
 What a real host's kubelet, NVIDIA device plugin and GPU Feature Discovery (GFD) would publish,
 :func:`tenant_node` derives in ONE place, for real and simulated hosts alike, from the host's
-latest observed facts (:func:`fleet.observed.host_facts`: the GPUs the agent lists, their MIG
+latest observed facts (:func:`fleet.agent_facts.host_facts`: the GPUs the agent lists, their MIG
 mode and GPU instances, their health) — never from what NVKE asked for. The pool's rendered GPU
 config (:mod:`nodepools.gpu_config`) only says how the device plugin is configured (MIG
 strategy, time-slicing / MPS replicas), as the ConfigMap does on a real cluster:
@@ -38,7 +38,7 @@ from typing import Any
 from clusters.providers import get_provider
 from clusters.providers.base import TenantNode
 from fleet.models import GpuHealthInterval
-from fleet.observed import GpuFacts, HostFacts, host_facts
+from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 
 from .choices import NodePhase
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix

@@ -77,7 +77,7 @@ def _verified(problems: list[str]) -> tuple:
 def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
     """``Node.gpu_layout``: per GPU the MIG devices the host's agent reports (profile,
     start, size) and the sharing / vGPU devices the provider's device plugin config says."""
-    from fleet.observed import host_facts
+    from fleet.agent_facts import host_facts
 
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
