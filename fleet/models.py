@@ -99,7 +99,7 @@ class Host(models.Model):
     agent_source_error = models.CharField(max_length=300, blank=True)
     #: when the latest report that read the GPUs (an inventory, or the source's error saying
     #: why it could not) was stored, and how many have been: the observed-state gates
-    #: (nodepools/observed.py) wait for one made after an action
+    #: (nodepools/observed_gates.py) wait for one made after an action
     inventory_at = models.DateTimeField(null=True, blank=True)
     inventory_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -412,9 +412,9 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
     Reads the agent's facts through :func:`fleet.agent_facts.host_facts` (one truth: what the
     last report said), never what the provider says it did.
     """
+    from .agent_facts import host_facts
     from .conf import scrub_timeout_s
     from .host_warnings import set_host_warning
-    from .agent_facts import host_facts
 
     rows = list(
         GpuInstance.objects.filter(host=host)

@@ -37,13 +37,13 @@ from typing import Any
 
 from clusters.providers import get_provider
 from clusters.providers.base import TenantNode
-from fleet.models import GpuHealthInterval
 from fleet.agent_facts import GpuFacts, HostFacts, host_facts
+from fleet.models import GpuHealthInterval
 
 from .choices import NodePhase
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
-from .observed import expectation
+from .observed_gates import expectation
 from .shared import node_slices
 
 #: nodes that exist as machines (placed and booted): they are Nodes in the cluster's API

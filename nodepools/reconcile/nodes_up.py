@@ -11,7 +11,7 @@ from datetime import datetime
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 
-from .. import observed, shared
+from .. import observed_gates, shared
 from ..choices import NodePhase
 from ..models import Node, NodePool
 from ..signals import node_ready
@@ -37,13 +37,13 @@ def _bring_up(
         if not status.ready:
             waits.append(status.retry_after_s)
             continue
-        # READY only when the host's agent reports what the node must run (observed.py)
-        verdict, problem = observed.gate(
-            pool, node, observed.expectation(pool), what="to become READY", now=now
+        # READY only when the host's agent reports what the node must run (observed_gates.py)
+        verdict, problem = observed_gates.gate(
+            pool, node, observed_gates.expectation(pool), what="to become READY", now=now
         )
-        if verdict == observed.FAILED:
+        if verdict == observed_gates.FAILED:
             return waits, unverified, problem
-        if verdict == observed.WAITING:
+        if verdict == observed_gates.WAITING:
             unverified.append(problem)
             waits.append(OBSERVED_POLL_S)
             continue

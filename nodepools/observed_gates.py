@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 
 from catalog.services import parse_driver_version
-from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 from fleet.agent_facts import HostFacts, host_facts
+from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 
 from .models import Node, NodePool
 from .shared import node_slices
