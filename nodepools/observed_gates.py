@@ -35,7 +35,7 @@ from fleet.agent_facts import HostFacts, host_facts
 from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 
 from .models import Node, NodePool
-from .shared import node_slices
+from .shared_host_nodes import node_slices
 
 OK = "ok"
 WAITING = "waiting"
@@ -66,7 +66,7 @@ def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = Fals
         entries = ((config.get("mig_parted_config") or {}).get("mig-configs") or {}).get(label)
         enabled = any(entry.get("mig-enabled") for entry in entries or [])
     # a shared pool's layout is per node, placed by the fleet: those instances are checked
-    # through the node's own slices (:func:`nodepools.shared.node_slices`), not from here
+    # through the node's own slices (:func:`nodepools.shared_host_nodes.node_slices`), not from here
     instances = tuple(
         sorted(
             (d["profile"], int(d["start"]), int(d["size"])) for d in config.get("mig_layout") or []

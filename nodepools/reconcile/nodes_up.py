@@ -11,7 +11,7 @@ from datetime import datetime
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 
-from .. import observed_gates, shared
+from .. import observed_gates, shared_host_nodes
 from ..choices import NodePhase
 from ..models import Node, NodePool
 from ..signals import node_ready
@@ -58,7 +58,7 @@ def _bring_up(
         )
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         # a VM node of a shared host bills one ledger row per GPU instance, by fraction
-        node_ready.send(sender=Node, node=node, allocations=shared.allocations(node))
+        node_ready.send(sender=Node, node=node, allocations=shared_host_nodes.allocations(node))
     return waits, unverified, None
 
 
@@ -81,7 +81,7 @@ def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
 
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
-    own = shared.node_slices(node)  # shared host: never show other tenants' instances
+    own = shared_host_nodes.node_slices(node)  # shared host: never show other tenants' instances
     out = []
     for gpu_uuid in node.gpu_uuids:
         gpu = facts.gpus.get(gpu_uuid) if facts else None

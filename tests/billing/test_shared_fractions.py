@@ -58,9 +58,9 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     for number, row in enumerate(GpuInstance.objects.filter(holder_id=node.id).order_by("start")):
         row.gpu_instance_id = GpuInstance.objects.filter(host=host).count() + number
         row.save(update_fields=["gpu_instance_id"])
-    from nodepools import shared
+    from nodepools import shared_host_nodes
 
-    open_ledger(sender=None, node=node, allocations=shared.allocations(node))
+    open_ledger(sender=None, node=node, allocations=shared_host_nodes.allocations(node))
     node.released_at = end
     close_ledger(sender=None, node=node)
     return node
@@ -139,7 +139,7 @@ def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_
     world, tenant_a, shared_h100
 ):
     from fleet import shared_placement
-    from nodepools import shared
+    from nodepools import shared_host_nodes
 
     pool = world.pool(
         tenant_a, isolation={"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}
@@ -150,5 +150,6 @@ def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_
             [shared_placement.SliceRequest(node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",))]
         )
     with pytest.raises(RuntimeError, match=r"1g\.10gb@0 not reported yet"):
-        shared.allocations(node)
-    assert shared.allocations(world.node(pool, shared_h100, [], utc(2026, 11, 10))) is None
+        shared_host_nodes.allocations(node)
+    whole = world.node(pool, shared_h100, [], utc(2026, 11, 10))
+    assert shared_host_nodes.allocations(whole) is None

@@ -38,8 +38,9 @@ def test_a_shared_mig_pool_node_gets_one_device_per_instance(catalog):
 
 
 def test_a_shared_pool_expects_no_whole_gpu_layout_from_the_host(catalog):
-    """The observed-state gate checks a shared node's own instances (nodepools.shared), never
-    a per-GPU layout: the pool's expectation names none (a None start must not break it)."""
+    """The observed-state gate checks a shared node's own instances
+    (nodepools.shared_host_nodes), never a per-GPU layout: the pool's expectation names none
+    (a None start must not break it)."""
     from nodepools import observed_gates
     from nodepools.models import NodePool
 
