@@ -68,7 +68,7 @@ class Host(models.Model):
     topology = models.JSONField(default=dict, blank=True)
     #: dedicated (whole GPUs, one tenant at a time) or shared (a hypervisor: tenants' VM nodes
     #: hold MIG GPU instances, :class:`GpuInstance`); set by an operator while no whole GPU is
-    #: held (:mod:`fleet.shared_placement`)
+    #: held (:mod:`fleet.shared_hosts`)
     tenancy = models.CharField(
         max_length=16, choices=HostTenancy.choices, default=HostTenancy.DEDICATED
     )
@@ -258,7 +258,7 @@ class Gpu(models.Model):
     health_counters = models.JSONField(default=dict, blank=True)
     #: on a shared host: the memory clears of released GPU instances the agent last reported
     #: (``[{"scrub_id", "start", "size", "status": "ok" | "failed", "cleared_bytes",
-    #: "finished_at", "method"}]``), the evidence :func:`fleet.shared_placement.confirm_scrubs`
+    #: "finished_at", "method"}]``), the evidence :func:`fleet.shared_hosts.confirm_scrubs`
     #: needs before a slice is FREE
     slice_scrubs = models.JSONField(default=list, blank=True)
 

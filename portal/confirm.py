@@ -52,7 +52,7 @@ def _live_nodes(qs) -> dict[str, int]:
     1g.10gb instance each are 4 GPU instances, not "4 GPU(s)")."""
     from fleet.choices import SliceState
     from fleet.models import GpuInstance
-    from fleet.shared_placement import is_shared_policy
+    from fleet.shared_hosts import is_shared_policy
 
     rows = qs.exclude(phase=NodePhase.DELETED).values_list("id", "gpu_uuids", "nodepool__isolation")
     nodes = len(rows)

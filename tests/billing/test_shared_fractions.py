@@ -1,6 +1,6 @@
 """Billing by fraction on a shared host (#18), worked by hand.
 
-The instances are placed by the real shared placement (``fleet.shared_placement``) on a
+The instances are placed by the real shared placement (``fleet.shared_hosts``) on a
 SIMULATED shared H100 host; the nodes and their ``node_ready`` allocations are written the way
 the reconciler sends them (one allocation per GPU instance, its NVML GPU-instance id and
 profile), at hand-picked times, so the hours are round.
@@ -33,7 +33,7 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     """A VM node of a shared pool: instances claimed, ledger opened (and closed) through the
     billing receivers with the allocations the reconciler sends."""
     from billing.receivers import close_ledger, open_ledger
-    from fleet import shared_placement
+    from fleet import shared_hosts
     from fleet.models import GpuInstance
 
     pool = world.pool(
@@ -45,9 +45,9 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     )
     node = world.node(pool, host, [], ready_at)
     with transaction.atomic():
-        (placed,) = shared_placement.claim_slices(
+        (placed,) = shared_hosts.claim_slices(
             [
-                shared_placement.SliceRequest(
+                shared_hosts.SliceRequest(
                     node.id, tenant.id, MODEL, "us-east-1", instances=tuple(profiles)
                 )
             ]
@@ -138,7 +138,7 @@ def test_each_instance_bills_its_fraction_and_every_gpu_hour_adds_up_to_one(
 def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_whole_gpus(
     world, tenant_a, shared_h100
 ):
-    from fleet import shared_placement
+    from fleet import shared_hosts
     from nodepools import shared_host_nodes
 
     pool = world.pool(
@@ -146,8 +146,8 @@ def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_
     )
     node = world.node(pool, shared_h100, [], utc(2026, 11, 10))
     with transaction.atomic():
-        shared_placement.claim_slices(
-            [shared_placement.SliceRequest(node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",))]
+        shared_hosts.claim_slices(
+            [shared_hosts.SliceRequest(node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",))]
         )
     with pytest.raises(RuntimeError, match=r"1g\.10gb@0 not reported yet"):
         shared_host_nodes.allocations(node)
