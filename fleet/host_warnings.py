@@ -41,7 +41,7 @@ AGENT_SPOOL = "agent spool:"
 NVLINK_DOMAIN = "nvlink domain:"
 #: per node: ``observed state: node <name> `` (nodepools.observed_gates)
 OBSERVED_STATE = "observed state: node "
-#: released MIG slices the agent has not confirmed scrubbed (fleet.shared_hosts)
+#: released MIG GPU instances whose slices the agent has not confirmed scrubbed (fleet.shared_hosts)
 SLICE_SCRUB = "slice scrub overdue: "
 
 #: prefix -> the kind's name in metrics (``nvke_fleet_hosts_warned{kind}``)

@@ -1025,7 +1025,7 @@ def _apply_inventory(
             lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
         )
     hygiene.check_from_inventory(host, listed, now)
-    if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
+    if host.tenancy == HostTenancy.SHARED:  # released instances the agent confirms scrubbed
         shared_hosts.confirm_scrubs(host, now=now)
     warnings.update(
         nvlink_domains.apply_reported_fabric(host, [g for g in listed if g["uuid"] in gpus.uuids])

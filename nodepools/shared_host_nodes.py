@@ -17,7 +17,7 @@ from fleet.shared_hosts import instances_of
 from .models import Node
 
 
-def node_slices(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
+def node_gpu_instances(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
     """``{gpu_uuid: sorted (profile, start, size)}`` of the node's instances; None when the
     node holds no GPU instance (a whole-GPU node)."""
     rows = instances_of(node.id)

@@ -44,7 +44,7 @@ from .choices import NodePhase
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
 from .observed_gates import expectation
-from .shared_host_nodes import node_slices
+from .shared_host_nodes import node_gpu_instances
 
 #: nodes that exist as machines (placed and booted): they are Nodes in the cluster's API
 IN_API = (
@@ -100,8 +100,9 @@ def tenant_node(
     """The Node ``node`` is in its cluster's API, from ``facts`` (its host's latest agent
     report; None: no GPU is published). ``xids``: GPU UUID -> the Xid of its open unhealthy
     interval. ``own``: a VM node of a shared host's own GPU instances per GPU
-    (:func:`nodepools.shared_host_nodes.node_slices`; the GPU's other instances are other tenants'),
-    None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure: reads nothing else."""
+    (:func:`nodepools.shared_host_nodes.node_gpu_instances`; the GPU's other instances are
+    other tenants'), None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure:
+    reads nothing else."""
     config = pool.gpu_config or {}
     strategy = ((config.get("device_plugin_config") or {}).get("flags") or {}).get(
         "migStrategy"
@@ -249,7 +250,7 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
                     node, cluster.control_plane_version or cluster.kubernetes_version
                 ),
                 xids=xids,
-                own=node_slices(node),
+                own=node_gpu_instances(node),
             )
         )
     return out

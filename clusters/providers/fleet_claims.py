@@ -25,7 +25,7 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     same retryable InsufficientCapacity, its message naming the largest free domain.
     """
     if shared_hosts.is_shared_policy(pool.isolation):
-        return _claim_slices(pool, nodes)  # type: ignore[return-value]
+        return _claim_gpu_instances(pool, nodes)  # type: ignore[return-value]
     requests = [
         placement.GpuRequest(
             holder_id=node.id,
@@ -70,13 +70,15 @@ def _why_short(pool: NodePoolSpec, nodes: int, exc: Exception) -> str:
     return f"{exc}: {block.message(pool.gpu_model, pool.cluster.region)}"
 
 
-def _claim_slices(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[shared_hosts.SlicePlacement]:
+def _claim_gpu_instances(
+    pool: NodePoolSpec, nodes: list[NodeSpec]
+) -> list[shared_hosts.GpuInstancePlacement]:
     """A ``tenancy: shared`` pool: each node is a VM holding GPU instances of a shared host."""
     instances = shared_hosts.instances_for_policy(
         pool.gpu_model, pool.isolation, pool.gpus_per_node
     )
     requests = [
-        shared_hosts.SliceRequest(
+        shared_hosts.GpuInstanceRequest(
             holder_id=node.id,
             tenant_id=pool.cluster.tenant_id,
             gpu_model=pool.gpu_model,
@@ -86,6 +88,6 @@ def _claim_slices(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[shared_host
         for node in nodes
     ]
     try:
-        return shared_hosts.claim_slices(requests)
+        return shared_hosts.claim_gpu_instances(requests)
     except shared_hosts.SharedCapacityShort as exc:
         raise InsufficientCapacity(str(exc), retryable=True) from exc

@@ -124,7 +124,7 @@ class SimulatedProvider(Provider):
             placement.release_gpus(node.id)
             # a VM node of a shared host: its GPU instances are destroyed and their memory
             # cleared on the host; they are FREE once the host's agent reports both
-            released = shared_hosts.release_slices(node.id)
+            released = shared_hosts.release_gpu_instances(node.id)
             scrubs = [
                 {"gpu_uuid": r.gpu.uuid, "start": r.start, "size": r.size, "scrub_id": r.scrub_id}
                 for r in released

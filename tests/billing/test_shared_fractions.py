@@ -45,9 +45,9 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     )
     node = world.node(pool, host, [], ready_at)
     with transaction.atomic():
-        (placed,) = shared_hosts.claim_slices(
+        (placed,) = shared_hosts.claim_gpu_instances(
             [
-                shared_hosts.SliceRequest(
+                shared_hosts.GpuInstanceRequest(
                     node.id, tenant.id, MODEL, "us-east-1", instances=tuple(profiles)
                 )
             ]
@@ -146,8 +146,12 @@ def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_
     )
     node = world.node(pool, shared_h100, [], utc(2026, 11, 10))
     with transaction.atomic():
-        shared_hosts.claim_slices(
-            [shared_hosts.SliceRequest(node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",))]
+        shared_hosts.claim_gpu_instances(
+            [
+                shared_hosts.GpuInstanceRequest(
+                    node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",)
+                )
+            ]
         )
     with pytest.raises(RuntimeError, match=r"1g\.10gb@0 not reported yet"):
         shared_host_nodes.allocations(node)
