@@ -162,7 +162,10 @@ def test_the_banner_urls_answer_and_its_demo_login_works(make_run):
     assert banner["API"] == f"{url}/api/v1/"
     assert banner["portal"].startswith(f"{url}/ ")
     assert banner["console"].startswith(f"{url}/console/ ")
-    # each URL answers: the API (401 without a key, problem+json), its docs, the portal's login
+    # each URL answers: the API's root (its index), a collection (401 without a key,
+    # problem+json), its docs, the portal's login
+    root = requests.get(banner["API"], timeout=10)
+    assert root.status_code == 200 and root.json()["docs"] == "/api/v1/docs/"
     api = requests.get(banner["API"] + "clusters", timeout=10)
     assert api.status_code == 401 and api.headers["Content-Type"] == "application/problem+json"
     docs = requests.get(banner["API docs"], timeout=10)
