@@ -27,10 +27,9 @@ inventory, and the results of commands. In one transaction:
      ``(gpu, MIG GI, ts)`` in the table (:func:`store_samples`);
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
 3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`); one dated
-   before its GPU's newest sample already received is ``late`` and credits from that sample
-   (:func:`_flag_late_xids`). An Xid
-   naming a GPU the host does not own refuses the whole report (400, field
-   ``events[i].gpu_uuid``): nothing is stored.
+   before the host's newest sample already received (any GPU) is ``late`` and credits from
+   that sample (:func:`_flag_late_xids`). An Xid naming a GPU the host does not own refuses
+   the whole report (400, field ``events[i].gpu_uuid``): nothing is stored.
 4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
    (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
    a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
@@ -708,22 +707,24 @@ def _record_identity_conflict(
 
 
 def _flag_late_xids(host: Host, events: list[XidEvent]) -> None:
-    """Mark the Xids dated before their GPU's newest sample already stored (from earlier
-    reports: run before this report's samples are stored) as ``late``, with ``credit_from``
-    that sample's time, so their SLA credit starts there. A host could otherwise post, 91 s
-    into an allocation, an Xid dated 1 s into it and be credited 99 % of it. A spool replayed
-    after an outage is not late: its reports come in seq order and no newer sample had been
-    received."""
+    """Mark the Xids dated before the host's newest sample already stored — of any of its GPUs,
+    from earlier reports (this runs before this report's samples are stored) — as ``late``,
+    with ``credit_from`` that sample's time, so their SLA credit starts there. A host could
+    otherwise post, 91 s into an allocation, an Xid dated 1 s into it and be credited 99 % of
+    it; and the newest sample of the Xid's own GPU is not enough: a host that keeps reporting
+    its other GPUs and withholds that one's samples would make any back-dated Xid on it look
+    on time. An agent samples all its GPUs in each report, and an Xid reaches the report after
+    the one whose samples precede it, so an honest Xid is never older than the host's newest
+    sample. A spool replayed after an outage is not late: its reports come in seq order and no
+    newer sample had been received."""
     oldest = min(event.ts for event in events)
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT gpu_uuid, MAX(ts) FROM fleet_gpusample WHERE host_id = %s"
-            " AND gpu_uuid = ANY(%s) AND ts > %s GROUP BY gpu_uuid",
-            [host.id, sorted({event.gpu_uuid for event in events}), oldest],
+            "SELECT MAX(ts) FROM fleet_gpusample WHERE host_id = %s AND ts > %s",
+            [host.id, oldest],
         )
-        newest = dict(cursor.fetchall())
+        (seen,) = cursor.fetchone()
     for event in events:
-        seen = newest.get(event.gpu_uuid)
         if seen is not None and event.ts < seen:
             event.late, event.credit_from = True, seen
 

@@ -355,11 +355,11 @@ class GpuSample(models.Model):
 class XidEvent(models.Model):
     """An Xid error reported by a host's agent (NVIDIA Xid catalog code + driver message).
 
-    ``late``: the Xid is dated before the newest sample of its GPU the server had accepted when
-    it arrived (a host back-dating an Xid to refund an allocation; :mod:`fleet.ingest`). It is
-    kept with the date the agent gave, and its unhealthy interval — the SLA credit — starts no
-    earlier than ``credit_from``, that sample's time. A spool replayed after an outage is old,
-    not late: no sample newer than its Xids had arrived.
+    ``late``: the Xid is dated before the newest sample of its host (any GPU) the server had
+    accepted when it arrived (a host back-dating an Xid to refund an allocation;
+    :mod:`fleet.ingest`). It is kept with the date the agent gave, and its unhealthy interval —
+    the SLA credit — starts no earlier than ``credit_from``, that sample's time. A spool
+    replayed after an outage is old, not late: no sample newer than its Xids had arrived.
     """
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="xid_events")

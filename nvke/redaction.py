@@ -6,7 +6,10 @@ them in a log can join a tenant or set someone's password. :func:`redact` replac
 ``[redacted]`` wherever they appear in a text (a request line, a referer, a message);
 :func:`redact_event` applies it to every string of a structlog event — the JSON and console
 formatters of ``LOGGING`` run it last, so Django's, Celery's and NVKE's own lines all pass
-through it — and :mod:`nvke.gunicorn_logging` to gunicorn's access log.
+through it — and :mod:`nvke.gunicorn_logging` to gunicorn's access log. The login records
+django-axes keeps in the database (``AccessLog`` and its kin, shown in ``/admin/``) are logs
+too: :func:`redact_login_record` redacts their ``path_info`` before they are saved (accepting
+an invitation logs the new member in at ``/invite/<token>``).
 """
 
 from __future__ import annotations
@@ -64,3 +67,11 @@ def _walk(value: Any) -> Any:
 def redact_event(logger: Any, method_name: str, event_dict: dict) -> dict:
     """structlog processor: :func:`redact` every string in the event (nested ones too)."""
     return {key: _walk(value) for key, value in event_dict.items()}
+
+
+def redact_login_record(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """``pre_save`` receiver for django-axes' ``AccessLog``, ``AccessAttempt`` and
+    ``AccessFailureLog``: :func:`redact` their ``path_info`` (connected in
+    :meth:`nvke.apps.NvkeConfig.ready`)."""
+    if instance.path_info:
+        instance.path_info = redact(instance.path_info)

@@ -5,10 +5,12 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.permissions import AllowAny
 
+from nvke.api_root import api_root
 from nvke.health import healthz, readyz
 from nvke.metrics import metrics_view
 
 api_v1 = [
+    path("", api_root, name="api-root"),
     path("", include("tenants.api.urls")),
     path("catalog/", include("catalog.api.urls")),
     path("", include("fleet.api.urls")),

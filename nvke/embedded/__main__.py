@@ -124,6 +124,8 @@ def banner(base_url: str, data_dir: Path) -> str:
             f"                   {DEMO_LOGINS[1][0]} (operator: console and /admin/), password in "
             f"{data_dir / DEMO_LOGINS[1][1]}",
             f"  data             {data_dir} (services.json, env.sh)",
+            f"  manage.py        set -a; . {data_dir / 'env.sh'}; set +a  (first: the services' "
+            "addresses)",
             "  docs             docs/ (make docs: http://127.0.0.1:8001/)",
             "Press Ctrl-C to stop everything.",
         ]

@@ -84,6 +84,7 @@ ROUTES = {
     "agent-reports": "agent",
     "schema": "public",
     "docs": "public",
+    "api-root": "public",  # a static index of the two above (tests/api/test_api_root.py)
     # billing (checked in test_billing_routes_* below)
     "usage": "tenant-list",
     "usage-csv": "tenant-list",

@@ -112,3 +112,27 @@ def test_a_spool_replayed_after_an_outage_still_earns_its_xids_credit(running_no
     assert (interval.started_at, interval.ended_at) == (s(100), s(400))
     _invoice, credits = credit_lines(tenant_a.id)
     assert credits == [("SLA_CREDIT", Decimal(-300), Decimal("-0.21"))]  # 300 s x 2.50/h
+
+
+def test_withholding_the_faulty_gpus_samples_does_not_make_a_back_dated_xid_on_time(
+    running_node, tenant_a
+):
+    """The trial's variant: the host reports GPU 0 every 10 s from T0+10 to T0+90 but never
+    GPU 1, then at T0+91 posts Xid 48 on GPU 1 dated T0+1. With lateness judged on GPU 1's
+    own samples (there were none) it was on time and credited 99 of the first 100 s; judged
+    on the host's newest sample (T0+90, GPU 0) it is late and credits 10 s."""
+    from fleet.models import XidEvent
+
+    host, _pool, node = running_node
+    good, bad = node.gpu_uuids
+    for seq, at in enumerate(range(10, 100, 10), start=1):
+        only_good = [x for x in samples_at(node, at) if x["gpu_uuid"] == good]
+        post(host, seq, sent=at, samples=only_good)
+    post(host, 10, sent=91, events=[xid48(bad, 1)])
+
+    event = XidEvent.objects.get()
+    assert (event.ts, event.late, event.credit_from) == (s(1), True, s(90))
+    interval = end_interval(bad, 100)
+    assert (interval.started_at, interval.ended_at) == (s(90), s(100))
+    _invoice, credits = credit_lines(tenant_a.id)
+    assert credits == [("SLA_CREDIT", Decimal(-10), Decimal("-0.01"))]  # 10 s x 2.50/h

@@ -162,7 +162,10 @@ def test_the_banner_urls_answer_and_its_demo_login_works(make_run):
     assert banner["API"] == f"{url}/api/v1/"
     assert banner["portal"].startswith(f"{url}/ ")
     assert banner["console"].startswith(f"{url}/console/ ")
-    # each URL answers: the API (401 without a key, problem+json), its docs, the portal's login
+    # each URL answers: the API's root (its index), a collection (401 without a key,
+    # problem+json), its docs, the portal's login
+    root = requests.get(banner["API"], timeout=10)
+    assert root.status_code == 200 and root.json()["docs"] == "/api/v1/docs/"
     api = requests.get(banner["API"] + "clusters", timeout=10)
     assert api.status_code == 401 and api.headers["Content-Type"] == "application/problem+json"
     docs = requests.get(banner["API docs"], timeout=10)
@@ -171,6 +174,9 @@ def test_the_banner_urls_answer_and_its_demo_login_works(make_run):
         r = requests.get(page, timeout=10)  # both send an anonymous visitor to the login page
         assert r.status_code == 200 and r.url.startswith(f"{url}/login"), (page, r.url)
     assert requests.get(banner["readiness"], timeout=10).json()["status"] == "ready"
+    # the manage.py line's env file holds the embedded services' addresses
+    env_file = Path(banner["manage.py"].split(". ", 1)[1].split(";", 1)[0])
+    assert "DATABASE_URL=" in env_file.read_text() and env_file.parent == make_run.data
     key = Path(banner["demo tenant key"]).read_text().strip()
     me = requests.get(
         f"{url}/api/v1/clusters", headers={"Authorization": f"Bearer {key}"}, timeout=10

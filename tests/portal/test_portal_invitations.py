@@ -173,3 +173,20 @@ def test_an_invitee_cannot_take_a_username_differing_only_in_case(alice_client, 
     ok = visitor.post(path, {"username": "bob", "new_password1": STRONG, "new_password2": STRONG})
     assert ok.status_code == 302
     assert Membership.objects.get(tenant=tenant_a, user__username="bob").role == "member"
+
+
+def test_the_login_record_of_joining_does_not_keep_the_invitation_token(alice_client):
+    """Joining logs the new member in at ``/invite/<token>``; django-axes records that login in
+    its ``AccessLog`` (shown in /admin/). The trial found the token there in clear; the record
+    keeps the path with the token redacted."""
+    from axes.models import AccessLog
+
+    path = _invite(alice_client, "carol@example.com")
+    token = path.rsplit("/", 1)[1]
+    joined = Client().post(
+        path, {"username": "carol", "new_password1": STRONG, "new_password2": STRONG}
+    )
+    assert joined.status_code == 302
+    (record,) = AccessLog.objects.filter(username="carol")
+    assert record.path_info == "/invite/[redacted]"
+    assert not [row for row in AccessLog.objects.values() if token in str(row)]
