@@ -1,0 +1,200 @@
+"""Every disruption through the tenant cluster's real API (issue 31): the one disruption path
+(:mod:`nodepools.disruption`) cordons with the Node's ``spec.unschedulable``, evicts pods with
+the Eviction API so PodDisruptionBudgets hold, names the budget and the pod of a blocked drain,
+deletes pods only when forced (and records it), and deletes a removed node's Node after its
+pods left.
+
+One hosted control plane (real kube-apiserver, controller-manager, scheduler and KWOK); pods
+are Deployments' pods bound by the cluster's own scheduler to KWOK's nodes, which run them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from tests.e2e.conftest import wait_for
+from tests.hosted.conftest import api_client, create_cluster, kubeconfig_of
+from tests.hosted.test_gpu_nodes import (  # noqa: F401 (``hosted`` is a fixture)
+    TOLERATION,
+    create_pool,
+    drive,
+    hosted,
+    node_names,
+)
+
+pytestmark = pytest.mark.timeout(420)
+
+DRIVER = "580.95.05"
+
+
+def deployment(name: str, node: str) -> dict:
+    """One replica asking for one GPU, pinned to ``node`` (so its replacement waits there)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "tolerations": [TOLERATION],
+                    "containers": [
+                        {
+                            "name": "cuda",
+                            "image": "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def running_pod(core, app: str, node: str, other_than: str = ""):
+    """Wait for the pod of Deployment ``app`` Running on ``node``; returns its name."""
+
+    def running():
+        pods = core.list_namespaced_pod("default", label_selector=f"app={app}").items
+        for p in pods:
+            if (
+                p.metadata.name != other_than
+                and p.metadata.deletion_timestamp is None
+                and p.spec.node_name == node
+                and p.status.phase == "Running"
+            ):
+                return p.metadata.name
+        return None
+
+    return wait_for(running, timeout=60, what=f"a {app} pod Running on {node}")
+
+
+def gone(core, name: str) -> bool:
+    try:
+        core.read_namespaced_pod(name, "default")
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def node_gone(core, name: str) -> bool:
+    try:
+        core.read_node(name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_deletes(
+    hosted, owner, make_host
+):
+    from clusters.providers import get_provider
+    from nodepools import disruption
+    from nodepools.models import Node
+    from nodepools.specs import nodepool_spec
+    from nodepools.tenant_nodes import sync_cluster_nodes
+    from tenants.models import AuditEvent
+
+    for _ in range(3):
+        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = create_cluster(owner, "evict")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core, apps, policy = k8s.CoreV1Api(api), k8s.AppsV1Api(api), k8s.PolicyV1Api(api)
+    pool_id = create_pool(owner, cluster, "web", {"mode": "exclusive"}, nodes=2)
+    rows = list(Node.objects.filter(nodepool_id=pool_id, phase="READY"))
+    leaving = disruption.removal_order(rows)[0]  # the node a scale 2 -> 1 takes away
+    staying = next(n for n in rows if n.pk != leaving.pk)
+    assert sorted([leaving.name, staying.name]) == node_names(pool_id)
+
+    # --- cordon: the one path's backend sets spec.unschedulable in the API; sync clears it --
+    backend = disruption.backend_for(
+        get_provider(cluster.provider), nodepool_spec(staying.nodepool)
+    )
+    assert not core.read_node(staying.name).spec.unschedulable
+    backend.cordon(staying)
+    assert core.read_node(staying.name).spec.unschedulable is True
+    sync_cluster_nodes(cluster.id)  # the node is READY: uncordoned
+    assert not core.read_node(staying.name).spec.unschedulable
+
+    # --- a budget allowing no disruption blocks the upgrade's drain, naming budget and pod ---
+    apps.create_namespaced_deployment("default", deployment("web", staying.name))
+    web = running_pod(core, "web", staying.name)
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web-pdb"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    url = f"/api/v1/clusters/{cluster.id}/nodepools/{pool_id}"
+    resp = owner.post(f"{url}/upgrade", {"driver_version": DRIVER, "drain_timeout_s": 1})
+    assert resp.status_code == 202, resp.content
+    op_id = resp.json()["id"]
+    pool = drive(pool_id, lambda p: p.upgrade.get("state") == "paused", what="upgrade paused")
+    expected = (
+        f"default/{web} (blocked by PodDisruptionBudget default/web-pdb: "
+        "The disruption budget web-pdb needs 1 healthy pods and has 1 currently)"
+    )
+    assert pool.upgrade["blocked"] == {
+        "node": staying.name,
+        "pods": [expected],
+        "reason": "drain blocked",
+    }
+    blocked = next(c for c in pool.conditions if c["type"] == "UpgradeBlocked")
+    assert blocked["status"] == "True" and blocked["reason"] == "DrainBlocked"
+    assert blocked["message"] == (
+        f"node {staying.name}: drain blocked: {expected}; resume with force or after fixing it"
+    )
+    op = owner.get(f"/api/v1/operations/{op_id}").json()
+    assert op["status"] == "RUNNING"
+    assert op["progress"]["stage"] == f"paused: {blocked['message']}"
+    held = core.read_namespaced_pod(web, "default")
+    assert held.status.phase == "Running" and held.metadata.deletion_timestamp is None
+    assert core.read_node(staying.name).spec.unschedulable is True  # cordoned meanwhile
+    assert not AuditEvent.objects.filter(action="node.pods_deleted").exists()
+
+    # --- force: the pod is deleted (not evicted), recorded, and the upgrade completes --------
+    resp = owner.post(f"{url}/resume-upgrade", {"force": True}, format="json")
+    assert resp.status_code == 200, resp.content
+    drive(pool_id, lambda p: not p.upgrade, what="upgrade done")
+    assert owner.get(f"/api/v1/operations/{op_id}").json()["status"] == "DONE"
+    assert gone(core, web)
+    [event] = AuditEvent.objects.filter(action="node.pods_deleted")
+    assert (event.target_id, event.tenant_id, event.after) == (
+        str(staying.pk),
+        staying.tenant_id,
+        {"node": staying.name, "pods": [f"default/{web}"], "eviction_api": False},
+    )
+    assert not core.read_node(staying.name).spec.unschedulable  # upgraded: uncordoned
+    running_pod(core, "web", staying.name, other_than=web)  # the replacement runs there again
+    assert set(
+        Node.objects.filter(nodepool_id=pool_id).values_list("driver_version", flat=True)
+    ) == {DRIVER}
+
+    # --- scale 2 -> 1: the removed node's pod is evicted, then its Node deleted --------------
+    apps.create_namespaced_deployment("default", deployment("batch", leaving.name))
+    batch = running_pod(core, "batch", leaving.name)
+    seen: list[tuple[bool, bool]] = []  # (pod gone, Node gone) after each reconcile step
+
+    def one_node(p) -> bool:
+        seen.append((gone(core, batch), node_gone(core, leaving.name)))
+        return p.phase == "RUNNING" and len(node_names(pool_id)) == 1
+
+    resp = owner.post(f"{url}/set-size", {"node_count": 1}, format="json")
+    assert resp.status_code == 202, resp.content
+    drive(pool_id, one_node, what="1 node")
+    assert node_names(pool_id) == [staying.name]
+    assert seen[-1] == (True, True)
+    assert (False, True) not in seen  # never a Node deleted under a pod still there
+    assert not AuditEvent.objects.filter(  # evicted through the API, not deleted
+        action="node.pods_deleted", target_id=str(leaving.pk)
+    ).exists()
+    # the budgeted pod on the staying node was never touched by the scale-down
+    running_pod(core, "web", staying.name, other_than=web)
