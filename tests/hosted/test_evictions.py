@@ -24,7 +24,7 @@ from tests.hosted.test_gpu_nodes import (  # noqa: F401 (``hosted`` is a fixture
     node_names,
 )
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.usefixtures("hosted")]
 
 DRIVER = "580.95.05"
 
@@ -91,7 +91,7 @@ def node_gone(core, name: str) -> bool:
 
 
 def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_deletes(
-    hosted, owner, make_host
+    owner, make_host
 ):
     from clusters.providers import get_provider
     from nodepools import disruption
@@ -120,6 +120,27 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
     assert core.read_node(staying.name).spec.unschedulable is True
     sync_cluster_nodes(cluster.id)  # the node is READY: uncordoned
     assert not core.read_node(staying.name).spec.unschedulable
+
+    # a DaemonSet's pod on every node: drains leave it, as kubectl drain does
+    apps.create_namespaced_daemon_set(
+        "default",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "exporter"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "exporter"}},
+                "template": {
+                    "metadata": {"labels": {"app": "exporter"}},
+                    "spec": {
+                        "tolerations": [TOLERATION],
+                        "containers": [{"name": "dcgm", "image": "nvcr.io/nvidia/dcgm-exporter"}],
+                    },
+                },
+            },
+        },
+    )
+    exporter = running_pod(core, "exporter", staying.name)
 
     # --- a budget allowing no disruption blocks the upgrade's drain, naming budget and pod ---
     apps.create_namespaced_deployment("default", deployment("web", staying.name))
@@ -173,6 +194,7 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
         {"node": staying.name, "pods": [f"default/{web}"], "eviction_api": False},
     )
     assert not core.read_node(staying.name).spec.unschedulable  # upgraded: uncordoned
+    assert core.read_namespaced_pod(exporter, "default").metadata.deletion_timestamp is None
     running_pod(core, "web", staying.name, other_than=web)  # the replacement runs there again
     assert set(
         Node.objects.filter(nodepool_id=pool_id).values_list("driver_version", flat=True)
@@ -185,7 +207,8 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
 
     def one_node(p) -> bool:
         seen.append((gone(core, batch), node_gone(core, leaving.name)))
-        return p.phase == "RUNNING" and len(node_names(pool_id)) == 1
+        released = Node.objects.filter(pk=leaving.pk, phase="DELETED").exists()
+        return p.phase == "RUNNING" and released
 
     resp = owner.post(f"{url}/set-size", {"node_count": 1}, format="json")
     assert resp.status_code == 202, resp.content
