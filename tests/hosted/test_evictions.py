@@ -16,13 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.e2e.conftest import wait_for
 from tests.hosted.conftest import api_client, create_cluster, kubeconfig_of
-from tests.hosted.test_gpu_nodes import (  # noqa: F401 (``hosted`` is a fixture)
-    TOLERATION,
-    create_pool,
-    drive,
-    hosted,
-    node_names,
-)
+from tests.hosted.test_gpu_nodes import TOLERATION, create_pool, drive, node_names
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.usefixtures("hosted")]
 
