@@ -8,10 +8,10 @@ and what happens then:
 
 - ``pause``: the drain stops on the node (``BLOCKED``), the caller names the pods and waits
   for an operator (``force``) — node upgrades and host drains;
-- ``evict``: the blockers are evicted anyway, as cluster autoscalers do — scale-down;
+- ``evict``: the blockers are deleted anyway, as cluster autoscalers do — scale-down;
 - ``fail``: the drain FAILS (``FAILED``), the caller fails its operation.
 
-``force`` evicts at once, ignoring PodDisruptionBudgets (never the default). Before any
+``force`` deletes the pods at once, ignoring PodDisruptionBudgets (never the default). Before any
 eviction the registered :data:`GATES` are asked (a hook point: the health issue's checkpoint
 wait plugs in here; a gate answering a reason keeps the drain ``WAITING`` and names it). Gates
 are asked even with ``force``: ``force`` overrides commitments and budgets, never a gate.

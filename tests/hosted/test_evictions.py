@@ -90,7 +90,7 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
     from clusters.providers import get_provider
     from nodepools import disruption
     from nodepools.models import Node
-    from nodepools.specs import nodepool_spec
+    from nodepools.specs import node_spec, nodepool_spec
     from nodepools.tenant_nodes import sync_cluster_nodes
     from tenants.models import AuditEvent
 
@@ -174,6 +174,10 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
     assert held.status.phase == "Running" and held.metadata.deletion_timestamp is None
     assert core.read_node(staying.name).spec.unschedulable is True  # cordoned meanwhile
     assert not AuditEvent.objects.filter(action="node.pods_deleted").exists()
+    # the blockers of a node already blocked: a dry-run eviction asks and changes nothing
+    provider = get_provider(cluster.provider)
+    assert provider.drain_blockers(nodepool_spec(pool), node_spec(staying)) == [expected]
+    assert core.read_namespaced_pod(web, "default").metadata.deletion_timestamp is None
 
     # --- force: the pod is deleted (not evicted), recorded, and the upgrade completes --------
     resp = owner.post(f"{url}/resume-upgrade", {"force": True}, format="json")
