@@ -219,3 +219,74 @@ def test_drains_evict_through_the_api_honour_budgets_name_the_blocker_and_force_
     ).exists()
     # the budgeted pod on the staying node was never touched by the scale-down
     running_pod(core, "web", staying.name, other_than=web)
+
+
+def test_a_host_maintenance_drain_is_blocked_by_a_budget_by_name_and_force_moves_the_pod(
+    owner, operator, make_host, settings
+):
+    from fleet.models import Host
+    from nodepools.models import Node
+    from tenants.models import AuditEvent
+
+    settings.NVKE_HOST_DRAIN_TIMEOUT_S = 1
+    for _ in range(2):
+        make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = create_cluster(owner, "maint")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core, apps, policy = k8s.CoreV1Api(api), k8s.AppsV1Api(api), k8s.PolicyV1Api(api)
+    pool_id = create_pool(owner, cluster, "web", {"mode": "exclusive"})
+    [old] = Node.objects.filter(nodepool_id=pool_id, phase="READY")
+    web_app = deployment("web", old.name)
+    del web_app["spec"]["template"]["spec"]["nodeSelector"]  # free to run on the replacement
+    apps.create_namespaced_deployment("default", web_app)
+    web = running_pod(core, "web", old.name)
+    policy.create_namespaced_pod_disruption_budget(
+        "default",
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web-pdb"},
+            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+
+    # --- the operator drains the node's host: its replacement comes up, the budget holds ----
+    resp = operator.post(
+        f"/api/v1/fleet/hosts/{old.host_id}/drain", {"target": "MAINTENANCE"}, format="json"
+    )
+    assert resp.status_code == 200, resp.content
+
+    def blocked(p) -> bool:
+        return any(c["type"] == "HostDrainBlocked" and c["status"] == "True" for c in p.conditions)
+
+    pool = drive(pool_id, blocked, what="HostDrainBlocked")
+    message = next(c for c in pool.conditions if c["type"] == "HostDrainBlocked")["message"]
+    assert message == (
+        f"{old.name}: default/{web} (blocked by PodDisruptionBudget default/web-pdb: "
+        "The disruption budget web-pdb needs 1 healthy pods and has 1 currently); "
+        "the operator drains the host again with force to evict them"
+    )
+    assert core.read_node(old.name).spec.unschedulable is True
+    assert core.read_namespaced_pod(web, "default").status.phase == "Running"
+    [new] = Node.objects.filter(nodepool_id=pool_id, phase="READY")
+    assert new.host_id != old.host_id
+
+    # --- drained again with force: the pod is deleted, runs on the replacement, Node gone ---
+    resp = operator.post(
+        f"/api/v1/fleet/hosts/{old.host_id}/drain",
+        {"target": "MAINTENANCE", "force": True},
+        format="json",
+    )
+    assert resp.status_code == 200, resp.content
+    drive(
+        pool_id,
+        lambda p: Node.objects.filter(pk=old.pk, phase="DELETED").exists(),
+        what="the old node released",
+    )
+    assert gone(core, web)
+    assert node_gone(core, old.name)
+    running_pod(core, "web", new.name)
+    [event] = AuditEvent.objects.filter(action="node.pods_deleted", target_id=str(old.pk))
+    assert event.after == {"node": old.name, "pods": [f"default/{web}"], "eviction_api": False}
+    drained = Host.objects.get(pk=old.host_id)
+    assert (drained.state, drained.drain_target) == ("MAINTENANCE", "")
