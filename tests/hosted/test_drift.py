@@ -95,3 +95,60 @@ def test_a_host_that_stops_matching_its_ready_node_is_named_on_the_pool_and_the_
     assert not [w for w in Host.objects.get(pk=host.pk).warnings if name in w]
     assert core.read_node(name).metadata.labels["nvidia.com/mig.config.state"] == "success"
     assert core.read_namespaced_pod("trainer", "default").status.phase == "Running"
+
+
+def test_a_host_that_loads_another_driver_under_a_pinned_pool_is_named_at_once(owner, make_host):
+    from clusters.providers import simhosts
+    from fleet.models import Host
+    from nodepools.models import Node
+    from nodepools.tasks import reconcile_nodepool
+    from nvke.queueing import clear_pending, enqueue_once
+
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = create_cluster(owner, "driver")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core = k8s.CoreV1Api(api)
+    resp = owner.post(
+        f"/api/v1/clusters/{cluster.id}/nodepools",
+        {
+            "name": "pinned",
+            "gpu_model": "h100-sxm5-80gb",
+            "gpus_per_node": 8,
+            "node_count": 1,
+            "isolation": {"mode": "exclusive"},
+            "driver_version": "580.95.05",
+        },
+        format="json",
+    )
+    assert resp.status_code == 202, resp.content
+    pool_id = resp.json()["target_id"]
+    drive(pool_id, lambda p: p.phase == "RUNNING", what="pinned RUNNING")
+    [name] = node_names(pool_id)
+    node = Node.objects.get(name=name)
+    host = Host.objects.get(pk=node.host_id)
+    assert host.driver_version == "580.95.05"
+    assert core.read_node(name).metadata.labels["nvidia.com/cuda.driver-version.full"] == (
+        "580.95.05"
+    )
+
+    # --- the host's driver container loads R570 under it: the report itself wakes the pool --
+    clear_pending(reconcile_nodepool.name, str(pool_id))
+    simhosts.change(host, lambda s: simhosts.install_driver(s, "R570"))
+    loaded = simhosts.read(host.id)["driver_version"]
+    assert loaded.startswith("570.")
+    assert simhosts.report_in_process(host)
+    assert not enqueue_once(reconcile_nodepool, str(pool_id))
+    pool = drive(
+        pool_id,
+        lambda p: any(c["type"] == "NodesDrifted" and c["status"] == "True" for c in p.conditions),
+        what="NodesDrifted",
+    )
+    drifted = next(c for c in pool.conditions if c["type"] == "NodesDrifted")
+    assert drifted["message"] == f"node {name}: driver expected 580.95.05, reported {loaded}"
+    assert (
+        f"observed state: node {name} drifted from its pool: "
+        f"driver expected 580.95.05, reported {loaded}"
+    ) in Host.objects.get(pk=host.pk).warnings
+    labels = core.read_node(name).metadata.labels
+    assert labels["nvidia.com/cuda.driver-version.full"] == loaded
+    assert labels["nvidia.com/cuda.driver-version.major"] == "570"
