@@ -6,7 +6,7 @@ What the tenant's scheduler sees follows the host by itself: the Node's allocata
 labels are derived from the latest report (:mod:`nodepools.tenant_nodes`; ``mig.config.state``
 turns ``pending``). What the pool and the operator see is written here, at every reconcile
 step of a pool that is not changing the node (:func:`check_drift`), with the same comparison
-as the observed-state gate (:func:`nodepools.observed.differences`: "expected X, reported Y"):
+as the observed-state gate (:func:`nodepools.observed_gates.differences`: "expected X, reported Y"):
 
 * the pool's condition ``NodesDrifted``: True (reason ``ObservedStateDrift``) naming each
   drifted node and every difference, False (``NoDrift``) once every host agrees again;
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from fleet.agent_facts import host_facts
 from fleet.host_warnings import OBSERVED_STATE, set_host_warning
-from fleet.observed import host_facts
 from nvke.conditions import save_conditions
 
-from . import observed
+from . import observed_gates
 from .choices import NodePhase
 from .gpu_config import config_hash
 from .models import Node, NodePool
@@ -48,8 +48,8 @@ def node_drift(pool: NodePool, node: Node) -> list[str]:
     """What ``node``'s host reports differently from what the node must run (its pool's GPU
     config and the node's own driver); empty when they agree."""
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
-    expected = observed.expectation(pool, driver=node.driver_version or pool.driver_version)
-    return observed.differences(node, expected, facts, after=None)
+    expected = observed_gates.expectation(pool, driver=node.driver_version or pool.driver_version)
+    return observed_gates.differences(node, expected, facts, after=None)
 
 
 def check_drift(pool: NodePool, live: list[Node], now: datetime) -> list[str]:
