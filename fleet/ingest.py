@@ -267,6 +267,7 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         if inventoried:
             warnings.update(_apply_inventory(host, inventory, gpus, now))
             _GPU_CACHE.pop(host.id, None)  # MIG devices or missing flags may have changed
+            _signal_driver_change(host, body, gpus.uuids)
         if body.get("scrub_results"):
             hygiene.apply_scrub_results(host, body["scrub_results"], now)
         if body.get("diagnostics"):
@@ -1039,6 +1040,22 @@ def _apply_inventory(
             Gpu.objects.filter(pk=row["id"]).update(nvlink_island=islands.get(row["index"]))
         host.topology = topo
     return warnings
+
+
+def _signal_driver_change(host: Host, body: dict[str, Any], uuids: Any) -> None:
+    """A host that had a driver reports another one (``host`` is the row as loaded, before
+    this report's UPDATE): ``gpu_facts_changed`` for all its GPUs after commit, as for new MIG
+    facts, so the nodes on it are compared again (their Nodes' driver labels, the pools'
+    drift condition)."""
+    driver = body.get("driver_version")
+    if not (isinstance(driver, str) and driver and host.driver_version):
+        return
+    if driver[:32] == host.driver_version:
+        return
+    host_id, changed = host.pk, sorted(uuids)
+    transaction.on_commit(
+        lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=changed)
+    )
 
 
 def _update_host(

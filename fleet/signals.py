@@ -20,9 +20,10 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     ``reason`` (str), ``holder_ids`` (list of node UUIDs holding GPUs of the host).
 
 ``gpu_facts_changed``
-    A host's agent reported different MIG facts (mode or GPU instances) for some of its GPUs.
-    ``host_id``, ``gpu_uuids`` (the GPUs whose facts changed). ``nodepools`` rewrites the
-    tenant Nodes of those GPUs' holders (:mod:`nodepools.tenant_nodes`).
+    A host's agent reported different MIG facts (mode or GPU instances) for some of its GPUs,
+    or another driver (then for all of them). ``host_id``, ``gpu_uuids`` (the GPUs whose facts
+    changed). ``nodepools`` rewrites the tenant Nodes of those GPUs' holders
+    (:mod:`nodepools.tenant_nodes`) and wakes their pools (:mod:`nodepools.drift`).
 
 ``host_drain_requested``
     An operator asked to drain a host: the nodes in ``holder_ids`` should be moved off it

@@ -8,20 +8,27 @@ and what happens then:
 
 - ``pause``: the drain stops on the node (``BLOCKED``), the caller names the pods and waits
   for an operator (``force``) — node upgrades and host drains;
-- ``evict``: the blockers are evicted anyway, as cluster autoscalers do — scale-down;
+- ``evict``: the blockers are deleted anyway, as cluster autoscalers do — scale-down;
 - ``fail``: the drain FAILS (``FAILED``), the caller fails its operation.
 
-``force`` evicts at once, ignoring PodDisruptionBudgets (never the default). Before any
+``force`` deletes the pods at once, ignoring PodDisruptionBudgets (never the default). Before any
 eviction the registered :data:`GATES` are asked (a hook point: the health issue's checkpoint
 wait plugs in here; a gate answering a reason keeps the drain ``WAITING`` and names it). Gates
 are asked even with ``force``: ``force`` overrides commitments and budgets, never a gate.
 
-The primitive talks to the tenant cluster only through a :class:`NodeBackend`: cordon
-(``spec.unschedulable``), list the pods that block eviction, evict. Today's backend,
-:class:`ProviderBackend`, asks the cluster's provider (the simulated kubelets of the hosted
-provider, or none at all); the Kubernetes backend (cordon by patching ``spec.unschedulable``,
-evictions through the Eviction API honouring PodDisruptionBudgets) is the next issue's, and
-replaces :func:`backend_for` only.
+The primitive talks to the tenant cluster only through a :class:`NodeBackend`: cordon,
+then one look at the node's pods (ask each to leave; say which are still there and why).
+:class:`ProviderBackend` hands both to the cluster's provider
+(:meth:`clusters.providers.base.Provider.cordon_node` / ``evict_pods``). On a hosted cluster
+that is the tenant's real kube-apiserver (:mod:`clusters.hosted.drain`): cordon sets the
+Node's ``spec.unschedulable``; pods leave through the **Eviction API**, so their
+PodDisruptionBudgets hold, and a refused eviction (429) names the budget and the pod
+(``"default/web-1 (blocked by PodDisruptionBudget default/web-pdb: …)"``); ``force`` deletes
+the pods instead (``kubectl drain --disable-eviction``), and each pod deleted so is written to
+the audit log (action ``node.pods_deleted``); DaemonSet and mirror pods stay, as with
+``kubectl drain``. A drain is complete once no other pod is left on the node (evicted pods
+still terminating are waited for), except for ``immediate`` drains, whose machine goes anyway.
+Every call is idempotent: a Celery task that runs twice asks again and finds less to do.
 
 Which node leaves first (:func:`removal_order`): nodes out of service (NOT_READY,
 REPAIRING, marked for repair, GPUs in an unknown state) before healthy ones, then the newest
@@ -30,6 +37,7 @@ first — Cluster API's MachineSet deletion policy ("Newest", with unhealthy mac
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,11 +45,13 @@ from typing import Literal, Protocol
 
 from django.conf import settings
 
-from clusters.providers.base import NodePoolSpec, Provider
+from clusters.providers.base import Evictions, NodePoolSpec, Provider
 
 from .choices import NodePhase
 from .models import Node
 from .specs import node_spec
+
+log = logging.getLogger(__name__)
 
 #: outcomes of :func:`drain`
 DRAINED, WAITING, BLOCKED, FAILED = "drained", "waiting", "blocked", "failed"
@@ -94,6 +104,8 @@ class DrainResult:
 
     outcome: str
     blockers: list[str] = field(default_factory=list)
+    #: pods deleted without the Eviction API by this look (``force`` or ``on_timeout="evict"``)
+    deleted: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> bool:
@@ -101,40 +113,32 @@ class DrainResult:
 
 
 class NodeBackend(Protocol):
-    """What the drain needs from the tenant's cluster. The next issue's Kubernetes backend
-    cordons with ``spec.unschedulable`` and evicts through the Eviction API."""
+    """What the drain needs from the tenant's cluster."""
 
     def cordon(self, node: Node) -> None:
         """Mark the node unschedulable (idempotent)."""
 
-    def blockers(self, node: Node) -> list[str]:
-        """Pods whose eviction a disruption budget (or a missing controller) refuses now."""
-
-    def evict(self, node: Node, *, force: bool) -> None:
-        """Evict the node's pods (``force``: ignoring their budgets)."""
+    def evict(self, node: Node, *, force: bool) -> Evictions:
+        """Ask the node's pods to leave (``force``: delete them, budgets ignored); which are
+        still on the node and why (:class:`clusters.providers.base.Evictions`)."""
 
 
 class ProviderBackend:
-    """Today's backend: the cluster's provider (simulated kubelets, or nothing to drain)."""
+    """The backend of every cluster: its provider (the tenant's real API on a hosted cluster,
+    the workload cluster under Cluster API, simulated kubelets in tests)."""
 
     def __init__(self, provider: Provider, spec: NodePoolSpec) -> None:
         self.provider, self.spec = provider, spec
 
     def cordon(self, node: Node) -> None:
-        # the providers of today cordon as part of drain_node (which starts the evictions
-        # too, and raises ProviderError ``not_supported`` where the provider cannot drain)
-        self.provider.drain_node(self.spec, node_spec(node))
+        self.provider.cordon_node(self.spec, node_spec(node))
 
-    def blockers(self, node: Node) -> list[str]:
-        return list(self.provider.drain_blockers(self.spec, node_spec(node)))
-
-    def evict(self, node: Node, *, force: bool) -> None:
-        if not force:  # a forced eviction is the machine's deletion (budgets ignored)
-            self.provider.drain_node(self.spec, node_spec(node))
+    def evict(self, node: Node, *, force: bool) -> Evictions:
+        return self.provider.evict_pods(self.spec, node_spec(node), force=force)
 
 
 def backend_for(provider: Provider, spec: NodePoolSpec) -> NodeBackend:
-    """The node backend of a pool's cluster (the seam for the Kubernetes backend)."""
+    """The node backend of a pool's cluster."""
     return ProviderBackend(provider, spec)
 
 
@@ -146,11 +150,12 @@ GATES: list[Callable[[Node], str | None]] = []
 def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
     """Start the disruption of ``node``: cordoned by the backend, then DRAINING (no new
     pods) with its drain clock started. Nothing is written when the backend raises (a
-    provider that cannot drain leaves the node as it was). A node already DRAINING is left
-    alone."""
+    provider that cannot drain leaves the node as it was). The backend is asked at every
+    call (a cordon is idempotent, and a caller may have set DRAINING itself); the clock of a
+    node already DRAINING is left alone."""
+    backend.cordon(node)
     if node.phase == NodePhase.DRAINING and node.drain_started_at is not None:
         return
-    backend.cordon(node)
     node.phase = NodePhase.DRAINING
     node.drain_started_at = now
     node.save(update_fields=["phase", "drain_started_at"])
@@ -159,30 +164,52 @@ def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
 def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) -> DrainResult:
     """One look at ``node``'s drain under ``policy`` (cordoning it first if it is not yet).
 
-    ``DRAINED`` once no pod blocks it (its pods evicted), at once with ``policy.force`` or
-    ``policy.immediate`` (no gate asked), or
-    at the timeout with ``on_timeout="evict"``; ``WAITING`` while pods (or a gate) hold it for
-    less than ``policy.timeout_s`` since ``node.drain_started_at``; after that ``BLOCKED``
-    (``pause``) or ``FAILED`` (``fail``). No caller-specific branch: the caller reads the
-    outcome and records it in its own terms.
+    Gates first (not with ``policy.immediate``): a reason keeps it ``WAITING``. Then the pods
+    are asked to leave: with ``policy.force`` or ``policy.immediate`` deleted (budgets
+    ignored; ``immediate`` is ``DRAINED`` at once, ``force`` once they are gone), else
+    evicted. ``DRAINED`` once no pod is left; ``WAITING`` while pods stay (refused by a
+    budget, terminating) for less than ``policy.timeout_s`` since ``node.drain_started_at``;
+    after that they are deleted (``on_timeout="evict"``), or the drain is ``BLOCKED``
+    (``pause``) or ``FAILED`` (``fail``) naming them. No caller-specific branch: the caller
+    reads the outcome and records it in its own terms.
     """
     cordon(node, backend, now)
     held = [] if policy.immediate else [reason for gate in GATES if (reason := gate(node))]
     if held:
         return DrainResult(WAITING, held)
     if policy.force or policy.immediate:
-        backend.evict(node, force=True)
-        return DrainResult(DRAINED)
-    pods = backend.blockers(node)
-    if not pods:
-        backend.evict(node, force=False)
+        left = _evict(node, backend, force=True)
+        if policy.immediate or not left.remaining:
+            return DrainResult(DRAINED, deleted=left.deleted)
+        return DrainResult(WAITING, left.remaining, deleted=left.deleted)
+    left = _evict(node, backend, force=False)
+    if not left.remaining:
         return DrainResult(DRAINED)
     if (now - (node.drain_started_at or now)).total_seconds() < policy.timeout_s:
-        return DrainResult(WAITING, pods)
+        return DrainResult(WAITING, left.remaining)
     if policy.on_timeout == "evict":
-        backend.evict(node, force=True)
-        return DrainResult(DRAINED, pods)
-    return DrainResult(FAILED if policy.on_timeout == "fail" else BLOCKED, pods)
+        forced = _evict(node, backend, force=True)
+        return DrainResult(DRAINED, left.remaining, deleted=forced.deleted)
+    return DrainResult(FAILED if policy.on_timeout == "fail" else BLOCKED, left.remaining)
+
+
+def _evict(node: Node, backend: NodeBackend, *, force: bool) -> Evictions:
+    """The backend's look at the node's pods; pods it deleted without the Eviction API are
+    written to the audit log (one event per look), so a forced drain leaves a record."""
+    left = backend.evict(node, force=force)
+    if left.deleted:
+        from tenants import audit
+
+        log.warning("node %s: deleted without eviction: %s", node.name, ", ".join(left.deleted))
+        audit.record(
+            actor="nvke:disruption",
+            action="node.pods_deleted",
+            target_type="node",
+            target_id=node.pk,
+            tenant_id=node.tenant_id,
+            after={"node": node.name, "pods": list(left.deleted), "eviction_api": False},
+        )
+    return left
 
 
 def unhealthy(node: Node) -> bool:

@@ -159,13 +159,21 @@ def publish_gpu_health(sender, holder_id, **kwargs) -> None:
 @receiver(gpu_facts_changed)
 def publish_gpu_facts(sender, gpu_uuids, **kwargs) -> None:
     """A host reported other MIG facts for some GPUs: their holders' Nodes follow (MIG
-    resources, ``mig.config.state``)."""
+    resources, ``mig.config.state``), and their pools look again, so that a READY node whose
+    host stopped matching it is named (:mod:`nodepools.drift`)."""
     from fleet.models import Gpu
 
-    holders = Gpu.objects.filter(uuid__in=gpu_uuids, holder_id__isnull=False).values_list(
-        "holder_id", flat=True
+    from .tasks import reconcile_nodepool
+
+    holders = set(
+        Gpu.objects.filter(uuid__in=gpu_uuids, holder_id__isnull=False).values_list(
+            "holder_id", flat=True
+        )
     )
-    _sync_tenant_nodes_of(set(holders))
+    _sync_tenant_nodes_of(holders)
+    pools = set(Node.objects.filter(pk__in=holders).values_list("nodepool_id", flat=True))
+    for pool_id in pools:
+        transaction.on_commit(lambda p=str(pool_id): enqueue_once(reconcile_nodepool, p))
 
 
 @receiver(host_state_changed)

@@ -159,6 +159,17 @@ class TenantNode:
     kubelet_version: str
 
 
+@dataclass(frozen=True)
+class Evictions:
+    """One look at a node's pods. ``remaining``: ``"namespace/name (why)"`` for each pod still
+    on the node (refused by a budget, without a controller, or terminating); ``evicted``: the
+    pods evicted by this call; ``deleted``: those deleted without the Eviction API (force)."""
+
+    remaining: list[str] = field(default_factory=list)
+    evicted: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
 class ProviderError(Exception):
     """A provider call failed. ``code`` is stable; ``retryable`` says if trying again can help."""
 
@@ -257,6 +268,23 @@ class Provider(abc.ABC):
         raise ProviderError(
             f"provider {self.name!r} cannot reboot nodes", retryable=False, code="not_supported"
         )
+
+    def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """Mark the node unschedulable (idempotent). Default: :meth:`drain_node`, which
+        cordons as it starts the evictions (``not_supported`` where the provider cannot)."""
+        self.drain_node(pool, node)
+
+    def evict_pods(self, pool: NodePoolSpec, node: NodeSpec, *, force: bool) -> Evictions:
+        """One look at the node's drain: ask its pods to leave (``force``: without consulting
+        disruption budgets) and say which are still there and why. Idempotent.
+        Default: :meth:`drain_blockers`, then :meth:`drain_node` once none blocks (with
+        ``force`` nothing: the machine's deletion takes the pods)."""
+        if force:
+            return Evictions()
+        blocked = self.drain_blockers(pool, node)
+        if not blocked:
+            self.drain_node(pool, node)
+        return Evictions(remaining=list(blocked))
 
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
         """Cordon the node and evict its GPU pods; True once drained. Idempotent."""

@@ -33,7 +33,16 @@ from django.db import IntegrityError, transaction
 from nvke import crypto
 
 from ..hosted import pki as pki_lib
-from .base import ClusterSpec, ControlPlaneStatus, DeletionStatus, ProviderError, TenantNode
+from .base import (
+    ClusterSpec,
+    ControlPlaneStatus,
+    DeletionStatus,
+    Evictions,
+    NodePoolSpec,
+    NodeSpec,
+    ProviderError,
+    TenantNode,
+)
 from .simulated import SimulatedProvider
 
 #: the endpoint's names in the serving certificate (kube-apiserver listens on 127.0.0.1)
@@ -172,6 +181,48 @@ class HostedProvider(SimulatedProvider):
             raise ProviderError(
                 f"the cluster's API refused NVKE's Nodes ({exc.status} {exc.reason})",
                 code="cluster_api_error",
+            ) from exc
+        except (OSError, urllib3.exceptions.HTTPError) as exc:  # the apiserver restarting
+            raise ProviderError(
+                f"the cluster's API did not answer ({exc})", code="cluster_api_error"
+            ) from exc
+        finally:
+            api.close()
+
+    # ---------------------------------------------------------------- disruption
+    def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
+        """``spec.unschedulable: true`` on the node's Node (none yet: nothing to cordon)."""
+        from ..hosted import drain
+
+        self._on_api(pool.cluster, lambda api: drain.cordon(api, node.name))
+
+    def evict_pods(self, pool: NodePoolSpec, node: NodeSpec, *, force: bool) -> Evictions:
+        """The node's pods asked to leave through the Eviction API, honouring their
+        PodDisruptionBudgets (``force``: deleted instead): :mod:`clusters.hosted.drain`."""
+        from ..hosted import drain
+
+        return self._on_api(pool.cluster, lambda api: drain.evict_pods(api, node.name, force=force))
+
+    def drain_blockers(self, pool: NodePoolSpec, node: NodeSpec) -> list[str]:
+        """The pods kube-apiserver would refuse to evict now (a dry-run eviction of each)."""
+        from ..hosted import drain
+
+        return self._on_api(
+            pool.cluster,
+            lambda api: drain.evict_pods(api, node.name, force=False, dry_run=True).remaining,
+        )
+
+    def _on_api(self, cluster: ClusterSpec, call):
+        """``call(api)`` with NVKE's client of the cluster's API; the API's refusals and
+        silences as retryable :class:`ProviderError`."""
+        from kubernetes.client.rest import ApiException
+
+        _, api = self._admin_client(cluster)
+        try:
+            return call(api)
+        except ApiException as exc:
+            raise ProviderError(
+                f"the cluster's API refused ({exc.status} {exc.reason})", code="cluster_api_error"
             ) from exc
         except (OSError, urllib3.exceptions.HTTPError) as exc:  # the apiserver restarting
             raise ProviderError(

@@ -12,7 +12,7 @@ from clusters.models import finish_operation, progress_operation
 from clusters.providers import get_provider
 from nvke.conditions import save_conditions, set_condition
 
-from .. import disruption, host_moves, readiness
+from .. import disruption, drift, host_moves, readiness
 from ..choices import NodePhase
 from ..models import NodePool
 from ..repair import step_repair
@@ -83,6 +83,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         host_moves.clear_short(pool, now)
     # the pool's ready count and NodesReady are read from its nodes now, at every step
     state = readiness.write_readiness(pool, live, now)
+    drift.check_drift(pool, live, now)  # READY nodes whose host stopped agreeing: said
     repairing = step_repair(pool, live, provider, spec, now)
     if repairing is not None:
         return repairing

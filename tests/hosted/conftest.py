@@ -22,6 +22,7 @@ from tests.e2e.conftest import service_env, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("etcd", "kwok", "v1.36", "v1.37")
+LEASE_S = 4  # KWOK renews each Lease every second: 3 heartbeats in ~3 s
 
 
 def require_binaries(targets=TARGETS) -> None:
@@ -74,6 +75,18 @@ def manager(transactional_db, planes_dir, tmp_path, settings):
     require_binaries(("etcd", "v1.36"))
     settings.NVKE_DEFAULT_PROVIDER = "hosted"
     m = Manager(planes_dir, tmp_path / "manager.log")
+    m.start()
+    yield m
+    m.stop()
+    print(m.log_path.read_text()[-4000:])
+
+
+@pytest.fixture
+def hosted(transactional_db, planes_dir, tmp_path, settings, make_host):
+    """A control-plane manager whose KWOKs renew Leases every second; clusters are hosted."""
+    require_binaries(("etcd", "v1.36", "kwok"))
+    settings.NVKE_DEFAULT_PROVIDER = "hosted"
+    m = Manager(planes_dir, tmp_path / "manager.log", NVKE_KWOK_NODE_LEASE_S=str(LEASE_S))
     m.start()
     yield m
     m.stop()

@@ -16,32 +16,12 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.e2e.conftest import wait_for
-from tests.hosted.conftest import (
-    Manager,
-    api_client,
-    create_cluster,
-    kubeconfig_of,
-    kubectl,
-    require_binaries,
-)
+from tests.hosted.conftest import api_client, create_cluster, kubeconfig_of, kubectl
 
 pytestmark = pytest.mark.timeout(420)
 
-LEASE_S = 4  # KWOK renews each Lease every second: 3 heartbeats in ~3 s
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 H100 = "NVIDIA-H100-80GB-HBM3"  # GFD's product label: the NVML name with '-' for blanks
-
-
-@pytest.fixture
-def hosted(transactional_db, planes_dir, tmp_path, settings, make_host):
-    """A control-plane manager whose KWOKs renew Leases every second; clusters are hosted."""
-    require_binaries(("etcd", "v1.36", "kwok"))
-    settings.NVKE_DEFAULT_PROVIDER = "hosted"
-    m = Manager(planes_dir, tmp_path / "manager.log", NVKE_KWOK_NODE_LEASE_S=str(LEASE_S))
-    m.start()
-    yield m
-    m.stop()
-    print(m.log_path.read_text()[-4000:])
 
 
 def drive(pool_id, until, timeout: float = 90, what: str = "pool"):
