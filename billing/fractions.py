@@ -2,14 +2,14 @@
 
 * A node pool that owns whole GPUs bills 1.0 per GPU per hour, whatever it does inside them
   (exclusive, MIG for itself, time-slicing, MPS: one tenant holds the whole GPU).
-* A MIG slice of a GPU shared across tenants bills the share its price sheet gives its profile
+* A MIG instance of a GPU shared across tenants bills the share its price sheet gives its profile
   (``Price.billable_fraction`` of the list price in force), by default the catalog's compute
   slices of the profile / compute slices of the GPU (7 on A100/H100/H200, 4 on A30), rounded
   half-even to 6 places: 1g -> 0.142857, 2g -> 0.285714, 3g -> 0.428571, 4g -> 0.571429,
   7g -> 1. Never derived from the GiB figure in the profile's name.
 
 For every physical GPU and every hour the rows' fractions plus idle add up to exactly 1.0
-GPU-hour: idle is the complement, and the ledger's exclusion constraint keeps slices from
+GPU-hour: idle is the complement, and the ledger's exclusion constraint keeps instances from
 overlapping whole-GPU rows or each other (:func:`billing.reports.gpu_hour_accounting`).
 """
 
@@ -49,7 +49,7 @@ def catalog_fraction(gpu_model: GpuModel, mig_profile: str) -> Decimal:
 
 
 def mig_billable_fraction(gpu_model: str, mig_profile: str, at: datetime) -> Decimal:
-    """The share of a GPU-hour one hour of a shared ``mig_profile`` slice bills at ``at``.
+    """The share of a GPU-hour one hour of a shared ``mig_profile`` GPU instance bills at ``at``.
 
     The list price row of (model, profile) in force at ``at`` decides when it sets
     ``billable_fraction``; otherwise the catalog (:func:`catalog_fraction`). Raises the

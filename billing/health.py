@@ -14,7 +14,7 @@ the API or the console, audited). Billing credits exactly those intervals:
    the whole machine down (every allocation on the interval's host is credited — the
    interval's GPU is a GPU of that host by construction: an Xid naming a GPU the host does
    not own is refused at ingestion); RESTART_VM the node(s) holding the GPU; anything else
-   the GPU itself (all of its rows: whole GPU or slices).
+   the GPU itself (all of its rows: whole GPU or GPU instances).
 3. An affected allocation is credited from the interval's start to its end (an open interval:
    until the allocation ends). Only allocations open at the interval's start are affected: a
    GPU given out later was healthy when the platform placed it, and a fault on an idle GPU

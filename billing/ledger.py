@@ -31,7 +31,7 @@ def open_allocation(
     (:func:`~billing.fractions.mig_billable_fraction`); anything else bills 1.0.
 
     Idempotent: an open row of the same node, GPU and instance is returned unchanged. Raises
-    :class:`~nvke.errors.Conflict` ``ledger_overlap`` when the GPU (or a slice of it) is already
+    :class:`~nvke.errors.Conflict` ``ledger_overlap`` when the GPU (or part of it) is already
     held by another row at ``start`` (the exclusion constraint).
     """
     existing = LedgerEntry.objects.filter(

@@ -1,6 +1,6 @@
 """Billing data: the allocation ledger, accounts, prices, hourly usage, invoices (DESIGN §6).
 
-* :class:`LedgerEntry` — who held which physical GPU (or MIG slice), when. One row per GPU (or
+* :class:`LedgerEntry` — who held which physical GPU (or MIG instance), when. One row per GPU (or
   GPU instance) and allocation, from the node's READY time to its release; ``period`` is a
   PostgreSQL ``tstzrange`` ``[start, end)``, an open upper bound meaning "still held".
 * :class:`BillingAccount` — a tenant's billing time zone (IANA name) and currency.
@@ -43,14 +43,14 @@ class Int4Range(Func):
 class LedgerEntry(models.Model):
     """An allocation of one physical GPU, or one MIG GPU instance of it, to one node.
 
-    ``billable_fraction`` (0 < f <= 1, 6 decimals) is 1 for a whole GPU; a MIG slice shared
+    ``billable_fraction`` (0 < f <= 1, 6 decimals) is 1 for a whole GPU; a MIG GPU instance shared
     across tenants carries its profile's share (:func:`billing.fractions.mig_billable_fraction`).
     GPU-seconds are exact: ``billable_fraction x length(period)``.
 
     ``gpu_slots`` is derived by PostgreSQL: ``[0, inf)`` for a whole GPU, ``[gi+1, gi+2)`` for
     MIG GPU instance ``gi``. The exclusion constraint forbids two rows of one GPU whose slots and
     periods overlap: a GPU (or a GPU instance) is never held twice at the same instant, and a
-    whole-GPU row never coexists with a slice row of the same GPU. A row covers its allocation as
+    whole-GPU row never coexists with an instance row of that GPU. A row covers its allocation as
     one range (no gaps inside an allocation); the time between allocations is idle.
     """
 

@@ -59,7 +59,7 @@ def line_amount(gpu_seconds: Decimal, unit_price: Decimal, currency: str) -> Dec
     """The amount of one invoice line: ``round_half_even(gpu_seconds x unit_price / 3600)``.
 
     ``unit_price`` is per GPU-hour. Example: 86,400 GPU-seconds (24 GPU-hours) at 2.50 USD ->
-    60.00 USD; 514.2852 GPU-seconds (one 1g slice for an hour, fraction 0.142857) at 2.80 USD
+    60.00 USD; 514.2852 GPU-seconds (one 1g GPU instance for an hour, fraction 0.142857) at 2.80 USD
     -> 0.3999996 -> 0.40 USD.
     """
     return round_money(gpu_seconds * unit_price / SECONDS_PER_HOUR, currency)

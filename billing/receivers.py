@@ -2,9 +2,9 @@
 
 ``node_ready(sender, node, allocations=None)``: without ``allocations`` the node holds the
 whole GPUs in ``node.gpu_uuids`` (one row each, fraction 1.0: a pool owning whole GPUs pays
-1.0 GPU-hour per GPU-hour, MIG or not). A sender that places MIG slices of GPUs shared across
+1.0 GPU-hour per GPU-hour, MIG or not). A sender that places MIG GPU instances of GPUs shared across
 tenants passes ``allocations=[{"gpu_uuid", "mig_gpu_instance_id", "mig_profile"}]``: one row
-per slice, billed by its profile's share (:mod:`billing.fractions`).
+per instance, billed by its profile's share (:mod:`billing.fractions`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .ledger import close_allocations, open_allocation
 
 @receiver(node_ready)
 def open_ledger(sender, node, allocations=None, **kwargs) -> None:
-    """Open one row per GPU (or slice) the node holds, from ``node.ready_at``. Idempotent.
+    """Open one row per GPU (or GPU instance) the node holds, from ``node.ready_at``. Idempotent.
 
     A defragmentation run's replacement (:func:`nodepools.defrag.replacing`) is billed from
     the moment the node it replaces is released (its rows open then, see

@@ -194,12 +194,12 @@ def utilization(
     """GPU-hour-weighted utilization, memory headroom and idle GPUs of the given ledger rows.
 
     Per UTC hour and allocation: the mean of its samples taken while allocated (utilization
-    %, memory used / total): a whole GPU's, or a MIG slice's own (:mod:`billing.samples`; a
+    %, memory used / total): a whole GPU's, or a MIG GPU instance's own (:mod:`billing.samples`; a
     shared GPU's whole-GPU samples carry the co-tenants' memory). Weighted by the
     allocation's billable GPU-seconds in that hour. An hour is idle when its mean
     utilization is below ``idle_threshold_pct``; an idle GPU is an allocation with at least
     ``idle_min_hours`` idle hours in the window. Idle cost = idle GPU-hours at the unit price
-    in force (the tenant's currency). MIG slices report no utilization (NVML: N/A) and are
+    in force (the tenant's currency). MIG GPU instances report no utilization (NVML: N/A) and are
     counted as allocated but not measured.
     Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
     """

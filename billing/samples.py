@@ -2,7 +2,7 @@
 
 A whole-GPU row (``mig_gpu_instance_id`` null) reads the whole-GPU samples; a MIG GPU
 instance's row reads the samples of that instance only. A shared GPU's whole-GPU samples
-include the co-tenants' memory and activity: reading them for a slice showed tenant B its
+include the co-tenants' memory and activity: reading them for an instance showed tenant B its
 neighbour's memory use as its own headroom (issue 26). In SQL, ``s`` is ``fleet_gpusample``.
 """
 

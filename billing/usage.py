@@ -3,7 +3,7 @@ utilization from GPU telemetry (never used for the bill).
 
 GPU-seconds are computed in SQL from the ledger's time ranges, exactly (numeric arithmetic on
 ``tstzrange`` bounds, an open allocation counted up to ``min(end, now)``). Mean utilization is
-the plain mean of the allocation's samples (a whole GPU's, or a MIG slice's own:
+the plain mean of the allocation's samples (a whole GPU's, or a MIG GPU instance's own:
 :mod:`billing.samples`) taken while allocated to this cluster inside the window; samples whose
 utilization is null (``N/A`` in MIG mode) count as samples but not in the mean.
 """

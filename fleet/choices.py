@@ -97,12 +97,12 @@ class HostTenancy(models.TextChoices):
     SHARED = "shared"
 
 
-class SliceState(models.TextChoices):
+class GpuInstanceState(models.TextChoices):
     """Where a GPU instance of a shared GPU is (:class:`fleet.models.GpuInstance`).
 
     ``ACTIVE``: a tenant's node holds it; ``SCRUBBING``: released, the instance is being
     destroyed and its memory cleared, waiting for the host agent to confirm; ``FREE``: the
-    agent confirmed the scrub, its slices may be placed again (the row stays as history).
+    agent confirmed the scrub, its memory slices may be placed on again (the row stays as history).
     """
 
     ACTIVE = "ACTIVE"

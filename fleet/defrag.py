@@ -41,7 +41,7 @@ multi-GPU NVLink islands free, free GPUs and, per common shape (8, 4, 2, 1 GPUs 
 use, inside islands, ignoring tenancy).
 
 **Not here yet**: nodes hold whole GPUs in this placement model, so a move frees whole GPUs by
-moving whole-GPU nodes; consolidating MIG slices of GPUs shared across tenants (to free whole
+moving whole-GPU nodes; consolidating MIG GPU instances of GPUs shared across tenants (to free whole
 GPUs of shared hosts) needs the shared-host slice map and is not planned by this module.
 """
 

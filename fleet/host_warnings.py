@@ -39,9 +39,9 @@ AGENT_IDENTITY = "agent identity:"
 AGENT_SPOOL = "agent spool:"
 #: the reported NVLink domain is unusable (fleet.nvlink_domains)
 NVLINK_DOMAIN = "nvlink domain:"
-#: per node: ``observed state: node <name> `` (nodepools.observed)
+#: per node: ``observed state: node <name> `` (nodepools.observed_gates)
 OBSERVED_STATE = "observed state: node "
-#: released MIG slices the agent has not confirmed scrubbed (fleet.shared_placement)
+#: released MIG GPU instances whose slices the agent has not confirmed scrubbed (fleet.shared_hosts)
 SLICE_SCRUB = "slice scrub overdue: "
 
 #: prefix -> the kind's name in metrics (``nvke_fleet_hosts_warned{kind}``)

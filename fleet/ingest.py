@@ -74,7 +74,7 @@ from . import (
     hygiene,
     metrics,
     nvlink_domains,
-    shared_placement,
+    shared_hosts,
     topology,
 )
 from .choices import GpuHealth, HealthReason, HostEventKind, HostTenancy
@@ -1025,8 +1025,8 @@ def _apply_inventory(
             lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
         )
     hygiene.check_from_inventory(host, listed, now)
-    if host.tenancy == HostTenancy.SHARED:  # released slices the agent confirms scrubbed
-        shared_placement.confirm_scrubs(host, now=now)
+    if host.tenancy == HostTenancy.SHARED:  # released instances the agent confirms scrubbed
+        shared_hosts.confirm_scrubs(host, now=now)
     warnings.update(
         nvlink_domains.apply_reported_fabric(host, [g for g in listed if g["uuid"] in gpus.uuids])
     )

@@ -25,13 +25,13 @@ from .choices import (
     CheckKind,
     CheckStatus,
     GpuHealth,
+    GpuInstanceState,
     HealthReason,
     HostEventKind,
     HostState,
     HostTenancy,
     ScrubState,
     ScrubStatus,
-    SliceState,
 )
 
 
@@ -68,7 +68,7 @@ class Host(models.Model):
     topology = models.JSONField(default=dict, blank=True)
     #: dedicated (whole GPUs, one tenant at a time) or shared (a hypervisor: tenants' VM nodes
     #: hold MIG GPU instances, :class:`GpuInstance`); set by an operator while no whole GPU is
-    #: held (:mod:`fleet.shared_placement`)
+    #: held (:mod:`fleet.shared_hosts`)
     tenancy = models.CharField(
         max_length=16, choices=HostTenancy.choices, default=HostTenancy.DEDICATED
     )
@@ -99,7 +99,7 @@ class Host(models.Model):
     agent_source_error = models.CharField(max_length=300, blank=True)
     #: when the latest report that read the GPUs (an inventory, or the source's error saying
     #: why it could not) was stored, and how many have been: the observed-state gates
-    #: (nodepools/observed.py) wait for one made after an action
+    #: (nodepools/observed_gates.py) wait for one made after an action
     inventory_at = models.DateTimeField(null=True, blank=True)
     inventory_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -258,8 +258,8 @@ class Gpu(models.Model):
     health_counters = models.JSONField(default=dict, blank=True)
     #: on a shared host: the memory clears of released GPU instances the agent last reported
     #: (``[{"scrub_id", "start", "size", "status": "ok" | "failed", "cleared_bytes",
-    #: "finished_at", "method"}]``), the evidence :func:`fleet.shared_placement.confirm_scrubs`
-    #: needs before a slice is FREE
+    #: "finished_at", "method"}]``), the evidence :func:`fleet.shared_hosts.confirm_scrubs`
+    #: needs before a released GPU instance is FREE
     slice_scrubs = models.JSONField(default=list, blank=True)
 
     class Meta:
@@ -645,7 +645,7 @@ class GpuInstance(models.Model):
     placement table, :mod:`catalog.mig`); ``compute_slices`` of the profile. ``holder_id`` is
     the tenant's VM node holding it (a plain UUID, as on :class:`Gpu`), ``tenant`` its tenant;
     ``gpu_instance_id`` the id NVML gave it (as the host's agent reports it; null until
-    reported). State (:class:`~fleet.choices.SliceState`): ACTIVE while held; SCRUBBING from
+    reported). State (:class:`~fleet.choices.GpuInstanceState`): ACTIVE while held; SCRUBBING from
     release until the agent's report shows the instance destroyed *and* the scrub
     ``scrub_id`` completed (``scrub_evidence``: what the agent reported); FREE afterwards,
     kept as history. ``previous_tenant`` is whose data the scrub clears.
@@ -661,7 +661,9 @@ class GpuInstance(models.Model):
     start = models.PositiveSmallIntegerField()
     size = models.PositiveSmallIntegerField()
     compute_slices = models.PositiveSmallIntegerField()
-    state = models.CharField(max_length=12, choices=SliceState.choices, default=SliceState.ACTIVE)
+    state = models.CharField(
+        max_length=12, choices=GpuInstanceState.choices, default=GpuInstanceState.ACTIVE
+    )
     holder_id = models.UUIDField(null=True, blank=True, db_index=True)
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
@@ -693,10 +695,10 @@ class GpuInstance(models.Model):
                         RangeOperators.OVERLAPS,
                     ),
                 ],
-                condition=~Q(state=SliceState.FREE),
+                condition=~Q(state=GpuInstanceState.FREE),
             ),
             models.CheckConstraint(
-                condition=~Q(state=SliceState.ACTIVE)
+                condition=~Q(state=GpuInstanceState.ACTIVE)
                 | Q(holder_id__isnull=False, tenant__isnull=False),
                 name="gpuinstance_active_has_holder",
             ),

@@ -5,7 +5,7 @@ A GPU is placeable when a new node could get it now: nobody holds it, its health
 host's agent still lists it (``missing_since`` is null) and its host is schedulable
 (``AVAILABLE``/``ALLOCATED``: a host whose agent went silent is ``NOT_READY``, its GPUs'
 state unknown). A GPU on a *shared* host (``tenancy: shared``) is placeable only for MIG
-instances of shared pools (:mod:`fleet.shared_placement`), never for a dedicated shape.
+instances of shared pools (:mod:`fleet.shared_hosts`), never for a dedicated shape.
 
 Two forms of the same rule: :func:`placeable_gpus_q` for ORM queries (console overview, the
 node pool form) and the ``usable`` column of :data:`fleet.placement._VIEWS_SQL` with

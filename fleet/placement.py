@@ -4,7 +4,7 @@ Rules, in the order they decide:
 
 1. **Eligible GPUs**: the host has the requested GPU model, is in the requested region (and
    zone, when one is asked for) and in a schedulable state (``AVAILABLE``/``ALLOCATED``) and
-   dedicated (a shared host's GPUs go out as MIG instances: :mod:`fleet.shared_placement`); the
+   dedicated (a shared host's GPUs go out as MIG instances: :mod:`fleet.shared_hosts`); the
    GPU is free, healthy, scrubbed (``scrub_state`` CLEAN) and listed by the agent.
 2. **Tenancy**: a host is dedicated to one tenant while that tenant holds any of its GPUs. Two
    tenants may share a host only when *both* holders' isolation allows hardware-isolated
@@ -671,7 +671,7 @@ WITH eligible AS (
            ROW_NUMBER() OVER (PARTITION BY zone, free_gpus ORDER BY hostname) AS rank
       FROM fleet_host
      WHERE gpu_model_id = %(model)s AND state IN ('AVAILABLE', 'ALLOCATED')
-       AND tenancy = 'dedicated'  -- shared hosts: fleet/shared_placement.py
+       AND tenancy = 'dedicated'  -- shared hosts: fleet/shared_hosts.py
        AND free_gpus >= %(smallest)s
        AND (region = %(where)s OR zone = %(where)s OR zone LIKE %(prefix)s)
        AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
@@ -759,7 +759,7 @@ def _views_for_hosts(host_ids: Iterable[uuid.UUID]) -> list[HostView]:
             if current is not None:
                 views.append(_view(head, gpus))
             current, gpus = hid, []
-            # a shared host's GPUs are handed out as MIG instances only (shared_placement.py)
+            # a shared host's GPUs are handed out as MIG instances only (shared_hosts.py)
             head = (hid, hostname, zone, region, model, state if tenancy == "dedicated" else "")
         index, gpu_uuid, usable, holder, tenant, shares, group, island = gpu
         gpus.append(GpuSlot(index, gpu_uuid, island, usable, holder, tenant, shares, group))

@@ -190,7 +190,7 @@ def cost_answer(
 ) -> dict[str, Any] | None:
     """The first receiver's answer to :data:`price_nodepool` (billing), or None. ``gpus`` is
     whole GPUs, or GPU instances for a pool sharing GPUs across tenants (``isolation``
-    tenancy shared: billed by the slice's fraction)."""
+    tenancy shared: billed by the GPU instance's fraction)."""
     for _, answer in price_nodepool.send(
         sender=NodePool,
         tenant_id=tenant_id,

@@ -62,7 +62,7 @@ from fleet.services import drain_host, holders_on, uncordon_host
 from nvke.conditions import get_condition
 from nvke.errors import Conflict
 
-from . import observed
+from . import observed_gates
 from .choices import NodePhase
 from .defrag_models import DefragRun
 from .gpu_config import config_hash
@@ -393,7 +393,7 @@ def _place_replacement(old: Node, move: dict[str, Any], now: datetime) -> Node:
     new.gpu_uuids = list(placed.gpu_uuids)
     new.applied_config = config_hash(pool.gpu_config)
     new.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
-    observed.start_wait(new, now)
+    observed_gates.start_wait(new, now)
     return new
 
 

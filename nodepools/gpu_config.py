@@ -148,7 +148,7 @@ def render_gpu_config(
         config["mig_instances_per_gpu"] = len(plan.mig_placements)
     if isolation.get("tenancy") == "shared":
         # a VM node of a shared host gets ``gpus_per_node`` GPU instances, one of the profile
-        # each, on GPUs other tenants share (fleet/shared_placement.py) — not whole GPUs
+        # each, on GPUs other tenants share (fleet/shared_hosts.py) — not whole GPUs
         # partitioned for it: it sees one device per instance (issue 33: it said 7 per GPU)
         config["tenancy"] = "shared"
         config["resources"] = {name: gpus_per_node for name in resources} or {
@@ -175,10 +175,10 @@ def _node_instances(
     gpu_model: GpuModel, isolation: dict[str, Any], gpus_per_node: int
 ) -> list[dict[str, Any]]:
     """The GPU instances one VM node of a shared pool holds, as the fleet places them
-    (:func:`fleet.shared_placement.instances_for_policy`): ``[{"profile", "start": None,
+    (:func:`fleet.shared_hosts.instances_for_policy`): ``[{"profile", "start": None,
     "size"}]`` (size in memory slices, from the catalog's placement table)."""
     from catalog.mig import MigTable
-    from fleet.shared_placement import instances_for_policy
+    from fleet.shared_hosts import instances_for_policy
 
     table = MigTable.from_gpu_model(gpu_model)
     out = []

@@ -15,7 +15,7 @@ Shapes (DESIGN §10; every key besides ``mode`` optional unless said):
   (its MIG instances / MIG-backed vGPUs sit on a physical GPU of a *shared host* beside other
   tenants' — only MIG and vGPU isolate memory and faults, so time-slicing and MPS are refused,
   and so is a time-sliced vGPU type, which has no MIG instance to place; see
-  :mod:`fleet.shared_placement`).
+  :mod:`fleet.shared_hosts`).
 
 Every refusal is an :class:`~nvke.errors.InvalidInput` (400 problem+json) with a stable
 ``code`` and the ``field`` at fault; the README's "GPU isolation" section lists them all.
@@ -208,7 +208,7 @@ def _tenancy(mode: IsolationMode, tenancy: Any) -> str:
             field="isolation.tenancy",
         )
     # MIG / vGPU: hardware-isolated; placed as GPU instances on shared hosts
-    # (fleet/shared_placement.py); a time-sliced vGPU is refused by _validate below.
+    # (fleet/shared_hosts.py); a time-sliced vGPU is refused by _validate below.
     return tenancy
 
 

@@ -160,7 +160,7 @@ class Node(models.Model):
     #: cannot be evicted), ``moved`` (released; kept on the DELETED row for the count)
     move_state = models.CharField(max_length=16, blank=True)
     drain_started_at = models.DateTimeField(null=True, blank=True)
-    #: the observed-state gate (nodepools/observed.py): what the host's agent reports
+    #: the observed-state gate (nodepools/observed_gates.py): what the host's agent reports
     #: differently from what the node must run ("" = it agrees or nothing is waited for),
     #: since when the node waits, and the host's inventory count before the last action (a
     #: newer report is needed)

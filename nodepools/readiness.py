@@ -1,7 +1,7 @@
 """A node pool's readiness, read from its nodes' phases at every reconcile step.
 
 A node's readiness is stored once, in ``Node.phase``: ``READY`` once its host's agent agreed
-(:mod:`nodepools.observed`), ``NOT_READY`` while its host is ``NOT_READY`` (the receiver
+(:mod:`nodepools.observed_gates`), ``NOT_READY`` while its host is ``NOT_READY`` (the receiver
 ``follow_host_readiness`` copies the host's state, which :mod:`fleet.health` sets from the
 agent's heartbeats), ``REPAIRING`` during an auto-repair reboot. The pool's summary is
 computed from those phases here, never carried over from the step that made the pool RUNNING:

@@ -6,7 +6,7 @@ or the machine restarted (``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``: the nod
 ``CONTACT_SUPPORT`` …: the node is *replaced* on healthy GPUs), and when its host stays
 ``NOT_READY`` for ``NVKE_NODE_REPAIR_TIMEOUT_S`` (replaced). A rebooted node returns to
 service only when a report of its host's agent made after the reboot is clean (NVML
-initialises, no pending row remap, no failed health check: :mod:`nodepools.observed`);
+initialises, no pending row remap, no failed health check: :mod:`nodepools.observed_gates`);
 otherwise, after ``NVKE_OBSERVED_STATE_TIMEOUT_S``, its unhealthy GPUs stay fenced with the
 reason shown and the node is replaced on healthy GPUs. Repairs run as a REPAIR_NODES
 operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
@@ -47,7 +47,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions
 
-from . import disruption, observed
+from . import disruption, observed_gates
 from .choices import LIVE_NODE_PHASES, NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
@@ -122,7 +122,7 @@ def step_repair(
         # the one path, as the emergency it is: no gate, nothing waited for
         backend = disruption.backend_for(provider, spec)
         disruption.drain(node, disruption.policy_for("repair"), backend, now)
-        observed.start_wait(node, now)  # back in service only on a report after the reboot
+        observed_gates.start_wait(node, now)  # back in service only on a report after the reboot
         try:
             provider.reboot_node(spec, _spec(node))
         except ProviderError as exc:
@@ -138,18 +138,18 @@ def step_repair(
         _progress(pool, f"rebooting {node.name}", len(unhealthy), now)
         return REBOOT_S
     if node.repair_action == "reboot":
-        verdict, problem = observed.gate(
+        verdict, problem = observed_gates.gate(
             pool,
             node,
-            observed.expectation(pool, clean=True),
+            observed_gates.expectation(pool, clean=True),
             what="after its repair reboot",
             now=now,
         )
-        if verdict == observed.WAITING:
+        if verdict == observed_gates.WAITING:
             save_conditions(pool, now, ("NodesVerified", False, "ObservedStateMismatch", problem))
             _progress(pool, f"verifying {node.name}: {problem}", len(unhealthy), now)
             return OBSERVED_POLL_S
-        if verdict == observed.FAILED:
+        if verdict == observed_gates.FAILED:
             return _fence_and_replace(pool, node, live, problem, now)
         from fleet.health import close_unhealthy
         from fleet.models import Gpu

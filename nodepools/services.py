@@ -22,7 +22,7 @@ from clusters.models import Cluster, Operation, active_operation, cancel_operati
 from clusters.operations import Audit, start_operation
 from clusters.services import ensure_no_active_operation
 from fleet.placement import max_host_gpus
-from fleet.shared_placement import is_shared_policy
+from fleet.shared_hosts import is_shared_policy
 from nvke.errors import Conflict, InvalidInput
 from nvke.queueing import send_on_commit
 from tenants import quotas

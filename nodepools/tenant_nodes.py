@@ -3,7 +3,7 @@ derived from what its host's agent last reported (DESIGN §3 "Inside the tenant'
 
 What a real host's kubelet, NVIDIA device plugin and GPU Feature Discovery (GFD) would publish,
 :func:`tenant_node` derives in ONE place, for real and simulated hosts alike, from the host's
-latest observed facts (:func:`fleet.observed.host_facts`: the GPUs the agent lists, their MIG
+latest observed facts (:func:`fleet.agent_facts.host_facts`: the GPUs the agent lists, their MIG
 mode and GPU instances, their health) — never from what NVKE asked for. The pool's rendered GPU
 config (:mod:`nodepools.gpu_config`) only says how the device plugin is configured (MIG
 strategy, time-slicing / MPS replicas), as the ConfigMap does on a real cluster:
@@ -37,14 +37,14 @@ from typing import Any
 
 from clusters.providers import get_provider
 from clusters.providers.base import TenantNode
+from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 from fleet.models import GpuHealthInterval
-from fleet.observed import GpuFacts, HostFacts, host_facts
 
 from .choices import NodePhase
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
-from .observed import expectation
-from .shared import node_slices
+from .observed_gates import expectation
+from .shared_host_nodes import node_gpu_instances
 
 #: nodes that exist as machines (placed and booted): they are Nodes in the cluster's API
 IN_API = (
@@ -100,8 +100,9 @@ def tenant_node(
     """The Node ``node`` is in its cluster's API, from ``facts`` (its host's latest agent
     report; None: no GPU is published). ``xids``: GPU UUID -> the Xid of its open unhealthy
     interval. ``own``: a VM node of a shared host's own GPU instances per GPU
-    (:func:`nodepools.shared.node_slices`; the GPU's other instances are other tenants'),
-    None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure: reads nothing else."""
+    (:func:`nodepools.shared_host_nodes.node_gpu_instances`; the GPU's other instances are
+    other tenants'), None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure:
+    reads nothing else."""
     config = pool.gpu_config or {}
     strategy = ((config.get("device_plugin_config") or {}).get("flags") or {}).get(
         "migStrategy"
@@ -249,7 +250,7 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
                     node, cluster.control_plane_version or cluster.kubernetes_version
                 ),
                 xids=xids,
-                own=node_slices(node),
+                own=node_gpu_instances(node),
             )
         )
     return out

@@ -16,7 +16,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
-from . import disruption, observed
+from . import disruption, observed_gates
 from .choices import NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
@@ -141,7 +141,7 @@ def _step_node(
             return _pause(pool, node, "drain blocked", result.blockers, now)
         if result.outcome == disruption.WAITING:
             return DRAIN_POLL_S
-        observed.start_wait(node, now)  # verification needs a report after the install
+        observed_gates.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]
         )
@@ -153,18 +153,18 @@ def _step_node(
     wanted = _previous(pool) if rolling_back else target
     what = "after rolling its upgrade back" if rolling_back else "after the upgrade"
     # the driver and NVML are the host agent's to report; the kubelet the provider's
-    verdict, problem = observed.gate(
-        pool, node, observed.expectation(pool, driver=wanted[1]), what=what, now=now
+    verdict, problem = observed_gates.gate(
+        pool, node, observed_gates.expectation(pool, driver=wanted[1]), what=what, now=now
     )
     kubelet = provider.node_versions(spec, node_spec(node)).kubernetes_version
-    if verdict == observed.OK and wanted[0] and kubelet != wanted[0]:
-        verdict = observed.WAITING
+    if verdict == observed_gates.OK and wanted[0] and kubelet != wanted[0]:
+        verdict = observed_gates.WAITING
         problem = f"node {node.name} {what}: kubelet expected {wanted[0]}, reported {kubelet}"
-        if now - (node.drain_started_at or now) >= timedelta(seconds=observed.timeout_s()):
-            verdict = observed.FAILED
-    if verdict == observed.OK and rolling_back:
+        if now - (node.drain_started_at or now) >= timedelta(seconds=observed_gates.timeout_s()):
+            verdict = observed_gates.FAILED
+    if verdict == observed_gates.OK and rolling_back:
         return _rolled_back(pool, node, wanted, now)
-    if verdict == observed.OK:
+    if verdict == observed_gates.OK:
         node.kubernetes_version, node.driver_version = target
         node.upgrade_state = ""
         node.drain_started_at = None
@@ -181,9 +181,9 @@ def _step_node(
         pool.upgrade = {**pool.upgrade, "done": _done(pool) + 1}
         pool.save(update_fields=["upgrade", "updated_at"])
         return None
-    if verdict == observed.FAILED and rolling_back:
+    if verdict == observed_gates.FAILED and rolling_back:
         return _rollback_failed(pool, node, problem, now)
-    if verdict == observed.FAILED:
+    if verdict == observed_gates.FAILED:
         return _roll_back(pool, node, provider, spec, problem, now)
     return DRAIN_POLL_S  # the gate wrote ``observed_problem``: the condition names it
 
@@ -211,7 +211,7 @@ def _roll_back(
     pool.save(update_fields=["upgrade", "updated_at"])
     save_conditions(pool, now, ("UpgradeBlocked", True, "UpgradeVerificationFailed", problem))
     previous = _previous(pool)
-    observed.start_wait(node, now)
+    observed_gates.start_wait(node, now)
     provider.upgrade_node(
         spec, node_spec(node), kubernetes_version=previous[0], driver_version=previous[1]
     )

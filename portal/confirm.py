@@ -50,15 +50,17 @@ def _live_nodes(qs) -> dict[str, int]:
     """``nodes``, the whole ``gpus`` they hold and the ``gpu_instances`` VM nodes of shared
     pools hold on GPUs other tenants share (those GPUs are not theirs: four nodes of one
     1g.10gb instance each are 4 GPU instances, not "4 GPU(s)")."""
-    from fleet.choices import SliceState
+    from fleet.choices import GpuInstanceState
     from fleet.models import GpuInstance
-    from fleet.shared_placement import is_shared_policy
+    from fleet.shared_hosts import is_shared_policy
 
     rows = qs.exclude(phase=NodePhase.DELETED).values_list("id", "gpu_uuids", "nodepool__isolation")
     nodes = len(rows)
     shared = [node_id for node_id, _, iso in rows if is_shared_policy(iso or {})]
     gpus = sum(len(g or []) for _, g, iso in rows if not is_shared_policy(iso or {}))
-    instances = GpuInstance.objects.filter(holder_id__in=shared, state=SliceState.ACTIVE).count()
+    instances = GpuInstance.objects.filter(
+        holder_id__in=shared, state=GpuInstanceState.ACTIVE
+    ).count()
     return {"nodes": nodes, "gpus": gpus, "gpu_instances": instances}
 
 

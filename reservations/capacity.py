@@ -1,7 +1,7 @@
 """Counting capacity over time for one (GPU model, region) and, inside it, one zone.
 
-Terms (whole GPUs of the model, on dedicated hosts (a shared host sells MIG slices, never whole
-GPUs: fleet.shared_placement) in a schedulable state, ``AVAILABLE``/``ALLOCATED``):
+Terms (whole GPUs of the model, on dedicated hosts (a shared host sells MIG instances, never whole
+GPUs: fleet.shared_hosts) in a schedulable state, ``AVAILABLE``/``ALLOCATED``):
 
 * **capacity** ``C``: GPUs that can be handed out or are held (healthy and listed by the
   agent, or held by a node). Counted now; a host lost later lowers it (the calendar then shows

@@ -141,7 +141,7 @@ def seat_on_shared_host(node, host) -> None:
     beside another tenant's node, as a shared-host placement would.
 
     Whole-GPU placement keeps a dedicated host to one tenant (``tenancy: shared`` pools go to
-    shared hosts as MIG instances, fleet/shared_placement.py), so the tests that need two
+    shared hosts as MIG instances, fleet/shared_hosts.py), so the tests that need two
     tenants' whole-GPU nodes on one host seat the second one by hand: its GPUs
     where placement put them are freed (clean, never used: the node is not READY, so no ledger
     row exists yet) and as many free GPUs of ``host`` are claimed for it.

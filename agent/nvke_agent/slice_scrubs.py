@@ -1,8 +1,8 @@
 """Slice-scrub records on a shared (hypervisor) host: the evidence the control plane needs
-before a released MIG slice is handed to another tenant.
+before the memory slices of a released MIG GPU instance are handed to another tenant.
 
 When a tenant's VM node releases a GPU instance, the host's clear tool destroys the instance,
-clears the slice's memory (a scratch GPU instance at the same placement, its memory
+clears the memory of its slices (a scratch GPU instance at the same placement, its memory
 overwritten) and writes one record per clear as ``<dir>/<GPU UUID>/<scrub id>.json``::
 
     {"scrub_id": "<uuid the control plane issued>", "start": 4, "size": 1,

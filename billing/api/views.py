@@ -224,7 +224,7 @@ def _uuid(value: str, field: str):
 
 
 class LedgerViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
-    """The allocation ledger: one row per GPU (or MIG slice) and allocation, ``[start, end)``.
+    """The allocation ledger: one row per GPU (or MIG instance) and allocation, ``[start, end)``.
 
     Filters: ``start``/``end`` (rows overlapping the window), ``cluster``, ``nodepool``,
     ``gpu_uuid``. What every usage record and invoice line is recomputed from.

@@ -244,7 +244,7 @@ class Provider(abc.ABC):
     def node_versions(self, pool: NodePoolSpec, node: NodeSpec) -> NodeVersions:
         """The node's kubelet version as the Kubernetes Node object says it. (The driver and
         NVML are NOT taken from here: the reconciler reads them from the host's agent,
-        :mod:`nodepools.observed`; providers may leave them blank.)"""
+        :mod:`nodepools.observed_gates`; providers may leave them blank.)"""
         raise ProviderError(
             f"provider {self.name!r} cannot report node versions",
             retryable=False,

@@ -3,7 +3,7 @@ nodes (the simulated one and the Cluster API one reserve GPUs the same way)."""
 
 from __future__ import annotations
 
-from fleet import nvlink_domains, placement, shared_placement
+from fleet import nvlink_domains, placement, shared_hosts
 
 from .base import InsufficientCapacity, NodePoolSpec, NodeSpec, ProviderError
 
@@ -14,7 +14,7 @@ PLACEMENT_CONTENDED = "placement_contended"
 def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placement.Placement]:
     """Claim ``pool.gpus_per_node`` GPUs per node in the pool's region, all or none; for a
     ``tenancy: shared`` MIG/vGPU pool, GPU instances of a shared host per node instead
-    (:mod:`fleet.shared_placement`; the placements carry the GPUs they touch).
+    (:mod:`fleet.shared_hosts`; the placements carry the GPUs they touch).
 
     Raises the provider-level InsufficientCapacity (retryable) when the fleet lacks room even
     with every other claim's lock released, and a retryable ProviderError
@@ -24,8 +24,8 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     nodes, :func:`fleet.nvlink_domains.claim_in_one_domain`); no domain with room is the
     same retryable InsufficientCapacity, its message naming the largest free domain.
     """
-    if shared_placement.is_shared_policy(pool.isolation):
-        return _claim_slices(pool, nodes)  # type: ignore[return-value]
+    if shared_hosts.is_shared_policy(pool.isolation):
+        return _claim_gpu_instances(pool, nodes)  # type: ignore[return-value]
     requests = [
         placement.GpuRequest(
             holder_id=node.id,
@@ -70,15 +70,15 @@ def _why_short(pool: NodePoolSpec, nodes: int, exc: Exception) -> str:
     return f"{exc}: {block.message(pool.gpu_model, pool.cluster.region)}"
 
 
-def _claim_slices(
+def _claim_gpu_instances(
     pool: NodePoolSpec, nodes: list[NodeSpec]
-) -> list[shared_placement.SlicePlacement]:
+) -> list[shared_hosts.GpuInstancePlacement]:
     """A ``tenancy: shared`` pool: each node is a VM holding GPU instances of a shared host."""
-    instances = shared_placement.instances_for_policy(
+    instances = shared_hosts.instances_for_policy(
         pool.gpu_model, pool.isolation, pool.gpus_per_node
     )
     requests = [
-        shared_placement.SliceRequest(
+        shared_hosts.GpuInstanceRequest(
             holder_id=node.id,
             tenant_id=pool.cluster.tenant_id,
             gpu_model=pool.gpu_model,
@@ -88,6 +88,6 @@ def _claim_slices(
         for node in nodes
     ]
     try:
-        return shared_placement.claim_slices(requests)
-    except shared_placement.SharedCapacityShort as exc:
+        return shared_hosts.claim_gpu_instances(requests)
+    except shared_hosts.SharedCapacityShort as exc:
         raise InsufficientCapacity(str(exc), retryable=True) from exc

@@ -66,7 +66,7 @@ FAULTS = {
     "reboot-leaves-remap-pending": "a reboot does not reset the GPUs: a pending row remap "
     "stays pending",
     "gi-destroy-fails": "destroying a released MIG GPU instance fails (in use): the instance "
-    "stays and its memory is not cleared (a shared host's slice is never freed)",
+    "stays and its memory is not cleared (a shared host's GPU instance is never freed)",
 }
 NVML_MISMATCH = "Driver/library version mismatch (simulated)"
 NVML_FAILS = "Unknown Error (simulated: NVML does not initialise)"
@@ -264,9 +264,9 @@ def create_instances(state: dict[str, Any], holder: Any, instances: list[dict[st
 
 
 def scrub_instances(state: dict[str, Any], scrubs: list[dict[str, Any]]) -> None:
-    """On a shared host: for each released slice (``[{"gpu_uuid", "start", "size",
+    """On a shared host: for each released GPU instance (``[{"gpu_uuid", "start", "size",
     "scrub_id"}]``) destroy the GPU instance on it (``nvidia-smi mig -dci / -dgi``), then clear
-    the slice's memory (a scratch instance at the same placement, its memory overwritten with
+    the memory of its slices (a scratch instance at the same placement, its memory overwritten with
     zeros, destroyed again) and record the clear, which the agent reports as the GPU's
     ``slice_scrubs``. Fault ``gi-destroy-fails``: the instance stays and nothing is cleared."""
     if "gi-destroy-fails" in state["faults"]:
@@ -289,7 +289,7 @@ def scrub_instances(state: dict[str, Any], scrubs: list[dict[str, Any]]) -> None
                 "status": "ok",
                 "cleared_bytes": per_slice * size,
                 "finished_at": now,
-                "method": "simulated: zero-fill through a scratch GPU instance at the slice",
+                "method": "simulated: zero-fill through a scratch GPU instance at the same slices",
             }
             gpu["slice_scrubs"] = [*(gpu.get("slice_scrubs") or [])[-31:], record]
 

@@ -38,7 +38,7 @@ from django.core.cache import cache
 
 from catalog.mig import LayoutDoesNotFit, MigTable, place_layout
 from catalog.models import GpuModel
-from fleet import placement, shared_placement
+from fleet import placement, shared_hosts
 
 from . import simhosts
 from .base import (
@@ -124,7 +124,7 @@ class SimulatedProvider(Provider):
             placement.release_gpus(node.id)
             # a VM node of a shared host: its GPU instances are destroyed and their memory
             # cleared on the host; they are FREE once the host's agent reports both
-            released = shared_placement.release_slices(node.id)
+            released = shared_hosts.release_gpu_instances(node.id)
             scrubs = [
                 {"gpu_uuid": r.gpu.uuid, "start": r.start, "size": r.size, "scrub_id": r.scrub_id}
                 for r in released
@@ -239,7 +239,7 @@ def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
 
 def _shared_instances(node: NodeSpec) -> list[dict] | None:
     """The GPU instances NVKE placed for a VM node of a shared host, or None for other nodes."""
-    rows = shared_placement.instances_of(node.id)
+    rows = shared_hosts.instances_of(node.id)
     if not rows:
         return None
     return [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from fleet.choices import HostState, HostTenancy, SliceState
+from fleet.choices import GpuInstanceState, HostState, HostTenancy
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 from fleet.nvlink_domains import host_domain
 from nvke.validation import BoundedDateTimeField
@@ -158,12 +158,12 @@ class TenancySerializer(serializers.Serializer):
     tenancy = serializers.ChoiceField(choices=HostTenancy.choices)
 
 
-class SliceInstanceSerializer(serializers.Serializer):
+class SliceMapInstanceSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     profile = serializers.CharField()
     start = serializers.IntegerField(help_text="first memory slice (catalog -lgipp placement)")
     size = serializers.IntegerField(help_text="memory slices")
-    state = serializers.ChoiceField(choices=SliceState.choices)
+    state = serializers.ChoiceField(choices=GpuInstanceState.choices)
     tenant_id = serializers.CharField(help_text="holder's tenant (while SCRUBBING: the last)")
     tenant = serializers.CharField()
     holder_id = serializers.CharField(help_text="the VM node holding it ('' when released)")
@@ -175,7 +175,7 @@ class SliceMapGpuSerializer(serializers.Serializer):
     gpu_uuid = serializers.CharField()
     index = serializers.IntegerField()
     memory_slices = serializers.IntegerField()
-    instances = SliceInstanceSerializer(many=True)
+    instances = SliceMapInstanceSerializer(many=True)
     free = serializers.ListField(child=serializers.IntegerField(), help_text="free memory slices")
 
 

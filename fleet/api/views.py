@@ -15,7 +15,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet import conf, fragmentation, health, ingest, rollups, services, shared_placement
+from fleet import conf, fragmentation, health, ingest, rollups, services, shared_hosts
 from fleet.authentication import HostCredentialAuthentication, IsAgent
 from fleet.models import Gpu, GpuHealthInterval, GpuScrub, Host, HostCheck, HostEvent
 from nvke.errors import ApiError, InvalidInput
@@ -157,7 +157,7 @@ class HostViewSet(
         """Mark the host dedicated or shared (409 while nodes of the other kind hold GPUs)."""
         form = TenancySerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        host = shared_placement.set_host_tenancy(
+        host = shared_hosts.set_host_tenancy(
             self.get_object(), tenancy=form.validated_data["tenancy"], actor=_actor(request)
         )
         return self._host_response(host)
@@ -167,7 +167,7 @@ class HostViewSet(
     def slices(self, request, pk=None):
         """A shared host's slice map: per GPU, who holds which GPU instance where."""
         host = self.get_object()
-        return Response(SliceMapGpuSerializer(shared_placement.slice_map(host), many=True).data)
+        return Response(SliceMapGpuSerializer(shared_hosts.slice_map(host), many=True).data)
 
     @extend_schema(request=MarkHealthySerializer, responses={200: MarkHealthyResultSerializer})
     @action(detail=True, methods=["post"], url_path="mark-healthy")

@@ -23,7 +23,7 @@ save status, return the requeue delay (None when converged):
    (:func:`nodepools.disruption.removal_order`);
 5. provisioning nodes whose machine is ready become ``READY`` (``node_ready``) once their
    host's agent reports, after the node booted, what the node must run
-   (:mod:`nodepools.observed`); until then the node waits with ``observed_problem`` and the
+   (:mod:`nodepools.observed_gates`); until then the node waits with ``observed_problem`` and the
    pool's ``NodesVerified`` condition naming expected vs reported, and past
    ``NVKE_OBSERVED_STATE_TIMEOUT_S`` the operation FAILS with ``observed_state_mismatch``;
 6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config

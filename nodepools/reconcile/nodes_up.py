@@ -11,7 +11,7 @@ from datetime import datetime
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 
-from .. import observed, shared
+from .. import observed_gates, shared_host_nodes
 from ..choices import NodePhase
 from ..models import Node, NodePool
 from ..signals import node_ready
@@ -37,13 +37,13 @@ def _bring_up(
         if not status.ready:
             waits.append(status.retry_after_s)
             continue
-        # READY only when the host's agent reports what the node must run (observed.py)
-        verdict, problem = observed.gate(
-            pool, node, observed.expectation(pool), what="to become READY", now=now
+        # READY only when the host's agent reports what the node must run (observed_gates.py)
+        verdict, problem = observed_gates.gate(
+            pool, node, observed_gates.expectation(pool), what="to become READY", now=now
         )
-        if verdict == observed.FAILED:
+        if verdict == observed_gates.FAILED:
             return waits, unverified, problem
-        if verdict == observed.WAITING:
+        if verdict == observed_gates.WAITING:
             unverified.append(problem)
             waits.append(OBSERVED_POLL_S)
             continue
@@ -58,7 +58,7 @@ def _bring_up(
         )
         node.save(update_fields=["phase", "ready_at", "gpu_layout"])
         # a VM node of a shared host bills one ledger row per GPU instance, by fraction
-        node_ready.send(sender=Node, node=node, allocations=shared.allocations(node))
+        node_ready.send(sender=Node, node=node, allocations=shared_host_nodes.allocations(node))
     return waits, unverified, None
 
 
@@ -77,11 +77,13 @@ def _verified(problems: list[str]) -> tuple:
 def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
     """``Node.gpu_layout``: per GPU the MIG devices the host's agent reports (profile,
     start, size) and the sharing / vGPU devices the provider's device plugin config says."""
-    from fleet.observed import host_facts
+    from fleet.agent_facts import host_facts
 
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
-    own = shared.node_slices(node)  # shared host: never show other tenants' instances
+    own = shared_host_nodes.node_gpu_instances(
+        node
+    )  # shared host: never show other tenants' instances
     out = []
     for gpu_uuid in node.gpu_uuids:
         gpu = facts.gpus.get(gpu_uuid) if facts else None

@@ -13,7 +13,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
-from .. import disruption, observed
+from .. import disruption, observed_gates
 from ..choices import NodePhase
 from ..gpu_config import config_hash
 from ..models import Node, NodePool
@@ -108,7 +108,7 @@ def _rollout_node(
         policy = disruption.policy_for("isolation-change")
         if not disruption.drain(node, policy, backend, now).drained:
             return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
-        observed.start_wait(node, now)  # validation needs a report after the change
+        observed_gates.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))
         node.phase = NodePhase.CORDONED
         node.config_state = "validating"
@@ -121,13 +121,13 @@ def _rollout_node(
     if report.state != "success":
         return _node_config_failed(pool, node, report.message, now)
     # what the GPUs run is the host agent's to say (a wedged MIG Manager still says success)
-    verdict, problem = observed.gate(
-        pool, node, observed.expectation(pool), what="after the isolation change", now=now
+    verdict, problem = observed_gates.gate(
+        pool, node, observed_gates.expectation(pool), what="after the isolation change", now=now
     )
-    if verdict == observed.WAITING:
+    if verdict == observed_gates.WAITING:
         save_conditions(pool, now, _verified([problem]))
         return OBSERVED_POLL_S
-    if verdict == observed.FAILED:
+    if verdict == observed_gates.FAILED:
         return _node_config_failed(pool, node, problem.split(": ", 1)[-1], now)
     layout = observed_layout(node, list(report.gpu_layout))
     problem = validate_layout(pool, node, layout)

@@ -18,7 +18,7 @@ from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_p
 from clusters.providers.base import InsufficientCapacity
 from nvke.conditions import get_condition, save_conditions, set_condition
 
-from .. import disruption, host_moves, observed
+from .. import disruption, host_moves, observed_gates
 from ..choices import NodePhase
 from ..gpu_config import config_hash
 from ..models import Node, NodePool
@@ -169,7 +169,7 @@ def _place_nodes(
             node.gpu_uuids = list(placed.gpu_uuids)
             node.applied_config = config_hash(pool.gpu_config)  # what it boots with
             node.save(update_fields=["host", "zone", "gpu_uuids", "applied_config"])
-            observed.start_wait(node, now)  # READY needs a report after it boots
+            observed_gates.start_wait(node, now)  # READY needs a report after it boots
     return new_nodes
 
 

@@ -28,7 +28,7 @@ from clusters.models import Cluster, Operation
 from clusters.versions import available_upgrades, minor, node_version_problem
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
-from fleet.shared_placement import is_shared_policy
+from fleet.shared_hosts import is_shared_policy
 from nodepools import services as pool_services
 from nodepools.api.scale import SetSizeSerializer
 from nodepools.api.serializers import NodePoolCreateSerializer, NodePoolUpdateSerializer

@@ -32,7 +32,7 @@ from clusters.choices import Phase
 from clusters.models import Cluster, HostedControlPlane
 from fleet import health as fleet_health
 from fleet import services as fleet_services
-from fleet import shared_placement
+from fleet import shared_hosts
 from fleet.choices import HostTenancy
 from fleet.fragmentation import fragmentation_report
 from fleet.models import Gpu, GpuHealthInterval, Host, HostEvent, XidEvent
@@ -158,7 +158,7 @@ def _slice_map(host: Host) -> list[dict]:
     ``{"start", "size", "instance" (None = free), "node"}`` covering every slice once."""
     from nodepools.models import Node
 
-    gpus = shared_placement.slice_map(host)
+    gpus = shared_hosts.slice_map(host)
     holder_ids = [i["holder_id"] for g in gpus for i in g["instances"] if i["holder_id"]]
     nodes = {
         str(n.id): n
@@ -282,7 +282,7 @@ def host_action(request: HttpRequest, host_id, action: str) -> HttpResponse:
             if tenancy not in HostTenancy.values:
                 raise InvalidInput("choose dedicated or shared", code="invalid", field="tenancy")
             before_tenancy = host.tenancy
-            host = shared_placement.set_host_tenancy(host, tenancy=tenancy, actor=actor)
+            host = shared_hosts.set_host_tenancy(host, tenancy=tenancy, actor=actor)
             audit.record(
                 actor=actor,
                 action="host.tenancy",

@@ -2,7 +2,7 @@
 
 SIMULATED data: 125 hosts x 8 GPUs (H100 and A100), 40 tenants in four time zones, a ledger with
 churn over November 2026 (whole-host and half-host nodes of 2 h to 5 days with idle gaps, 1 in
-10 hosts shared as MIG slices across tenants), 60 critical Xids, a list-price change mid-month.
+10 hosts shared as MIG instances across tenants), 60 critical Xids, a list-price change mid-month.
 Timed: usage aggregation for every tenant (the periodic job), then the monthly invoice run
 (``build_invoice`` per tenant: it re-aggregates the month, rates, credits and writes lines).
 Baseline in the same run: one SQL pass summing the fraction-weighted GPU-seconds of the month
@@ -114,7 +114,7 @@ def _build(rng: random.Random) -> dict:
     )
     nodes, rows = [], []
     for h in hosts:
-        shared = h.hostname.endswith("0")  # 1 in 10 hosts: MIG slices shared across tenants
+        shared = h.hostname.endswith("0")  # 1 in 10 hosts: MIG instances shared across tenants
         if shared:
             for g in range(GPUS_PER_HOST):
                 for gi, profile, frac in ((1, "3g.40gb", "0.428571"), (2, "1g.10gb", "0.142857")):

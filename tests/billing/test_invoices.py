@@ -156,9 +156,11 @@ def test_a_yen_invoice_rounds_to_whole_yen(world, tenant_a, catalog):
     assert invoice.currency == "JPY"
 
 
-def test_the_shared_slice_of_tenant_c_is_billed_by_its_fraction(world, tenant_c, list_prices):
-    """Tenant C holds a 1g.10gb slice of an H100 shared by 3 tenants for 60 minutes; the list
-    price of the 1g.10gb profile is 2.80 per GPU-hour; fraction 1/7 = 0.142857:
+def test_the_shared_gpu_instance_of_tenant_c_is_billed_by_its_fraction(
+    world, tenant_c, list_prices
+):
+    """Tenant C holds a 1g.10gb GPU instance of an H100 shared by 3 tenants for 60 minutes; the
+    list price of the 1g.10gb profile is 2.80 per GPU-hour; fraction 1/7 = 0.142857:
     0.142857 GPU-h x 2.80 = 0.3999996 -> 0.40."""
     from billing.invoices import build_invoice
     from billing.ledger import close_allocations, open_allocation

@@ -1,5 +1,5 @@
 """The allocation ledger: rows opened and closed by the node signals, the exclusion constraint,
-fractions of shared MIG slices, and the per-GPU hour accounting (tenants + idle = 1 GPU-hour)."""
+fractions of shared MIG instances, and the per-GPU hour accounting (tenants + idle = 1 GPU-hour)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_a_gpu_is_never_held_twice_at_the_same_instant(world, tenant_a, tenant_b
     open_allocation(node=a, gpu_uuid=gpu, start=T0, mig_gpu_instance_id=9, mig_profile="1g.10gb")
     # another GPU instance of the same GPU: fine
     open_allocation(node=b, gpu_uuid=gpu, start=T0, mig_gpu_instance_id=10, mig_profile="1g.10gb")
-    # the same GPU instance again, or the whole GPU while slices are held: refused
+    # the same GPU instance again, or the whole GPU while instances are held: refused
     with pytest.raises(Conflict) as same_gi:
         open_allocation(
             node=b,

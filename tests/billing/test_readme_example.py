@@ -65,7 +65,7 @@ def test_the_readme_invoice(world, catalog):
     mark_healthy(hosts[2], [bad], actor="operator", now=utc(2026, 11, 5, 12))  # ... and ends
     # (3) 8 H100, 10 Nov 12:00-16:00, across the 14:30 price change
     world.hold(batch, hosts[3], utc(2026, 11, 10, 12), utc(2026, 11, 10, 16))
-    # (4) one 1g.10gb slice (GPU instance 9) of a GPU shared with other tenants, 3 Nov 10-11
+    # (4) one 1g.10gb GPU instance (NVML GI id 9) of a GPU shared with other tenants, 3 Nov 10-11
     gpu = hosts[0].gpus.get(index=0).uuid
     node = world.node(shared, hosts[0], [gpu], utc(2026, 11, 3, 10))
     open_allocation(

@@ -1,6 +1,6 @@
 """Billing by fraction on a shared host (#18), worked by hand.
 
-The instances are placed by the real shared placement (``fleet.shared_placement``) on a
+The instances are placed by the real shared placement (``fleet.shared_hosts``) on a
 SIMULATED shared H100 host; the nodes and their ``node_ready`` allocations are written the way
 the reconciler sends them (one allocation per GPU instance, its NVML GPU-instance id and
 profile), at hand-picked times, so the hours are round.
@@ -33,7 +33,7 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     """A VM node of a shared pool: instances claimed, ledger opened (and closed) through the
     billing receivers with the allocations the reconciler sends."""
     from billing.receivers import close_ledger, open_ledger
-    from fleet import shared_placement
+    from fleet import shared_hosts
     from fleet.models import GpuInstance
 
     pool = world.pool(
@@ -45,9 +45,9 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     )
     node = world.node(pool, host, [], ready_at)
     with transaction.atomic():
-        (placed,) = shared_placement.claim_slices(
+        (placed,) = shared_hosts.claim_gpu_instances(
             [
-                shared_placement.SliceRequest(
+                shared_hosts.GpuInstanceRequest(
                     node.id, tenant.id, MODEL, "us-east-1", instances=tuple(profiles)
                 )
             ]
@@ -58,9 +58,9 @@ def place(world, tenant, host, profiles, ready_at, end, name):
     for number, row in enumerate(GpuInstance.objects.filter(holder_id=node.id).order_by("start")):
         row.gpu_instance_id = GpuInstance.objects.filter(host=host).count() + number
         row.save(update_fields=["gpu_instance_id"])
-    from nodepools import shared
+    from nodepools import shared_host_nodes
 
-    open_ledger(sender=None, node=node, allocations=shared.allocations(node))
+    open_ledger(sender=None, node=node, allocations=shared_host_nodes.allocations(node))
     node.released_at = end
     close_ledger(sender=None, node=node)
     return node
@@ -138,17 +138,22 @@ def test_each_instance_bills_its_fraction_and_every_gpu_hour_adds_up_to_one(
 def test_a_node_of_a_shared_host_without_reported_instance_ids_is_not_billed_as_whole_gpus(
     world, tenant_a, shared_h100
 ):
-    from fleet import shared_placement
-    from nodepools import shared
+    from fleet import shared_hosts
+    from nodepools import shared_host_nodes
 
     pool = world.pool(
         tenant_a, isolation={"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}
     )
     node = world.node(pool, shared_h100, [], utc(2026, 11, 10))
     with transaction.atomic():
-        shared_placement.claim_slices(
-            [shared_placement.SliceRequest(node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",))]
+        shared_hosts.claim_gpu_instances(
+            [
+                shared_hosts.GpuInstanceRequest(
+                    node.id, tenant_a.id, MODEL, "us-east-1", ("1g.10gb",)
+                )
+            ]
         )
     with pytest.raises(RuntimeError, match=r"1g\.10gb@0 not reported yet"):
-        shared.allocations(node)
-    assert shared.allocations(world.node(pool, shared_h100, [], utc(2026, 11, 10))) is None
+        shared_host_nodes.allocations(node)
+    whole = world.node(pool, shared_h100, [], utc(2026, 11, 10))
+    assert shared_host_nodes.allocations(whole) is None

@@ -110,5 +110,5 @@ def test_nothing_in_b_answers_names_its_co_tenant(outsider, shared, tenant_a):
         text = json.dumps(utilization(outsider, group_by))
         assert not [i for i in a_ids if f'"{i}"' in text or f": {i}," in text], group_by
     ledger = outsider.get("/api/v1/ledger").json()["results"]
-    # B's own slice only: its instance id, never A's
+    # B's own GPU instance only: its instance id, never A's
     assert [(r["mig_gpu_instance_id"], r["mig_profile"]) for r in ledger] == [(2, "3g.40gb")]

@@ -60,7 +60,7 @@ def hosts_follow_their_gpu_operator(pool_id) -> None:
     Manager applies the mig-parted entry the pool's config names (as the GPU Operator on the
     workload cluster would), then the host's agent reports — in-process, through the same
     ingestion function as ``POST /api/v1/agent/reports``. The reconciler reads that report,
-    never the provider, to decide that the node runs its layout (nodepools/observed.py)."""
+    never the provider, to decide that the node runs its layout (nodepools/observed_gates.py)."""
     from clusters.providers import simhosts
     from clusters.providers.simulated import _mig_manager
     from fleet.models import Host

@@ -2,9 +2,9 @@
 real HTTP, a SIMULATED 1-GPU H100 hypervisor below it (clusters/providers/simhosts.py).
 
 Two tenants' ``tenancy: shared`` MIG pools get their own GPU instances of the one GPU; when
-tenant B leaves, its slices are destroyed and cleared on the host, yet stay SCRUBBING while
+tenant B leaves, its instances are destroyed and cleared on the host, yet stay SCRUBBING while
 the agent process is paused (nothing but its report may free them); once it reports again
-they are FREE and a third tenant's instance lands on B's old slice.
+they are FREE and a third tenant's instance lands on B's old slices.
 
 Placements worked by hand from the catalog's H100-SXM5-80GB table: 3g.40gb {0,4}:4 -> A at
 0 (slices 0-3); 1g.10gb {0..6}:1 -> B's three at 4, 5, 6; then no 1g.10gb start is left
@@ -119,13 +119,13 @@ def test_release_scrub_and_reuse_by_another_tenant_only_after_the_agent_confirms
     state = simhosts.read(world["host"].id)
     assert [i["start"] for i in state["gpus"][0]["instances"]] == [0]
     assert sorted(s["start"] for s in state["gpus"][0]["slice_scrubs"]) == [4, 5, 6]
-    # ... but without a report saying so the slices stay SCRUBBING (watched for 3 s)
+    # ... but without a report saying so the instances stay SCRUBBING (watched for 3 s)
     for _ in range(6):
         assert [s[3] for s in slice_map(world)] == ["ACTIVE", "SCRUBBING", "SCRUBBING", "SCRUBBING"]
         time.sleep(0.5)
 
     os.killpg(world["agent"].pid, signal.SIGCONT)
-    wait_for(lambda: len(slice_map(world)) == 1, what="B's slices FREE after the agent reported")
+    wait_for(lambda: len(slice_map(world)) == 1, what="B's instances FREE after the agent reported")
     assert slice_map(world) == [("tenant-a", "3g.40gb", 0, "ACTIVE")]
 
     _, c_pool = running_pool(c, "c", "1g.10gb", 1)

@@ -46,8 +46,8 @@ def test_exclusive_and_defaults_are_normalised(catalog):
 
 
 def test_mig_and_mig_backed_vgpu_may_be_shared_across_tenants(catalog):
-    """Placed as GPU instances on shared hosts (fleet/shared_placement.py, #18)."""
-    from fleet.shared_placement import instances_for_policy
+    """Placed as GPU instances on shared hosts (fleet/shared_hosts.py, #18)."""
+    from fleet.shared_hosts import instances_for_policy
 
     policy = accept(
         "h100-sxm5-80gb", {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}

@@ -1,7 +1,7 @@
 """Shared hosts end to end in the reconciler (#18): tenants' ``tenancy: shared`` MIG pools get
 GPU instances of one shared H100 at valid placements, packed onto the fewest GPUs; whole-GPU
-pools never land there; a released slice is reused only after the host's agent reports it
-destroyed and cleared; the ledger bills each instance by its fraction.
+pools never land there; a released instance's slices are reused only after the host's agent
+reports it destroyed and cleared; the ledger bills each instance by its fraction.
 
 Hosts are SIMULATED INFRASTRUCTURE (``make_host``; clusters/providers/simhosts.py): with no
 agent process registered, each host's agent report runs in-process (the agent's own
@@ -52,7 +52,7 @@ def make_pool(client, cluster: str, name: str, isolation: dict, gpus: int = 1) -
     return response.json()["target_id"]
 
 
-def slices_of(pool_id) -> list[tuple[int, str, int, int, str]]:
+def instances_of_pool(pool_id) -> list[tuple[int, str, int, int, str]]:
     """(GPU index, profile, start, size, state) of the pool's node's instances."""
     from fleet.models import GpuInstance
     from nodepools.models import Node
@@ -102,8 +102,8 @@ def test_two_tenants_get_their_own_instances_at_valid_placements_of_one_gpu(
     a, b = two_tenants
     for pool_id in (a, b):
         assert NodePool.objects.get(pk=pool_id).phase == "RUNNING"
-    assert slices_of(a) == [(0, "3g.40gb", 0, 4, "ACTIVE")]
-    assert slices_of(b) == [
+    assert instances_of_pool(a) == [(0, "3g.40gb", 0, 4, "ACTIVE")]
+    assert instances_of_pool(b) == [
         (0, "1g.10gb", 4, 1, "ACTIVE"),
         (0, "1g.10gb", 5, 1, "ACTIVE"),
         (0, "1g.10gb", 6, 1, "ACTIVE"),
@@ -162,7 +162,7 @@ def test_a_shared_pool_never_lands_on_a_dedicated_host(tenant_c_client, make_hos
     assert not Node.objects.filter(nodepool_id=pool_id, host__isnull=False).exists()
 
 
-def test_a_released_slice_is_reused_by_another_tenant_only_after_the_agent_confirms_its_scrub(
+def test_a_released_instance_is_reused_by_another_tenant_only_after_the_agent_confirms_its_scrub(
     owner, outsider, shared_host, tenant_c_client, settings
 ):
     from clusters.providers import simhosts
@@ -177,7 +177,7 @@ def test_a_released_slice_is_reused_by_another_tenant_only_after_the_agent_confi
     c_cluster = make_cluster(tenant_c_client, "c")
     c = make_pool(tenant_c_client, c_cluster, "m1", shared("1g.10gb"))
     drive_pool(c)
-    assert slices_of(c) == [(1, "1g.10gb", 0, 1, "ACTIVE")]
+    assert instances_of_pool(c) == [(1, "1g.10gb", 0, 1, "ACTIVE")]
 
     # B deletes its pool while the host's agent does not report: the simulated host destroys
     # the instances and clears their memory, but no report has said so yet
@@ -200,7 +200,7 @@ def test_a_released_slice_is_reused_by_another_tenant_only_after_the_agent_confi
     from nodepools.reconcile import reconcile_nodepool
 
     reconcile_nodepool(c2)  # places (the node then waits for a report to become READY)
-    assert [s[:3] for s in slices_of(c2)] == [(1, "1g.10gb", 1)]
+    assert [s[:3] for s in instances_of_pool(c2)] == [(1, "1g.10gb", 1)]
 
     # the agent reports: instances gone and each scrub id cleared -> FREE
     settings.NVKE_SIMULATED_IN_PROCESS_AGENT = True
@@ -220,10 +220,10 @@ def test_a_released_slice_is_reused_by_another_tenant_only_after_the_agent_confi
     # left after it, GPU 1 five)
     a2 = make_pool(owner, make_cluster(owner, "a2"), "m", shared("1g.10gb"))
     drive_pool(a2)
-    assert slices_of(a2) == [(0, "1g.10gb", 4, 1, "ACTIVE")]
+    assert instances_of_pool(a2) == [(0, "1g.10gb", 4, 1, "ACTIVE")]
 
 
-def test_a_slice_stays_scrubbing_while_the_agent_still_reports_its_instance(
+def test_an_instance_stays_scrubbing_while_the_agent_still_reports_it(
     outsider, shared_host, settings
 ):
     from clusters.providers import simhosts
@@ -239,7 +239,7 @@ def test_a_slice_stays_scrubbing_while_the_agent_still_reports_its_instance(
     assert simhosts.report_in_process(shared_host)
     row.refresh_from_db()
     assert row.state == "SCRUBBING"  # the agent still lists the GPU instance at start 0
-    # past NVKE_SCRUB_TIMEOUT_S the host says which slice is overdue
+    # past NVKE_SCRUB_TIMEOUT_S the host says which instance is overdue
     settings.NVKE_SCRUB_TIMEOUT_S = 0
     assert simhosts.report_in_process(shared_host)
     shared_host.refresh_from_db()

@@ -38,14 +38,15 @@ def test_a_shared_mig_pool_node_gets_one_device_per_instance(catalog):
 
 
 def test_a_shared_pool_expects_no_whole_gpu_layout_from_the_host(catalog):
-    """The observed-state gate checks a shared node's own instances (nodepools.shared), never
-    a per-GPU layout: the pool's expectation names none (a None start must not break it)."""
-    from nodepools import observed
+    """The observed-state gate checks a shared node's own instances
+    (nodepools.shared_host_nodes), never a per-GPU layout: the pool's expectation names none
+    (a None start must not break it)."""
+    from nodepools import observed_gates
     from nodepools.models import NodePool
 
     config = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"})
     pool = NodePool(gpu_model_id="h100-sxm5-80gb", gpu_config=config, driver_version="")
-    assert observed.expectation(pool).instances == ()
+    assert observed_gates.expectation(pool).instances == ()
 
 
 def test_a_dedicated_mig_pool_node_gets_every_instance_of_its_gpus(catalog):

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from fleet.observed import GpuFacts, HostFacts
+from fleet.agent_facts import GpuFacts, HostFacts
 
 pytestmark = pytest.mark.django_db
 

@@ -32,12 +32,12 @@ def cells(html: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def test_an_operator_makes_a_host_shared_and_sees_who_holds_which_slice(
+def test_an_operator_makes_a_host_shared_and_sees_who_holds_which_gpu_instance(
     ops_client, make_host, tenant_a, tenant_b
 ):
-    from fleet import shared_placement
+    from fleet import shared_hosts
     from fleet.models import Host
-    from fleet.shared_placement import SliceRequest
+    from fleet.shared_hosts import GpuInstanceRequest
     from tenants.models import AuditEvent
 
     host = make_host(MODEL, gpus=1, hostname="hv-console-1")
@@ -47,13 +47,13 @@ def test_an_operator_makes_a_host_shared_and_sees_who_holds_which_slice(
     assert AuditEvent.objects.filter(action="host.tenancy", target_id=str(host.pk)).exists()
     b_node = uuid.uuid4()
     with transaction.atomic():
-        shared_placement.claim_slices(
+        shared_hosts.claim_gpu_instances(
             [
-                SliceRequest(uuid.uuid4(), tenant_a.id, MODEL, "us-east-1", ("3g.40gb",)),
-                SliceRequest(b_node, tenant_b.id, MODEL, "us-east-1", ("1g.10gb", "1g.10gb")),
+                GpuInstanceRequest(uuid.uuid4(), tenant_a.id, MODEL, "us-east-1", ("3g.40gb",)),
+                GpuInstanceRequest(b_node, tenant_b.id, MODEL, "us-east-1", ("1g.10gb", "1g.10gb")),
             ]
         )
-    shared_placement.release_slices(b_node)  # B left: its two slices are being scrubbed
+    shared_hosts.release_gpu_instances(b_node)  # B left: its two instances are being scrubbed
     html = ops_client.get(f"/console/hosts/{host.id}").content.decode()
     # 3g.40gb@0 spans slices 0-3 (tenant A), B's 1g.10gb at 4 and 5 scrubbing, 6 and 7 free
     assert cells(html) == [

@@ -3,7 +3,7 @@
 reads its slice map after two tenants' instances were placed and one was released.
 
 The H100 hypervisor is SIMULATED infrastructure (``make_host``); the instances are placed by
-the real shared placement (``fleet.shared_placement``).
+the real shared placement (``fleet.shared_hosts``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def test_an_operator_makes_a_host_shared_and_reads_its_slice_map(
 ):
     from playwright.sync_api import expect
 
-    from fleet import shared_placement
-    from fleet.shared_placement import SliceRequest
+    from fleet import shared_hosts
+    from fleet.shared_hosts import GpuInstanceRequest
 
     host = make_host(MODEL, gpus=2, hostname="hv-browser-1")
     portal_user("ops", staff=True)
@@ -39,13 +39,13 @@ def test_an_operator_makes_a_host_shared_and_reads_its_slice_map(
 
     leaving = uuid.uuid4()
     with transaction.atomic():
-        shared_placement.claim_slices(
+        shared_hosts.claim_gpu_instances(
             [
-                SliceRequest(uuid.uuid4(), tenant_a.id, MODEL, "us-east-1", ("3g.40gb",)),
-                SliceRequest(leaving, tenant_b.id, MODEL, "us-east-1", ("2g.20gb",)),
+                GpuInstanceRequest(uuid.uuid4(), tenant_a.id, MODEL, "us-east-1", ("3g.40gb",)),
+                GpuInstanceRequest(leaving, tenant_b.id, MODEL, "us-east-1", ("2g.20gb",)),
             ]
         )
-    shared_placement.release_slices(leaving)
+    shared_hosts.release_gpu_instances(leaving)
     ops.reload()
     gpu0 = ops.locator('#slice-map tr[data-gpu="0"]')
     # 3g.40gb at 0 spans 4 slices (tenant A); B's 2g.20gb at 4 (2 slices) is scrubbing

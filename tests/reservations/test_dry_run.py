@@ -136,7 +136,7 @@ def test_quota_left_goes_negative_in_the_dry_run_when_the_pool_would_exceed_it(
     assert body["quota"]["gpus"]["left_after"] == 6 - 8
 
 
-def test_dry_run_cost_of_a_shared_mig_pool_is_billed_by_the_slices_fraction(outsider, world):
+def test_dry_run_cost_of_a_shared_mig_pool_is_billed_by_the_instances_fraction(outsider, world):
     """Found by a new-user trial: a shared 1g.10gb pool was quoted a whole GPU per instance.
     By hand: 2 nodes x 3 instances of 1g.10gb (1 of 7 compute slices of an H100: 0.142857)
     = 0.857142 GPU-hours per hour x 2.50 USD = 2.142855 -> 2.14 USD per hour."""

@@ -50,10 +50,10 @@ class GpuInventory(TypedDict):
     #: static facts (serial, architecture, compute_capability, vbios_version, power limits in
     #: mW, max clocks in MHz, nvlink_links_active)
     attributes: NotRequired[dict[str, Any]]
-    #: shared (hypervisor) hosts: completed memory clears of released MIG slices,
+    #: shared (hypervisor) hosts: completed memory clears of released GPU instances' slices,
     #: ``[{"scrub_id", "start", "size", "status": "ok" | "failed", "cleared_bytes",
     #: "finished_at", "method"}]`` — written by the host's slice-scrub tool (the simulated
-    #: source reads them from the simulated host); the control plane frees a slice only when
+    #: source reads them from the simulated host); the control plane frees an instance only when
     #: its scrub id is here and the instance is gone
     slice_scrubs: NotRequired[list[dict[str, Any]]]
     #: GPU fabric info (multi-node NVLink, :mod:`nvke_agent.fabric`): ``{"state", "status",

@@ -131,7 +131,7 @@ class NvmlSource:
         """Initialise NVML; raises :class:`SourceUnavailable` with NVML's message on failure.
 
         ``slice_scrub_dir``: on a shared (hypervisor) host, where the clear tool records the
-        memory clears of released MIG slices (:mod:`nvke_agent.slice_scrubs`)."""
+        memory clears of released GPU instances (:mod:`nvke_agent.slice_scrubs`)."""
         self._slice_scrub_dir = slice_scrub_dir
         if nvml is None:
             import pynvml

@@ -8,14 +8,14 @@ module. NVKE owns each shared GPU's MIG layout across tenants: one :class:`GpuIn
 GPU instance, created for a tenant's node at a free valid placement and destroyed when the node
 releases it.
 
-Placement (:func:`claim_slices`), per node (all instances of one VM node on one host):
+Placement (:func:`claim_gpu_instances`), per node (all instances of one VM node on one host):
 
 1. **Eligible**: shared hosts of the pool's GPU model in its region (or zone), schedulable
    (``AVAILABLE``/``ALLOCATED``); GPUs healthy and listed by the agent. A GPU may also be held
    whole by nobody (a shared host's GPUs are never claimed whole).
 2. **Valid placements**: each instance goes at the lowest free valid start of the catalog's
    ``-lgipp`` placement table given the instances already on the GPU, every MIG rule checked
-   (:func:`catalog.mig.place_layout` with ``existing``); slices being scrubbed count as taken.
+   (:func:`catalog.mig.place_layout` with ``existing``); instances being scrubbed count as taken.
 3. **Best fit, fewest opened**: instances are placed largest first, each on the GPU that
    already holds instances (an opened GPU before an empty one) with the fewest compute slices
    left after it; a host is chosen by: already holds instances (opened) first, then the
@@ -28,10 +28,10 @@ sees the first's instances. The exclusion constraint ``gpuinstance_no_overlap`` 
 non-FREE rows of a GPU with overlapping memory slices) is the last line of defence. Waiting on
 the lock (not SKIP LOCKED) is deliberate: shared hosts are few and a claim is short.
 
-Release (:func:`release_slices`) turns the node's instances SCRUBBING, each with a new
+Release (:func:`release_gpu_instances`) turns the node's instances SCRUBBING, each with a new
 ``scrub_id``; the provider destroys the GPU instance on the host and clears its memory, naming
 that scrub id. :func:`confirm_scrubs` (called by ingestion for every report with an inventory)
-reads the agent's facts (:func:`fleet.observed.host_facts`) and makes a slice FREE only when
+reads the agent's facts (:func:`fleet.agent_facts.host_facts`) and makes an instance FREE only when
 the report shows no GPU instance left on its slices *and* a completed scrub with its scrub id.
 """
 
@@ -52,12 +52,18 @@ from catalog.models import GpuModel
 from nvke.errors import Conflict, InvalidInput
 
 from . import host_warnings
-from .choices import SCHEDULABLE_HOST_STATES, GpuHealth, HostEventKind, HostTenancy, SliceState
+from .choices import (
+    SCHEDULABLE_HOST_STATES,
+    GpuHealth,
+    GpuInstanceState,
+    HostEventKind,
+    HostTenancy,
+)
 from .models import Gpu, GpuInstance, Host, HostEvent
 
 
 @dataclass(frozen=True)
-class SliceRequest:
+class GpuInstanceRequest:
     """A VM node of a ``tenancy: shared`` pool: ``instances`` (canonical MIG profile names,
     e.g. ``("1g.10gb", "1g.10gb")``) of ``gpu_model`` GPUs in ``region`` (or ``zone``)."""
 
@@ -81,7 +87,7 @@ class PlacedInstance:
 
 
 @dataclass(frozen=True)
-class SlicePlacement:
+class GpuInstancePlacement:
     """Where a node's instances landed (one host). ``gpu_uuids``: the GPUs touched, by index."""
 
     holder_id: uuid.UUID
@@ -101,7 +107,7 @@ class SlicePlacement:
 class SharedCapacityShort(Exception):
     """No shared host can take a node's instances (nothing of the batch was claimed)."""
 
-    def __init__(self, request: SliceRequest, placed: int, total: int) -> None:
+    def __init__(self, request: GpuInstanceRequest, placed: int, total: int) -> None:
         self.request = request
         where = f"zone {request.zone!r}" if request.zone else f"region {request.region!r}"
         super().__init__(
@@ -223,8 +229,8 @@ def plan_on_host(
     return placed, (not host.opened, newly_opened, left, host.hostname)
 
 
-def plan_slices(
-    hosts: Sequence[SharedHost], request: SliceRequest, table: MigTable
+def plan_gpu_instances(
+    hosts: Sequence[SharedHost], request: GpuInstanceRequest, table: MigTable
 ) -> tuple[SharedHost, list[PlacedInstance]] | None:
     """The best-fit host for ``request`` and its instances (see the module docstring)."""
     best: tuple | None = None
@@ -246,7 +252,7 @@ def _table(gpu_model: str) -> MigTable:
     return MigTable.from_gpu_model(GpuModel.objects.get(slug=gpu_model))
 
 
-def _load_hosts(request: SliceRequest) -> list[SharedHost]:
+def _load_hosts(request: GpuInstanceRequest) -> list[SharedHost]:
     """Lock (pk order) and read the shared hosts that could take ``request``."""
     hosts = list(
         Host.objects.select_for_update(no_key=True)
@@ -261,7 +267,7 @@ def _load_hosts(request: SliceRequest) -> list[SharedHost]:
     )
     ids = [h["id"] for h in hosts]
     taken: dict[int, list[MigPlacement]] = {}
-    for row in GpuInstance.objects.filter(host_id__in=ids).exclude(state=SliceState.FREE):
+    for row in GpuInstance.objects.filter(host_id__in=ids).exclude(state=GpuInstanceState.FREE):
         taken.setdefault(row.gpu_id, []).append(MigPlacement(row.profile, row.start, row.size))
     gpus: dict[uuid.UUID, list[SharedGpu]] = {}
     for g in Gpu.objects.filter(host_id__in=ids).order_by("host_id", "index"):
@@ -272,17 +278,17 @@ def _load_hosts(request: SliceRequest) -> list[SharedHost]:
     return [SharedHost(h["id"], h["hostname"], h["zone"], gpus.get(h["id"], [])) for h in hosts]
 
 
-def existing_slices(holder_id: uuid.UUID) -> SlicePlacement | None:
+def existing_gpu_instances(holder_id: uuid.UUID) -> GpuInstancePlacement | None:
     """The node's ACTIVE instances as a placement, or None when it holds none."""
     rows = list(
-        GpuInstance.objects.filter(holder_id=holder_id, state=SliceState.ACTIVE)
+        GpuInstance.objects.filter(holder_id=holder_id, state=GpuInstanceState.ACTIVE)
         .select_related("host", "gpu")
         .order_by("gpu__index", "start")
     )
     if not rows:
         return None
     host = rows[0].host
-    return SlicePlacement(
+    return GpuInstancePlacement(
         holder_id,
         host.id,
         host.hostname,
@@ -291,20 +297,20 @@ def existing_slices(holder_id: uuid.UUID) -> SlicePlacement | None:
     )
 
 
-def claim_slices(requests: Sequence[SliceRequest]) -> list[SlicePlacement]:
+def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInstancePlacement]:
     """Create the GPU instances of every request or raise :class:`SharedCapacityShort`.
 
     Must run inside ``transaction.atomic()`` (the caller's rollback undoes a partial batch).
     Idempotent: a request whose node already holds instances gets them back unchanged.
     """
     if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("claim_slices must run inside transaction.atomic()")
-    out: list[SlicePlacement] = []
+        raise RuntimeError("claim_gpu_instances must run inside transaction.atomic()")
+    out: list[GpuInstancePlacement] = []
     tables: dict[str, MigTable] = {}
     views: dict[tuple, list[SharedHost]] = {}
     now = timezone.now()
     for number, request in enumerate(requests):
-        held = existing_slices(request.holder_id)
+        held = existing_gpu_instances(request.holder_id)
         if held is not None:
             out.append(held)
             continue
@@ -312,7 +318,7 @@ def claim_slices(requests: Sequence[SliceRequest]) -> list[SlicePlacement]:
         key = (request.gpu_model, request.zone or request.region)
         if key not in views:
             views[key] = _load_hosts(request)
-        found = plan_slices(views[key], request, table)
+        found = plan_gpu_instances(views[key], request, table)
         if found is None:
             raise SharedCapacityShort(request, placed=number, total=len(requests))
         host, placed = found
@@ -344,18 +350,22 @@ def claim_slices(requests: Sequence[SliceRequest]) -> list[SlicePlacement]:
             state="ALLOCATED", state_changed_at=now
         )
         out.append(
-            SlicePlacement(request.holder_id, host.id, host.hostname, host.zone, tuple(placed))
+            GpuInstancePlacement(
+                request.holder_id, host.id, host.hostname, host.zone, tuple(placed)
+            )
         )
     return out
 
 
-def release_slices(holder_id: uuid.UUID, *, now: datetime | None = None) -> list[GpuInstance]:
+def release_gpu_instances(
+    holder_id: uuid.UUID, *, now: datetime | None = None
+) -> list[GpuInstance]:
     """The node gives its instances back: each becomes SCRUBBING with a new ``scrub_id``
     (returned, for the provider to destroy and clear). Idempotent: a second call returns []."""
     now = now or timezone.now()
     with transaction.atomic():
         host_ids = list(
-            GpuInstance.objects.filter(holder_id=holder_id, state=SliceState.ACTIVE)
+            GpuInstance.objects.filter(holder_id=holder_id, state=GpuInstanceState.ACTIVE)
             .values_list("host_id", flat=True)
             .distinct()
         )
@@ -369,12 +379,12 @@ def release_slices(holder_id: uuid.UUID, *, now: datetime | None = None) -> list
         )
         rows = list(
             GpuInstance.objects.select_for_update()
-            .filter(holder_id=holder_id, state=SliceState.ACTIVE)
+            .filter(holder_id=holder_id, state=GpuInstanceState.ACTIVE)
             .select_related("gpu")
             .order_by("gpu__index", "start")
         )
         for row in rows:
-            row.state = SliceState.SCRUBBING
+            row.state = GpuInstanceState.SCRUBBING
             row.previous_tenant_id = row.tenant_id
             row.tenant_id = None
             row.holder_id = None
@@ -405,20 +415,20 @@ def release_slices(holder_id: uuid.UUID, *, now: datetime | None = None) -> list
 
 
 def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
-    """After an agent report of ``host``: SCRUBBING slices the report shows destroyed and
+    """After an agent report of ``host``: SCRUBBING instances the report shows destroyed and
     cleared (a ``slice_scrubs`` entry with their ``scrub_id``, status ``ok``, same start and
-    size) become FREE; ACTIVE ones learn their NVML GPU-instance id. Returns slices freed.
+    size) become FREE; ACTIVE ones learn their NVML GPU-instance id. Returns instances freed.
 
-    Reads the agent's facts through :func:`fleet.observed.host_facts` (one truth: what the
+    Reads the agent's facts through :func:`fleet.agent_facts.host_facts` (one truth: what the
     last report said), never what the provider says it did.
     """
+    from .agent_facts import host_facts
     from .conf import scrub_timeout_s
     from .host_warnings import set_host_warning
-    from .observed import host_facts
 
     rows = list(
         GpuInstance.objects.filter(host=host)
-        .exclude(state=SliceState.FREE)
+        .exclude(state=GpuInstanceState.FREE)
         .filter(~_known_active())
         .select_related("gpu")
     )
@@ -436,10 +446,10 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
             continue
         slices = set(range(row.start, row.start + row.size))
         on_slices = [d for d in gpu.devices if set(range(d[1], d[1] + d[2])) & slices]
-        if row.state == SliceState.ACTIVE:
+        if row.state == GpuInstanceState.ACTIVE:
             match = [d for d in gpu.devices if d[:3] == (row.profile, row.start, row.size)]
             if match and match[0][3] is not None:
-                GpuInstance.objects.filter(pk=row.pk, state=SliceState.ACTIVE).update(
+                GpuInstance.objects.filter(pk=row.pk, state=GpuInstanceState.ACTIVE).update(
                     gpu_instance_id=match[0][3]
                 )
             continue
@@ -456,12 +466,12 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
         )
         if on_slices or evidence is None:
             # the instance is still there, or no confirmed clear yet: keep waiting (and say so
-            # once NVKE_SCRUB_TIMEOUT_S has passed: the slice is out of service until then)
+            # once NVKE_SCRUB_TIMEOUT_S has passed: its slices are out of service until then)
             if row.released_at and (now - row.released_at).total_seconds() >= scrub_timeout_s():
                 late.append(f"{row.profile}@{row.start} of GPU {row.gpu.index}")
             continue
-        updated = GpuInstance.objects.filter(pk=row.pk, state=SliceState.SCRUBBING).update(
-            state=SliceState.FREE, freed_at=now, scrub_evidence=evidence
+        updated = GpuInstance.objects.filter(pk=row.pk, state=GpuInstanceState.SCRUBBING).update(
+            state=GpuInstanceState.FREE, freed_at=now, scrub_evidence=evidence
         )
         if updated:
             freed += 1
@@ -485,20 +495,20 @@ def confirm_scrubs(host: Host, *, now: datetime | None = None) -> int:
     return freed
 
 
-#: prefix of the host warning about released slices whose scrub is overdue
+#: prefix of the host warning about released GPU instances whose scrub is overdue
 SCRUB_WARNING = host_warnings.SLICE_SCRUB
 
 
 def _known_active():
     from django.db.models import Q
 
-    return Q(state=SliceState.ACTIVE, gpu_instance_id__isnull=False)
+    return Q(state=GpuInstanceState.ACTIVE, gpu_instance_id__isnull=False)
 
 
 def instances_of(holder_id: Any) -> list[GpuInstance]:
     """The node's ACTIVE instances (GPU loaded), by GPU index and start."""
     return list(
-        GpuInstance.objects.filter(holder_id=holder_id, state=SliceState.ACTIVE)
+        GpuInstance.objects.filter(holder_id=holder_id, state=GpuInstanceState.ACTIVE)
         .select_related("gpu")
         .order_by("gpu__index", "start")
     )
@@ -537,7 +547,9 @@ def set_host_tenancy(host: Host, *, tenancy: str, actor: str) -> Host:
                     extra={"held_gpus": held},
                 )
         else:
-            live = GpuInstance.objects.filter(host=locked).exclude(state=SliceState.FREE).count()
+            live = (
+                GpuInstance.objects.filter(host=locked).exclude(state=GpuInstanceState.FREE).count()
+            )
             if live:
                 raise Conflict(
                     f"host {locked.hostname} has {live} GPU instance(s) held or being scrubbed; "
@@ -572,7 +584,7 @@ def slice_map(host: Host) -> list[dict[str, Any]]:
     memory_slices = model.mig_memory_slices or 8
     rows = (
         GpuInstance.objects.filter(host=host)
-        .exclude(state=SliceState.FREE)
+        .exclude(state=GpuInstanceState.FREE)
         .select_related("tenant", "previous_tenant")
         .order_by("start")
     )

@@ -1,4 +1,4 @@
-"""Shared-host placement (fleet/shared_placement.py): best fit that opens the fewest GPUs and
+"""Shared-host placement (fleet/shared_hosts.py): best fit that opens the fewest GPUs and
 hosts, the operator's tenancy switch, concurrent claims that never overlap, and the exclusion
 constraint as the last line of defence. Hosts are SIMULATED rows (``make_host``).
 
@@ -14,15 +14,15 @@ import uuid
 import pytest
 from django.db import IntegrityError, transaction
 
-from fleet import shared_placement
-from fleet.shared_placement import SliceRequest
+from fleet import shared_hosts
+from fleet.shared_hosts import GpuInstanceRequest
 from tests.helpers import run_at_once
 
 MODEL = "h100-sxm5-80gb"
 
 
-def req(tenant, n: int, *profiles: str) -> SliceRequest:
-    return SliceRequest(uuid.UUID(int=n + 1), tenant.id, MODEL, "us-east-1", tuple(profiles))
+def req(tenant, n: int, *profiles: str) -> GpuInstanceRequest:
+    return GpuInstanceRequest(uuid.UUID(int=n + 1), tenant.id, MODEL, "us-east-1", tuple(profiles))
 
 
 def make_shared(make_host, hostname: str, gpus: int = 2):
@@ -39,11 +39,13 @@ def where(placement) -> list[tuple[str, int, str, int]]:
 
 
 @pytest.mark.django_db
-def test_slices_fill_the_opened_gpu_and_host_before_opening_new_ones(make_host, tenant_a, tenant_b):
+def test_instances_fill_the_opened_gpu_and_host_before_opening_new_ones(
+    make_host, tenant_a, tenant_b
+):
     make_shared(make_host, "hv-a")
     make_shared(make_host, "hv-b")
     with transaction.atomic():
-        first, second, third, fourth = shared_placement.claim_slices(
+        first, second, third, fourth = shared_hosts.claim_gpu_instances(
             [
                 req(tenant_a, 0, "3g.40gb"),  # empty fleet: hostname order, GPU 0, start 0
                 req(tenant_b, 1, "2g.20gb"),  # beside it on GPU 0 (opened): start 4
@@ -65,12 +67,12 @@ def test_a_node_never_spans_hosts_and_a_full_fleet_refuses(make_host, tenant_a):
     make_shared(make_host, "hv-a", gpus=1)
     make_shared(make_host, "hv-b", gpus=1)
     with transaction.atomic():
-        (placed,) = shared_placement.claim_slices([req(tenant_a, 0, *["1g.10gb"] * 7)])
+        (placed,) = shared_hosts.claim_gpu_instances([req(tenant_a, 0, *["1g.10gb"] * 7)])
     assert {p.gpu_index for p in placed.instances} == {0}
     assert [p.start for p in placed.instances] == [0, 1, 2, 3, 4, 5, 6]
-    with pytest.raises(shared_placement.SharedCapacityShort), transaction.atomic():
+    with pytest.raises(shared_hosts.SharedCapacityShort), transaction.atomic():
         # 4 + 4 compute slices do not fit one H100 (7), and a node stays on one host
-        shared_placement.claim_slices([req(tenant_a, 1, "4g.40gb", "4g.40gb")])
+        shared_hosts.claim_gpu_instances([req(tenant_a, 1, "4g.40gb", "4g.40gb")])
 
 
 @pytest.mark.django_db
@@ -79,8 +81,8 @@ def test_claims_are_idempotent_per_node(make_host, tenant_a):
 
     make_shared(make_host, "hv-a")
     with transaction.atomic():
-        (one,) = shared_placement.claim_slices([req(tenant_a, 0, "1g.10gb")])
-        (again,) = shared_placement.claim_slices([req(tenant_a, 0, "1g.10gb")])
+        (one,) = shared_hosts.claim_gpu_instances([req(tenant_a, 0, "1g.10gb")])
+        (again,) = shared_hosts.claim_gpu_instances([req(tenant_a, 0, "1g.10gb")])
     assert one == again
     assert GpuInstance.objects.count() == 1
 
@@ -140,7 +142,7 @@ def test_an_empty_host_is_made_shared_and_back_and_the_slice_map_names_tenants(
     assert operator.post(url, {"tenancy": "shared"}, format="json").status_code == 200  # again
     assert HostEvent.objects.filter(host=host, message="tenancy dedicated -> shared").count() == 1
     with transaction.atomic():
-        shared_placement.claim_slices([req(tenant_a, 0, "3g.40gb"), req(tenant_b, 1, "1g.10gb")])
+        shared_hosts.claim_gpu_instances([req(tenant_a, 0, "3g.40gb"), req(tenant_b, 1, "1g.10gb")])
     (gpu,) = operator.get(f"/api/v1/fleet/hosts/{host.id}/slices").json()
     assert [
         (i["tenant"], i["profile"], i["start"], i["size"], i["state"]) for i in gpu["instances"]
@@ -181,7 +183,7 @@ def test_concurrent_claims_on_one_gpu_never_take_overlapping_slices(make_host, t
         wait()
         with transaction.atomic():
             tenant = tenant_a if n % 2 else tenant_b
-            (placed,) = shared_placement.claim_slices([req(tenant, n, "1g.10gb")])
+            (placed,) = shared_hosts.claim_gpu_instances([req(tenant, n, "1g.10gb")])
             threading.Event().wait(0.05)
         return placed
 
@@ -189,7 +191,7 @@ def test_concurrent_claims_on_one_gpu_never_take_overlapping_slices(make_host, t
     placed = [o for o in outcomes if not isinstance(o, Exception)]
     refused = [o for o in outcomes if isinstance(o, Exception)]
     assert (len(placed), len(refused)) == (7, 1)
-    assert isinstance(refused[0], shared_placement.SharedCapacityShort), refused
+    assert isinstance(refused[0], shared_hosts.SharedCapacityShort), refused
     assert sorted(p.instances[0].start for p in placed) == [0, 1, 2, 3, 4, 5, 6]
     assert sorted(GpuInstance.objects.values_list("start", flat=True)) == [0, 1, 2, 3, 4, 5, 6]
 

@@ -1,7 +1,7 @@
 """VM nodes of ``tenancy: shared`` pools on shared hosts: what the node-side code needs.
 
 A shared pool's node holds GPU instances of a shared host's GPUs (fleet.GpuInstance rows,
-placed by :mod:`fleet.shared_placement`), not whole GPUs; ``Node.gpu_uuids`` lists the GPUs
+placed by :mod:`fleet.shared_hosts`), not whole GPUs; ``Node.gpu_uuids`` lists the GPUs
 they are on. The observed-state gate checks that the host's agent reports each of the node's
 own instances (others' may be there too), the node's ``gpu_layout`` shows only its own
 instances (never another tenant's), and its ledger rows are one per instance, billed by the
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fleet.shared_placement import instances_of
+from fleet.shared_hosts import instances_of
 
 from .models import Node
 
 
-def node_slices(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
+def node_gpu_instances(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
     """``{gpu_uuid: sorted (profile, start, size)}`` of the node's instances; None when the
     node holds no GPU instance (a whole-GPU node)."""
     rows = instances_of(node.id)

@@ -3,7 +3,7 @@ repaired GPU back in service only when its host's agent says so (DESIGN §3).
 
 One verification path for every provider: the reconciler compares what the node must run
 (:func:`expectation`, from the pool's rendered GPU config and versions) with the host's
-latest agent facts (:func:`fleet.observed.host_facts`), never with what a provider answers:
+latest agent facts (:func:`fleet.agent_facts.host_facts`), never with what a provider answers:
 
 * the GPUs are the ones placed: each of ``node.gpu_uuids`` exists, is on the node's host and
   is listed by its agent;
@@ -31,11 +31,11 @@ from typing import Any
 from django.conf import settings
 
 from catalog.services import parse_driver_version
+from fleet.agent_facts import HostFacts, host_facts
 from fleet.host_warnings import OBSERVED_STATE, set_host_warning
-from fleet.observed import HostFacts, host_facts
 
 from .models import Node, NodePool
-from .shared import node_slices
+from .shared_host_nodes import node_gpu_instances
 
 OK = "ok"
 WAITING = "waiting"
@@ -66,7 +66,8 @@ def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = Fals
         entries = ((config.get("mig_parted_config") or {}).get("mig-configs") or {}).get(label)
         enabled = any(entry.get("mig-enabled") for entry in entries or [])
     # a shared pool's layout is per node, placed by the fleet: those instances are checked
-    # through the node's own slices (:func:`nodepools.shared.node_slices`), not from here
+    # through the node's own GPU instances (nodepools.shared_host_nodes.node_gpu_instances),
+    # not from here
     instances = tuple(
         sorted(
             (d["profile"], int(d["start"]), int(d["size"])) for d in config.get("mig_layout") or []
@@ -115,7 +116,7 @@ def differences(
     if facts.source_error:
         return [f"NVML does not initialise on {host} (agent: {facts.source_error})"]
     out = []
-    slices = node_slices(node)  # a VM node of a shared host: its own GPU instances
+    own = node_gpu_instances(node)  # a VM node of a shared host: its own GPU instances
     if not driver_matches(expected.driver, facts.driver_version):
         out.append(f"driver expected {expected.driver}, reported {facts.driver_version or 'none'}")
     for gpu_uuid in node.gpu_uuids:
@@ -129,8 +130,8 @@ def differences(
         if gpu.missing:
             out.append(f"{gpu_uuid} is not in {host}'s agent inventory")
             continue
-        if slices is not None:
-            want_own = slices.get(gpu_uuid, ())
+        if own is not None:
+            want_own = own.get(gpu_uuid, ())
             reported = set(gpu.instances)
             if gpu.mig_mode != "enabled":
                 out.append(f"{gpu_uuid}: MIG mode expected enabled, reported {gpu.mig_mode}")
