@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shutil
 import signal
 import ssl
@@ -53,7 +54,7 @@ from ..models import HostedControlPlane
 from . import binaries, status
 from .etcd import Etcd
 from .pki import ControlPlanePki
-from .processes import COMPONENTS, KWOK, ControlPlaneFiles, argv, kwok_argv
+from .processes import COMPONENTS, KWOK, ControlPlaneFiles, argv, environment, kwok_argv
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,8 @@ class Child:
     name: str
     argv: list[str]
     log_path: Path
+    #: variables set on top of the manager's environment
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
     restarts: int = 0
@@ -109,6 +112,7 @@ class Child:
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
             preexec_fn=_preexec,
         )
         log_file.close()
@@ -331,6 +335,7 @@ class ControlPlaneManager:
                         etcd=self.etcd.endpoint(cluster_id),
                     ),
                     plane.files.path(f"{name}.log"),
+                    env=environment(name),
                 )
                 child.on_exit = lambda c, rc, p=plane: self._exited(p, c, rc)
                 plane.children[name] = child

@@ -9,7 +9,8 @@ NVKE renders, per control plane, what Kamaji renders for a TenantControlPlane:
 - ``Deployment <name>``: kube-apiserver, kube-controller-manager and kube-scheduler as three
   containers of one pod (the official images at the cluster's version), with the command lines
   of :func:`clusters.hosted.processes.argv`, the Secret mounted read-only, a ``/readyz``
-  readiness probe and ``/livez`` liveness probe;
+  readiness probe and ``/livez`` liveness probe, the environment of
+  :func:`clusters.hosted.processes.environment` (kube-apiserver's GOGC);
 - ``Service <name>``: ``LoadBalancer`` on 6443 (one address per cluster; with an SNI proxy in
   front, ``ClusterIP`` and a host name per cluster instead).
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .pki import ControlPlanePki
-from .processes import COMPONENTS, ControlPlaneFiles, EtcdEndpoint, argv
+from .processes import COMPONENTS, ControlPlaneFiles, EtcdEndpoint, argv, environment
 
 MOUNT = Path("/etc/nvke/control-plane")
 PORT = 6443
@@ -90,6 +91,8 @@ def render(
             "volumeMounts": [{"name": "pki", "mountPath": str(MOUNT), "readOnly": True}],
             "resources": {"requests": _REQUESTS[component]},
         }
+        if env := environment(component):
+            container["env"] = [{"name": k, "value": v} for k, v in env.items()]
         if component == "kube-apiserver":
             container["ports"] = [{"name": "https", "containerPort": PORT}]
             container["readinessProbe"] = _probe("/readyz")

@@ -50,6 +50,12 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _environ(pid: int) -> dict[str, str]:
+    """A process's environment as the kernel holds it (``/proc/<pid>/environ``)."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
 def _etcd(manager):
     from clusters.hosted.etcd import Etcd
 
@@ -225,6 +231,8 @@ def _render_into(api, cluster) -> None:
     assert set(containers) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
     assert containers["kube-apiserver"].image == "registry.k8s.io/kube-apiserver:v1.36.3"
     assert f"--etcd-prefix=/nvke/{cluster.id}" in containers["kube-apiserver"].command
+    assert [(e.name, e.value) for e in containers["kube-apiserver"].env] == [("GOGC", "25")]
+    assert containers["kube-scheduler"].env is None
     service = k8s.CoreV1Api(api).read_namespaced_service(name, "nvke-control-planes")
     assert service.spec.type == "LoadBalancer" and service.spec.ports[0].port == 6443
     secret = k8s.CoreV1Api(api).read_namespaced_secret(f"{name}-pki", "nvke-control-planes")
@@ -237,7 +245,12 @@ def test_a_killed_apiserver_is_seen_at_once_and_comes_back(manager, region, owne
     cluster = create_cluster(owner, "phoenix")
     api = api_client(kubeconfig_of(owner, cluster))
     _configmap(api, "survivor", {"k": "v"})
-    pid = HostedControlPlane.objects.get(pk=cluster.id).pids["kube-apiserver"]
+    pids = HostedControlPlane.objects.get(pk=cluster.id).pids
+    pid = pids["kube-apiserver"]
+    # the apiserver runs with the GOGC NVKE sets (NVKE_HOSTED_APISERVER_GOGC, default 25); the
+    # others with Go's default (the manager's environment has no GOGC)
+    assert _environ(pid).get("GOGC") == "25"
+    assert "GOGC" not in _environ(pids["kube-controller-manager"])
 
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -266,6 +279,7 @@ def test_a_killed_apiserver_is_seen_at_once_and_comes_back(manager, region, owne
     )
     row = HostedControlPlane.objects.get(pk=cluster.id)
     assert row.pids["kube-apiserver"] != pid and row.restarts >= 1
+    assert _environ(row.pids["kube-apiserver"]).get("GOGC") == "25"  # the restart keeps it
     assert _configmap_data(api, "survivor") == {"k": "v"}  # same data, same credential
 
 
