@@ -122,6 +122,28 @@ class EmbeddedPostgres:
         # Backends normally exit with the postmaster; make sure none is left.
         if wait_gone(pids, 5.0):
             terminate_processes(pids, timeout=2.0)
+        remove_stale_socket(self.socket_dir, self.port, self.pid)
+
+
+def remove_stale_socket(socket_dir: Path, port: int, pid: int) -> list[Path]:
+    """Remove ``.s.PGSQL.<port>`` and its ``.lock`` once the postmaster ``pid`` is gone.
+
+    PostgreSQL unlinks both on a clean shutdown; a postmaster ended by the immediate-mode or
+    SIGKILL fallback (a loaded machine can outlast the fast-mode timeout) leaves them behind,
+    and a later reader would take the socket for a live server. Returns the paths removed;
+    nothing is touched while ``pid`` is still alive.
+    """
+    if pid_alive(pid):
+        return []
+    removed = []
+    for name in (f".s.PGSQL.{port}", f".s.PGSQL.{port}.lock"):
+        path = Path(socket_dir) / name
+        if path.exists() or path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    if removed:
+        log.info("removed PostgreSQL's stale socket files: %s", ", ".join(map(str, removed)))
+    return removed
 
 
 def _children(pid: int) -> list[int]:

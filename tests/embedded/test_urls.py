@@ -131,3 +131,27 @@ def test_child_env_points_static_root_into_the_data_dir(tmp_path: Path, monkeypa
     assert env["NVKE_DATA_DIR"] == str(tmp_path)
     assert env["PORT"] == "8123"
     assert env["DATABASE_URL"] == "postgres://x"
+
+
+def test_stale_socket_files_are_removed_only_once_the_postmaster_is_gone(tmp_path: Path) -> None:
+    """A postmaster ended by SIGKILL leaves .s.PGSQL.5432 (+ .lock); stop() removes them."""
+    import subprocess
+
+    from nvke.embedded.postgres import remove_stale_socket
+
+    sock = tmp_path / ".s.PGSQL.5432"
+    lock = tmp_path / ".s.PGSQL.5432.lock"
+    other = tmp_path / ".s.PGSQL.5433"
+    for path in (sock, lock, other):
+        path.write_text("")
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        assert remove_stale_socket(tmp_path, 5432, live.pid) == []
+        assert sock.exists() and lock.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+    assert remove_stale_socket(tmp_path, 5432, live.pid) == [sock, lock]
+    assert not sock.exists() and not lock.exists()
+    assert other.exists()  # another port's socket is not ours
