@@ -12,9 +12,13 @@ and what happens then:
 - ``fail``: the drain FAILS (``FAILED``), the caller fails its operation.
 
 ``force`` deletes the pods at once, ignoring PodDisruptionBudgets (never the default). Before any
-eviction the registered :data:`GATES` are asked (a hook point: the health issue's checkpoint
-wait plugs in here; a gate answering a reason keeps the drain ``WAITING`` and names it). Gates
-are asked even with ``force``: ``force`` overrides commitments and budgets, never a gate.
+eviction the registered :data:`GATES` are asked (a gate answering a reason keeps the drain
+``WAITING`` and names it). Gates are asked even with ``force``: ``force`` overrides commitments
+and budgets, never a gate. The first gate is the tenant's checkpoint
+(:func:`nodepools.checkpoints.checkpoint_gate`): before a *planned* disruption of a node of a
+pool with a disruption hook the sequence is cordon → request (CloudEvent
+``nodepool.disruption.requested``) → wait for the ack or the deadline → evict. ``immediate``
+drains (repair of a failing GPU, deletion) ask no gate: emergencies never wait.
 
 The primitive talks to the tenant cluster only through a :class:`NodeBackend`: cordon,
 then one look at the node's pods (ask each to leave; say which are still there and why).
@@ -47,6 +51,7 @@ from django.conf import settings
 
 from clusters.providers.base import Evictions, NodePoolSpec, Provider
 
+from .checkpoints import checkpoint_gate
 from .choices import NodePhase
 from .models import Node
 from .specs import node_spec
@@ -70,6 +75,9 @@ class DrainPolicy:
     on_timeout: OnTimeout = "pause"
     force: bool = False
     immediate: bool = False
+    #: the :data:`POLICIES` row it came from ("" for a policy made by hand): the gates read
+    #: it (the checkpoint gate asks the tenant before a planned caller's drain)
+    caller: str = ""
 
 
 #: every caller of :func:`drain` and its policy: (timeout in seconds, or the setting that
@@ -94,7 +102,7 @@ def policy_for(caller: str, *, force: bool = False, timeout_s: float | None = No
         if timeout is None:
             raise ValueError(f"the {caller} policy takes its timeout from the request")
         timeout_s = float(getattr(settings, timeout) if isinstance(timeout, str) else timeout)
-    return DrainPolicy(timeout_s, on_timeout, force=force, immediate=immediate)
+    return DrainPolicy(timeout_s, on_timeout, force=force, immediate=immediate, caller=caller)
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,9 @@ class DrainResult:
     blockers: list[str] = field(default_factory=list)
     #: pods deleted without the Eviction API by this look (``force`` or ``on_timeout="evict"``)
     deleted: list[str] = field(default_factory=list)
+    #: WAITING because a gate holds it (``blockers`` are the gates' reasons, e.g. "waiting for
+    #: checkpoint (deadline …)"), not because of pods
+    gated: bool = False
 
     @property
     def drained(self) -> bool:
@@ -142,9 +153,9 @@ def backend_for(provider: Provider, spec: NodePoolSpec) -> NodeBackend:
     return ProviderBackend(provider, spec)
 
 
-#: gates asked before a node's pods are evicted: ``gate(node) -> reason or None``; a reason
-#: keeps the drain WAITING (the health issue's checkpoint wait registers here)
-GATES: list[Callable[[Node], str | None]] = []
+#: gates asked before a node's pods are evicted (never by an ``immediate`` drain):
+#: ``gate(node, policy, now) -> reason or None``; a reason keeps the drain WAITING
+GATES: list[Callable[[Node, DrainPolicy, datetime], str | None]] = [checkpoint_gate]
 
 
 def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
@@ -174,9 +185,9 @@ def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) 
     reads the outcome and records it in its own terms.
     """
     cordon(node, backend, now)
-    held = [] if policy.immediate else [reason for gate in GATES if (reason := gate(node))]
+    held = [] if policy.immediate else [r for gate in GATES if (r := gate(node, policy, now))]
     if held:
-        return DrainResult(WAITING, held)
+        return DrainResult(WAITING, held, gated=True)
     if policy.force or policy.immediate:
         left = _evict(node, backend, force=True)
         if policy.immediate or not left.remaining:

@@ -206,6 +206,7 @@ def step_moves(
         return None
     released: list[Node] = []
     blocked: list[str] = []
+    held: list[str] = []  # what a drain gate holds (the tenant's checkpoint)
     waiting = False
     for node in moving:
         host = hosts.get(node.host_id) or {}
@@ -229,12 +230,14 @@ def step_moves(
             blocked.append(f"{node.name}: {', '.join(result.blockers)}")
         else:
             waiting = True
+            if result.gated:
+                held.extend(f"{node.name}: {reason}" for reason in result.blockers)
     if released:
         for node in released:
             node.move_state = MOVED
             node.save(update_fields=["move_state"])
         release_nodes(pool, released, now)
-    _report(pool, hosts, blocked, now)
+    _report(pool, hosts, blocked, now, held)
     if released:
         return 0.0
     if waiting:
@@ -265,8 +268,11 @@ def _active_op(pool: NodePool) -> Operation | None:
     ).first()
 
 
-def _report(pool: NodePool, hosts: dict, blocked: list[str], now: datetime) -> None:
-    """Operation progress and the pool's conditions, in nodes moved and pending."""
+def _report(
+    pool: NodePool, hosts: dict, blocked: list[str], now: datetime, held: list[str]
+) -> None:
+    """Operation progress and the pool's conditions, in nodes moved and pending (and what a
+    drain gate ``held``: ``"node: waiting for checkpoint (deadline …)"``)."""
     op = _active_op(pool)
     done, pending = _counts(pool, op)
     names = sorted({h["hostname"] for h in hosts.values()})
@@ -276,6 +282,7 @@ def _report(pool: NodePool, hosts: dict, blocked: list[str], now: datetime) -> N
     stage = (
         f"{what}: {done} of {done + len(pending)} node(s) moved, {len(pending) or 'none'} pending"
         + (f" ({detail})" if detail else "")
+        + "".join(f"; {h}" for h in held)
     )
     if op is not None:
         progress = {"done": done, "total": done + len(pending), "stage": stage[:300]}

@@ -67,6 +67,10 @@ class NodePool(models.Model):
     #: "from_gpu_config": {...}, "state": "rolling" | "rolling-back", "error": {...}}``;
     #: empty when none. Kept until every node runs the pool's ``gpu_config``.
     rollout = models.JSONField(default=dict, blank=True)
+    #: the tenant's disruption hook: ``{"checkpoint_deadline_s": n}`` (a planned disruption
+    #: of a node asks first and waits up to n seconds for the tenant's checkpoint,
+    #: :mod:`nodepools.checkpoints`); empty: no hook, planned disruptions do not wait
+    disruption_hook = models.JSONField(default=dict, blank=True)
     generation = models.PositiveIntegerField(default=1)
     observed_generation = models.PositiveIntegerField(default=0)
     phase = models.CharField(max_length=16, choices=Phase.choices, default=Phase.PROVISIONING)
@@ -178,6 +182,52 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class DisruptionRequest(models.Model):
+    """One ask before a planned disruption of nodes of a pool with a disruption hook
+    (:mod:`nodepools.checkpoints`): the tenant is told (CloudEvent
+    ``nodepool.disruption.requested``) and the drain waits until the request is acknowledged
+    (through the API, or a pod on the node annotated ``nvke.io/checkpointed: <id>``) or its
+    ``deadline`` passed; ``released_at`` is when the drain went on.
+
+    ``nodes``: the node names; ``reason``: the planned caller of
+    :data:`nodepools.disruption.POLICIES` (``upgrade``, ``scale-down`` …);
+    ``acknowledged_via``: ``api`` or ``annotation``, ``acknowledged_by`` who (the principal,
+    or the ``namespace/pod`` that carried the annotation)."""
+
+    tenant_path = "tenant"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="+")
+    nodepool = models.ForeignKey(
+        NodePool, on_delete=models.CASCADE, related_name="disruption_requests"
+    )
+    nodes = models.JSONField(default=list)
+    reason = models.CharField(max_length=32)
+    requested_at = models.DateTimeField()
+    deadline = models.DateTimeField()
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    acknowledged_via = models.CharField(
+        max_length=16, blank=True, choices=[("api", "api"), ("annotation", "annotation")]
+    )
+    acknowledged_by = models.CharField(max_length=200, blank=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        indexes = [models.Index(fields=["nodepool", "requested_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.reason} of {', '.join(self.nodes)}"
+
+    @property
+    def state(self) -> str:
+        """``waiting`` (asked, no answer yet), ``acknowledged``, or ``expired`` (the drain
+        went on at the deadline without an answer)."""
+        if self.acknowledged_at is not None:
+            return "acknowledged"
+        return "expired" if self.released_at is not None else "waiting"
 
 
 from .defrag_models import DefragRun  # noqa: E402,F401  (registered in this app)

@@ -19,3 +19,9 @@ node_repaired = Signal()
 # pool holding ``gpus`` whole GPUs would cost per hour. Billing answers ``{"currency",
 # "unit_price", "gpus", "hourly", "basis": "on-demand" | "reservation", ...}`` or None.
 price_nodepool = Signal()
+
+# ``disruption_requested(sender, request)``: a planned disruption of ``request.nodes`` asks the
+# tenant for a checkpoint (``request``: a :class:`nodepools.models.DisruptionRequest`). Sent
+# inside the transaction that writes the request (send_robust), so the webhook delivery row
+# commits with it (:mod:`nodepools.checkpoints`).
+disruption_requested = Signal()

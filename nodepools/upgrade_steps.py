@@ -98,9 +98,10 @@ def step_upgrade(
         node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
         busy.append(node)
     waits: list[float] = []
+    held: list[str] = []  # "node: waiting for checkpoint (deadline …)": what a gate holds
     for node in busy:
         try:
-            result = _step_node(pool, node, provider, spec, target, now)
+            result = _step_node(pool, node, provider, spec, target, now, held)
         except ProviderError as exc:
             return _pause(pool, node, f"the infrastructure provider failed: {exc}", [], now)
         if result is STOP:
@@ -109,12 +110,12 @@ def step_upgrade(
             waits.append(result)
     progress_operation(
         pool.id,
-        stage=f"upgrading {', '.join(sorted(n.name for n in busy))}",
+        stage="; ".join([f"upgrading {', '.join(sorted(n.name for n in busy))}", *held]),
         done=_done(pool),
         total=total,
         now=now,
     )
-    waiting = [n.observed_problem for n in busy if n.observed_problem]
+    waiting = [*held, *(n.observed_problem for n in busy if n.observed_problem)]
     message = "; ".join([f"{_done(pool)} of {total} nodes", *waiting])
     save_conditions(pool, now, ("Upgrading", True, "RollingUpgrade", message))
     return min(waits) if waits else 0.0
@@ -127,7 +128,10 @@ def _step_node(
     spec: NodePoolSpec,
     target: tuple[str, str],
     now: datetime,
+    held: list[str],
 ) -> float | None:
+    """One transition of ``node``'s upgrade; what a drain gate holds it for is added to
+    ``held`` (``"node: reason"``)."""
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
@@ -140,6 +144,8 @@ def _step_node(
         if result.outcome in (disruption.BLOCKED, disruption.FAILED):
             return _pause(pool, node, "drain blocked", result.blockers, now)
         if result.outcome == disruption.WAITING:
+            if result.gated:
+                held.extend(f"{node.name}: {reason}" for reason in result.blockers)
             return DRAIN_POLL_S
         observed_gates.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(

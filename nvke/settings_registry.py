@@ -594,6 +594,17 @@ SETTINGS: tuple[Setting, ...] = (
         unit="s",
     ),
     _s(
+        "NVKE_CHECKPOINT_DEADLINE_MAX_S",
+        "int",
+        3600,
+        "The longest checkpoint deadline a tenant may give a node pool's disruption hook: a "
+        "planned disruption (upgrade, isolation change, defragmentation move, host "
+        "maintenance, scale-down) of a node waits at most this long for the tenant's ack "
+        "(a hook without a deadline of its own waits 600 s, or this if it is less).",
+        POOLS,
+        unit="s",
+    ),
+    _s(
         "NVKE_DEFRAG_MOVE_MINUTES",
         "float",
         15.0,

@@ -10,6 +10,7 @@ class EventType(models.TextChoices):
     NODE_REPLACED = "node.replaced"
     HOST_MAINTENANCE = "host.maintenance"
     COMMITMENT_BROKEN = "commitment.broken"
+    NODEPOOL_DISRUPTION_REQUESTED = "nodepool.disruption.requested"
     INVOICE_FINALIZED = "invoice.finalized"
     QUOTA_80 = "quota.80"
     QUOTA_100 = "quota.100"

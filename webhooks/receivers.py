@@ -8,7 +8,7 @@ from django.dispatch import receiver
 from billing.signals import invoice_finalized
 from clusters.signals import operation_finished
 from fleet.signals import commitments_broken, host_drain_requested
-from nodepools.signals import node_repaired
+from nodepools.signals import disruption_requested, node_repaired
 from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import quota_threshold_reached
 
@@ -118,6 +118,38 @@ def on_node_repaired(sender, node, action, reason, **kwargs) -> None:
             "cluster_id": str(node.cluster_id),
             "action": action,
             "reason": reason,
+        },
+    )
+
+
+@receiver(disruption_requested)
+def on_disruption_requested(sender, request, **kwargs) -> None:
+    """``nodepool.disruption.requested``: a planned disruption of the tenant's nodes waits
+    for its checkpoint ack (through the API or the pod annotation, never this delivery's
+    answer) until ``deadline``."""
+    from nodepools.checkpoints import ANNOTATION
+    from nodepools.models import NodePool
+
+    pool = NodePool.objects.only("id", "name", "cluster_id").get(pk=request.nodepool_id)
+    base = f"/api/v1/clusters/{pool.cluster_id}/nodepools/{pool.id}"
+    services.emit(
+        tenant_id=request.tenant_id,
+        event_type=EventType.NODEPOOL_DISRUPTION_REQUESTED,
+        source=base,
+        subject=str(request.id),
+        data={
+            "id": str(request.id),
+            "cluster_id": str(pool.cluster_id),
+            "nodepool_id": str(pool.id),
+            "nodepool": pool.name,
+            "nodes": list(request.nodes),
+            "reason": request.reason,
+            "requested_at": request.requested_at.isoformat(),
+            "deadline": request.deadline.isoformat(),
+            "ack": {
+                "url": f"{base}/disruption-requests/{request.id}/ack",
+                "annotation": {ANNOTATION: str(request.id)},
+            },
         },
     )
 

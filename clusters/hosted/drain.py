@@ -74,6 +74,31 @@ def _refusal(exc, namespace: str) -> str:
     return f"eviction refused ({exc.status}): {body.get('message') or exc.reason}"
 
 
+def _pods_on(api, node_name: str) -> list[dict[str, Any]]:
+    """The pods bound to ``node_name`` (``spec.nodeName``), as JSON, by namespace and name."""
+    from kubernetes import client
+
+    resp = client.CoreV1Api(api).list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node_name}", _preload_content=False
+    )
+    return sorted(
+        json.loads(resp.data)["items"],
+        key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"]),
+    )
+
+
+def pod_annotations(api, node_name: str, key: str) -> dict[str, str]:
+    """``{"namespace/name": value}`` of annotation ``key`` on each pod bound to the Node that
+    carries it (a workload's checkpoint ack, ``nvke.io/checkpointed``); one list call."""
+    out = {}
+    for pod in _pods_on(api, node_name):
+        meta = pod["metadata"]
+        value = (meta.get("annotations") or {}).get(key)
+        if value is not None:
+            out[f"{meta.get('namespace', 'default')}/{meta['name']}"] = value
+    return out
+
+
 def evict_pods(api, node_name: str, *, force: bool, dry_run: bool = False) -> Evictions:
     """Ask every pod on ``node_name`` to leave (see module doc); one look, no waiting.
     ``dry_run``: the evictions are asked with ``dryRun=All`` (kube-apiserver checks the
@@ -84,13 +109,7 @@ def evict_pods(api, node_name: str, *, force: bool, dry_run: bool = False) -> Ev
     from kubernetes.client.rest import ApiException
 
     core = client.CoreV1Api(api)
-    resp = core.list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node_name}", _preload_content=False
-    )
-    pods = sorted(
-        json.loads(resp.data)["items"],
-        key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"]),
-    )
+    pods = _pods_on(api, node_name)
     out = Evictions()
     for pod in pods:
         meta = pod["metadata"]

@@ -286,6 +286,13 @@ class Provider(abc.ABC):
             self.drain_node(pool, node)
         return Evictions(remaining=list(blocked))
 
+    def pod_annotations(self, pool: NodePoolSpec, node: NodeSpec, key: str) -> dict[str, str]:
+        """The value of annotation ``key`` on each pod bound to the node that carries it:
+        ``{"namespace/name": value}`` (the checkpoint ack ``nvke.io/checkpointed``,
+        :mod:`nodepools.checkpoints`). Default: ``{}`` (a provider that cannot read the
+        tenant's pods: acks come through the API only)."""
+        return {}
+
     def drain_node(self, pool: NodePoolSpec, node: NodeSpec) -> bool:
         """Cordon the node and evict its GPU pods; True once drained. Idempotent."""
         raise ProviderError(

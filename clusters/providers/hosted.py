@@ -203,6 +203,12 @@ class HostedProvider(SimulatedProvider):
 
         return self._on_api(pool.cluster, lambda api: drain.evict_pods(api, node.name, force=force))
 
+    def pod_annotations(self, pool: NodePoolSpec, node: NodeSpec, key: str) -> dict[str, str]:
+        """Annotation ``key`` of the pods bound to the node, read from the tenant's API."""
+        from ..hosted import drain
+
+        return self._on_api(pool.cluster, lambda api: drain.pod_annotations(api, node.name, key))
+
     def drain_blockers(self, pool: NodePoolSpec, node: NodeSpec) -> list[str]:
         """The pods kube-apiserver would refuse to evict now (a dry-run eviction of each)."""
         from ..hosted import drain

@@ -142,6 +142,11 @@ class SimulatedProvider(Provider):
         """SIMULATED workloads: pods registered with :func:`simulate_drain_blockers`."""
         return list(cache.get(_blockers_key(node.id)) or [])
 
+    def pod_annotations(self, pool: NodePoolSpec, node: NodeSpec, key: str) -> dict[str, str]:
+        """SIMULATED workloads: annotations set with :func:`simulate_pod_annotations`."""
+        pods = cache.get(_annotations_key(node.id)) or {}
+        return {pod: notes[key] for pod, notes in sorted(pods.items()) if key in notes}
+
     def upgrade_node(
         self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
     ) -> None:
@@ -342,3 +347,17 @@ def simulate_drain_blockers(node_id, pods: list[str]) -> None:
         cache.set(_blockers_key(node_id), list(pods), timeout=None)
     else:
         cache.delete(_blockers_key(node_id))
+
+
+def _annotations_key(node_id) -> str:
+    return f"nvke:sim:pod-annotations:{node_id}"
+
+
+def simulate_pod_annotations(node_id, pods: dict[str, dict[str, str]]) -> None:
+    """SIMULATION: the annotations of pods on a node (``{"namespace/name": {key: value}}``;
+    ``{}`` clears them), as a workload in the tenant's cluster would set them. Kept in the
+    Django cache (Redis) so every worker sees them."""
+    if pods:
+        cache.set(_annotations_key(node_id), dict(pods), timeout=None)
+    else:
+        cache.delete(_annotations_key(node_id))

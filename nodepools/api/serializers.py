@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from nodepools.models import Node, NodePool
+from nodepools.models import DisruptionRequest, Node, NodePool
 from nvke.lean_lists import LeanListSerializer, row_builder
 from nvke.validation import StrictUUIDField
 
@@ -90,6 +90,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "gpu_config",
             "rollout",
             "upgrade",
+            "disruption_hook",
             "phase",
             "conditions",
             "generation",
@@ -100,6 +101,43 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "deleted_at",
             "nodes",
         ]
+
+
+class DisruptionHookSerializer(serializers.Serializer):
+    """``PUT .../disruption-hook``: before a planned disruption of a node (upgrade, isolation
+    change, defragmentation move, host maintenance, scale-down) NVKE sends the CloudEvent
+    ``nodepool.disruption.requested`` and waits up to ``checkpoint_deadline_s`` for an ack."""
+
+    checkpoint_deadline_s = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        help_text="how long a planned disruption waits for the tenant's ack, in seconds "
+        "(default 600, at most the operator's NVKE_CHECKPOINT_DEADLINE_MAX_S)",
+    )
+
+
+class DisruptionRequestSerializer(serializers.ModelSerializer):
+    """One ask before a planned disruption (``nodepools.models.DisruptionRequest``)."""
+
+    nodepool_id = serializers.UUIDField(read_only=True)
+    state = serializers.CharField(read_only=True, help_text="waiting | acknowledged | expired")
+
+    class Meta:
+        model = DisruptionRequest
+        fields = [
+            "id",
+            "nodepool_id",
+            "nodes",
+            "reason",
+            "state",
+            "requested_at",
+            "deadline",
+            "acknowledged_at",
+            "acknowledged_via",
+            "acknowledged_by",
+            "released_at",
+        ]
+        read_only_fields = fields
 
 
 class NodePoolCreateSerializer(serializers.Serializer):

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from .checkpoints import DisruptionRequestViewSet, NodePoolDisruptionHookView
 from .defrag import DefragPlanView, DefragRunViewSet
 from .scale import NodePoolAutoscalingView, NodePoolSetSizeView
 from .upgrade import NodePoolResumeUpgradeView, NodePoolUpgradeView
@@ -12,6 +13,8 @@ pool_detail = NodePoolViewSet.as_view(
     {"get": "retrieve", "delete": "destroy", "patch": "partial_update"}
 )
 pool_gpu_config = NodePoolViewSet.as_view({"get": "gpu_config"})
+
+requests_prefix = "clusters/<uuid:cluster_pk>/nodepools/<uuid:pool_pk>/disruption-requests"
 
 urlpatterns = [
     path("fleet/defrag/plan", DefragPlanView.as_view(), name="defrag-plan"),
@@ -51,5 +54,25 @@ urlpatterns = [
         "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/resume-upgrade",
         NodePoolResumeUpgradeView.as_view(),
         name="nodepool-resume-upgrade",
+    ),
+    path(
+        "clusters/<uuid:cluster_pk>/nodepools/<uuid:pk>/disruption-hook",
+        NodePoolDisruptionHookView.as_view(),
+        name="nodepool-disruption-hook",
+    ),
+    path(
+        requests_prefix,
+        DisruptionRequestViewSet.as_view({"get": "list"}),
+        name="nodepool-disruption-request-list",
+    ),
+    path(
+        f"{requests_prefix}/<uuid:pk>",
+        DisruptionRequestViewSet.as_view({"get": "retrieve"}),
+        name="nodepool-disruption-request-detail",
+    ),
+    path(
+        f"{requests_prefix}/<uuid:pk>/ack",
+        DisruptionRequestViewSet.as_view({"post": "ack"}),
+        name="nodepool-disruption-request-ack",
     ),
 ]

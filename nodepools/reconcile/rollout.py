@@ -106,7 +106,11 @@ def _rollout_node(
         return 0.0
     if node.config_state == "draining":  # 2. drain, then repartition / reconfigure
         policy = disruption.policy_for("isolation-change")
-        if not disruption.drain(node, policy, backend, now).drained:
+        result = disruption.drain(node, policy, backend, now)
+        if not result.drained:
+            if result.gated:  # the tenant's checkpoint (nodepools/checkpoints.py)
+                held = "; ".join(result.blockers)
+                _progress(pool, f"{stage_prefix}: {node.name}: {held}", total, now)
             return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
         observed_gates.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))

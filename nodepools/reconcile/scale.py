@@ -246,17 +246,23 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     condition ``ScaleDownBlocked`` naming them meanwhile."""
     backend = disruption.backend_for(get_provider(pool.cluster.provider), nodepool_spec(pool))
     policy = disruption.policy_for("scale-down")
-    ready, blocked = [], []
+    ready, blocked, held = [], [], []
     for node in surplus:
         result = disruption.drain(node, policy, backend, now)
         if result.drained:
             ready.append(node)
         else:
             blocked.append(f"{node.name}: {', '.join(result.blockers)}")
+            if result.gated:  # the tenant's checkpoint (nodepools/checkpoints.py)
+                held.append(blocked[-1])
     if ready:
         release_nodes(pool, ready, now)
+    if held:
+        stage = f"removing {len(surplus)} node(s): {'; '.join(held)}"
+        progress_operation(pool.id, stage=stage, done=0, total=pool.node_count, now=now)
     if blocked:
-        save_conditions(pool, now, ("ScaleDownBlocked", True, "DrainBlocked", "; ".join(blocked)))
+        why = "WaitingForCheckpoint" if len(held) == len(blocked) else "DrainBlocked"
+        save_conditions(pool, now, ("ScaleDownBlocked", True, why, "; ".join(blocked)))
         return 2.0
     save_conditions(pool, now, ("ScaleDownBlocked", False, "Drained", ""))
     return 0.0

@@ -70,7 +70,7 @@ def test_a_gate_holds_the_drain_before_any_eviction_even_when_forced(pool):
     node = Node.objects.filter(nodepool_id=pool_id).first()
     backend = disruption.backend_for(get_provider(row.cluster.provider), nodepool_spec(row))
 
-    def checkpoint_gate(n):
+    def checkpoint_gate(n, policy, now):
         return f"{n.name}: waiting for a checkpoint" if n.pk == node.pk else None
 
     disruption.GATES.append(checkpoint_gate)
@@ -269,7 +269,7 @@ def test_every_caller_drains_through_the_one_primitive_with_its_policy(
     )
     waited = {"blocked 10 s": 10, "blocked 61 s": 61}.get(situation, 0)
 
-    def checkpoint_gate(n):
+    def checkpoint_gate(n, policy, now):
         return f"{n.name}: waiting for a checkpoint"
 
     t0 = timezone.now()
