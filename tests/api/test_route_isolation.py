@@ -36,6 +36,10 @@ ROUTES = {
     "nodepool-autoscaling": "tenant-write",
     "nodepool-resume-upgrade": "tenant-write",
     "nodepool-gpu-config": "tenant-detail",
+    "nodepool-disruption-hook": "tenant-write",
+    "nodepool-disruption-request-list": "tenant-detail",
+    "nodepool-disruption-request-detail": "tenant-detail",
+    "nodepool-disruption-request-ack": "tenant-write",
     "cluster-kubeconfig": "tenant-detail",
     "cluster-rotate-credentials": "tenant-write",
     "operation-cancel": "tenant-write",
@@ -163,7 +167,18 @@ def world(owner, import_capture, tenant_a, operator):
         end=timezone.now() + timedelta(hours=3),
         end_action="drain",  # its GPUs come back at the end (keep would count on after it)
     )
+    from nodepools.models import DisruptionRequest
+
+    asked = DisruptionRequest.objects.create(  # a row: how one is asked is tested elsewhere
+        tenant=tenant_a,
+        nodepool_id=pool_op["target_id"],
+        nodes=["n1"],
+        reason="upgrade",
+        requested_at=timezone.now(),
+        deadline=timezone.now() + timedelta(hours=1),
+    )
     return {
+        "disruption": str(asked.id),
         "reservation": str(reservation.id),
         "webhook": str(hook.id),
         "delivery": str(delivery.id),
@@ -212,6 +227,13 @@ def detail_urls(world, missing=False):
         "nodepool-list": f"/api/v1/clusters/{c}/nodepools",
         "nodepool-detail": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}",
         "nodepool-gpu-config": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}/gpu-config",
+        "nodepool-disruption-hook": f"/api/v1/clusters/{c}/nodepools/{ids['pool']}/disruption-hook",
+        "nodepool-disruption-request-list": (
+            f"/api/v1/clusters/{c}/nodepools/{ids['pool']}/disruption-requests"
+        ),
+        "nodepool-disruption-request-detail": (
+            f"/api/v1/clusters/{c}/nodepools/{ids['pool']}/disruption-requests/{ids['disruption']}"
+        ),
         "cluster-usage": f"/api/v1/clusters/{c}/usage",
         "member-list": f"/api/v1/tenants/{ids['tenant']}/members",
         "cluster-kubeconfig": f"/api/v1/clusters/{c}/kubeconfig",
@@ -252,6 +274,16 @@ def write_requests(world, missing=False):
             "put",
             f"/api/v1/clusters/{c}/nodepools/{p}/autoscaling",
             {"min_node_count": 1, "max_node_count": 3},
+        ),
+        "nodepool-disruption-hook": (
+            "put",
+            f"/api/v1/clusters/{c}/nodepools/{p}/disruption-hook",
+            {"checkpoint_deadline_s": 60},
+        ),
+        "nodepool-disruption-request-ack": (
+            "post",
+            f"/api/v1/clusters/{c}/nodepools/{p}/disruption-requests/{ids['disruption']}/ack",
+            None,
         ),
         "nodepool-upgrade": (
             "post",
@@ -314,6 +346,8 @@ def test_member_writes_clusters_but_not_keys_members_or_quotas(tenant_a, world):
     member = _client(_key(tenant_a, "member"))
     allowed = {
         "nodepool-autoscaling",
+        "nodepool-disruption-hook",
+        "nodepool-disruption-request-ack",
         "nodepool-upgrade",
         "nodepool-resume-upgrade",
         "nodepool-detail-patch",
