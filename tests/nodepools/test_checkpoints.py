@@ -342,3 +342,38 @@ def test_an_upgrade_shows_it_waits_for_the_checkpoint_and_goes_on_after_the_ack(
     asked.refresh_from_db()
     assert draining.upgrade_state == "verifying"  # drained and installed
     assert asked.acknowledged_at <= asked.released_at
+
+
+def test_a_scale_down_says_it_waits_for_the_checkpoint_and_removes_the_node_after_the_ack(
+    owner, pool
+):
+    from clusters.models import Operation
+    from nodepools.models import DisruptionRequest, Node, NodePool
+    from nodepools.reconcile import reconcile_nodepool
+
+    _, pool_id, url = pool
+    resp = owner.post(f"{url}/set-size", {"node_count": 2}, format="json")
+    assert resp.status_code == 202, resp.content
+    for _ in range(3):
+        reconcile_nodepool(pool_id)
+    (asked,) = DisruptionRequest.objects.filter(nodepool_id=pool_id)
+    (leaving,) = asked.nodes
+    assert (asked.reason, Node.objects.get(name=leaving).phase) == ("scale-down", "DRAINING")
+    waiting = f"{leaving}: waiting for checkpoint (deadline {asked.deadline.isoformat()})"
+    blocked = next(
+        c for c in NodePool.objects.get(pk=pool_id).conditions if c["type"] == "ScaleDownBlocked"
+    )
+    assert (blocked["status"], blocked["reason"], blocked["message"]) == (
+        "True",
+        "WaitingForCheckpoint",
+        waiting,
+    )
+    op = Operation.objects.get(pk=resp.json()["id"])
+    assert (op.status, op.progress["stage"]) == ("RUNNING", f"removing 1 node(s): {waiting}")
+
+    assert owner.post(f"{url}/disruption-requests/{asked.id}/ack").status_code == 200
+    drive_pool(pool_id)
+    assert Node.objects.get(name=leaving).phase == "DELETED"
+    assert Operation.objects.get(pk=resp.json()["id"]).status == "DONE"
+    asked.refresh_from_db()
+    assert asked.acknowledged_at <= asked.released_at
