@@ -404,12 +404,17 @@ LOGGING = {
             "formatter": read("LOG_FORMAT"),
         }
     },
-    "filters": {"one_line_per_request": {"()": "nvke.log_filters.OneLinePerRequest"}},
+    "filters": {
+        "one_line_per_request": {"()": "nvke.log_filters.OneLinePerRequest"},
+        "disallowed_host": {"()": "nvke.log_filters.DisallowedHostOncePerWindow", "window_s": 60},
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.request": {"level": "ERROR"},
         # one line per request: request_finished (gunicorn writes no access log either)
         "django_structlog.middlewares.request": {"filters": ["one_line_per_request"]},
+        # a bad Host header: one WARNING line a minute, no traceback (a client could flood it)
+        "django.security.DisallowedHost": {"filters": ["disallowed_host"]},
     },
 }
 structlog.configure(
