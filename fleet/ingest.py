@@ -46,6 +46,10 @@ The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejecte
 carries the pending scrubs of the host (:func:`fleet.hygiene.pending_scrub_commands`).
 Two keys appear only when they apply: ``samples_redated`` (samples moved by the clock
 correction) and ``identity_conflict: true`` (this seq was first received with other content).
+
+A *status report* (``seq`` null, nothing produced, only ``agent_status``; see
+:func:`is_status_report`) comes from an agent that cannot write its state dir and has nothing
+spooled: it sets the host's warnings and is answered with ``seq`` null.
 """
 
 from __future__ import annotations
@@ -181,7 +185,8 @@ MAX_SCRUB_STEPS = 32
 class Ack:
     """What the agent gets back: it deletes the spooled batch on any Ack."""
 
-    seq: int
+    #: None for a status report (:func:`ingest_status`): nothing was produced under a seq
+    seq: int | None
     duplicate: bool
     samples_stored: int
     samples_rejected: int
@@ -226,6 +231,8 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
     Raises InvalidReport for a body that breaks the wire format (nothing is stored).
     """
     now = now or timezone.now()
+    if body.get("seq") is None and is_status_report(body):
+        return ingest_status(host, body, now)
     seq = _seq(body)
     if str(body.get("host_id", host.id)) != str(host.id):
         raise InvalidReport("host_id", "host_id does not match the credential's host")
@@ -307,6 +314,40 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         commands,
         samples_redated=len(parsed.rows) if shift else 0,
     )
+
+
+#: what a report produces; a status report carries none of them
+PRODUCED_FIELDS = ("samples", "events", "inventory", "scrub_results", "diagnostics")
+
+
+def is_status_report(body: dict[str, Any]) -> bool:
+    """A status report: ``seq`` null, nothing produced, an ``agent_status`` object.
+
+    The agent sends one when it cannot write its state dir and has nothing spooled left to
+    carry its ``agent_status`` (issue 29: a full disk was otherwise invisible to the server).
+    """
+    return isinstance(body.get("agent_status"), dict) and not any(
+        body.get(name) for name in PRODUCED_FIELDS
+    )
+
+
+def ingest_status(host: Host, body: dict[str, Any], now: datetime) -> Ack:
+    """Apply a status report (:func:`is_status_report`): the host's ``agent spool:`` and
+    ``agent clock:`` warnings only. Nothing is stored under a seq and the host is not marked
+    as reporting — without samples it still goes NOT_READY after its timeout, now with the
+    reason on the console. Answers an :class:`Ack` with ``seq`` None.
+
+    Raises InvalidReport when ``host_id`` names another host.
+    """
+    if str(body.get("host_id", host.id)) != str(host.id):
+        raise InvalidReport("host_id", "host_id does not match the credential's host")
+    warnings = {host_warnings.AGENT_SPOOL: _spool_warning(body["agent_status"])}
+    skew = _clock_skew(body.get("sent_at"), now)
+    if skew is not None:
+        warnings[host_warnings.AGENT_CLOCK] = _clock_warning(skew, clock_correction(skew))
+    host_warnings.set_host_warnings(host.id, warnings)
+    metrics.REPORTS.labels(outcome="status").inc()
+    return Ack(None, False, 0, 0)
 
 
 # --- parsing ------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Counters, incremented by ingestion (per process; multiprocess-safe with
 ``PROMETHEUS_MULTIPROC_DIR``):
 
-* ``nvke_agent_reports_total{outcome="stored"|"duplicate"}``
+* ``nvke_agent_reports_total{outcome="stored"|"duplicate"|"status"}`` (``status``: a status report,
+  :func:`fleet.ingest.ingest_status`)
 * ``nvke_gpu_samples_total{outcome="stored"|"rejected"}`` — ``rate()`` of it is samples/s.
 
 Gauges, read from PostgreSQL at scrape time (:class:`FleetCollector`):

@@ -148,6 +148,17 @@ class Agent:
             now = self._monotonic()
             if producing and now >= next_collect:
                 self.produce()
+                if self.storage.error and not len(self.spool):
+                    # nothing spooled carries agent_status to the server: say it on its own
+                    try:
+                        self.send_status()
+                    except Unauthorized as exc:
+                        log.error(
+                            "the API refused this host's credential (HTTP 401: %s); stopping",
+                            exc.detail,
+                            extra={"fields": {"code": exc.code}},
+                        )
+                        return EXIT_UNAUTHORIZED
                 next_collect += self.interval_s
                 if next_collect <= self._monotonic():  # fell behind: do not burst
                     next_collect = self._monotonic() + self.interval_s
@@ -347,6 +358,33 @@ class Agent:
         )
 
     # --- sending --------------------------------------------------------------------------------
+
+    def send_status(self) -> Ack | Refused | RetryLater:
+        """Send a status report: ``seq`` null, nothing produced, only ``agent_status``.
+
+        Sent after each collection round while the state dir cannot be written and the spool
+        is empty (nothing spooled is left to carry ``agent_status``); the server sets the
+        host's ``agent spool:`` warning from it. Not spooled and not retried: the next round
+        sends a fresh one. Raises :class:`Unauthorized` on 401.
+        """
+        credential = self.store.state.credential
+        if not credential:
+            raise Unauthorized(401, "this host is not registered")
+        body = self._body(inventory=None, samples=[], events=[])
+        body["host_id"] = self.store.state.host_id
+        body["agent_status"] = self.status()
+        body["sent_at"] = format_ts(self._clock())
+        outcome = self.client.send_report(credential, body)
+        if isinstance(outcome, Ack):
+            log.info("status report acknowledged (state dir not writable, spool empty)")
+        else:
+            why = (
+                outcome.reason
+                if isinstance(outcome, RetryLater)
+                else f"HTTP {outcome.status}: {outcome.detail}"
+            )
+            log.warning("status report not delivered: %s", why)
+        return outcome
 
     def send_oldest(self) -> Ack | Refused | RetryLater | None:
         """Send the oldest spooled batch once; ``None`` if it turned out unreadable."""

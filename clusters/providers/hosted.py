@@ -170,24 +170,13 @@ class HostedProvider(SimulatedProvider):
     def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
         """The cluster's API holds exactly ``nodes`` among NVKE's Nodes; its KWOK keeps them
         alive (:mod:`clusters.hosted.nodes`)."""
-        from kubernetes.client.rest import ApiException
-
         from ..hosted import nodes as hosted_nodes
 
-        _, api = self._admin_client(cluster)
-        try:
-            hosted_nodes.sync(api, nodes)
-        except ApiException as exc:
-            raise ProviderError(
-                f"the cluster's API refused NVKE's Nodes ({exc.status} {exc.reason})",
-                code="cluster_api_error",
-            ) from exc
-        except (OSError, urllib3.exceptions.HTTPError) as exc:  # the apiserver restarting
-            raise ProviderError(
-                f"the cluster's API did not answer ({exc})", code="cluster_api_error"
-            ) from exc
-        finally:
-            api.close()
+        self._on_api(
+            cluster,
+            lambda api: hosted_nodes.sync(api, nodes),
+            refused="the cluster's API refused NVKE's Nodes",
+        )
 
     # ---------------------------------------------------------------- disruption
     def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
@@ -212,9 +201,9 @@ class HostedProvider(SimulatedProvider):
             lambda api: drain.evict_pods(api, node.name, force=False, dry_run=True).remaining,
         )
 
-    def _on_api(self, cluster: ClusterSpec, call):
-        """``call(api)`` with NVKE's client of the cluster's API; the API's refusals and
-        silences as retryable :class:`ProviderError`."""
+    def _on_api(self, cluster: ClusterSpec, call, refused: str = "the cluster's API refused"):
+        """``call(api)`` with NVKE's client of the cluster's API; the API's refusals
+        (``"<refused> (<status> <reason>)"``) and silences as retryable :class:`ProviderError`."""
         from kubernetes.client.rest import ApiException
 
         _, api = self._admin_client(cluster)
@@ -222,7 +211,7 @@ class HostedProvider(SimulatedProvider):
             return call(api)
         except ApiException as exc:
             raise ProviderError(
-                f"the cluster's API refused ({exc.status} {exc.reason})", code="cluster_api_error"
+                f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
             ) from exc
         except (OSError, urllib3.exceptions.HTTPError) as exc:  # the apiserver restarting
             raise ProviderError(

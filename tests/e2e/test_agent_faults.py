@@ -70,7 +70,7 @@ def registered(live_server, host, tmp_path):
     os.geteuid() != 0 or shutil.which("unshare") is None,
     reason="mounting a tmpfs inside unshare -m needs root and util-linux's unshare",
 )
-@pytest.mark.parametrize("fault", ["full", "read-only"])
+@pytest.mark.parametrize("fault", ["full", "read-only", "full, spool empty"])
 def test_an_agent_whose_state_dir_cannot_be_written_stays_up_and_delivers_its_spool(
     live_server, host, tmp_path, fault
 ):
@@ -78,28 +78,31 @@ def test_an_agent_whose_state_dir_cannot_be_written_stays_up_and_delivers_its_sp
 
     state = registered(live_server, host, tmp_path)
     acked = set(AgentReport.objects.values_list("seq", flat=True))
-    # an API outage: the agent spools batches for 1.5 s against a closed port
     looping = replay_file(tmp_path / "loop.jsonl", host["gpus"], [datetime.now(UTC)])
-    dead = f"http://127.0.0.1:{free_port()}"
-    outage = subprocess.Popen(
-        agent_args(dead, state, looping, "--loop"), cwd=ROOT, env=service_env(),
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    time.sleep(1.5)
-    outage.send_signal(signal.SIGTERM)
-    assert outage.wait(30) == 0
+    spool_empty = fault == "full, spool empty"
+    if not spool_empty:
+        # an API outage: the agent spools batches for 1.5 s against a closed port
+        dead = f"http://127.0.0.1:{free_port()}"
+        outage = subprocess.Popen(
+            agent_args(dead, state, looping, "--loop"), cwd=ROOT, env=service_env(),
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(1.5)
+        outage.send_signal(signal.SIGTERM)
+        assert outage.wait(30) == 0
     spooled = {
         json.loads(line)["seq"]
         for segment in (state / "spool").glob("seg-*.jsonl")
         for line in segment.read_text().splitlines()
     } - acked
-    assert len(spooled) >= 3
+    # with an empty spool nothing is left to carry agent_status: status reports say it
+    assert len(spooled) >= 3 if not spool_empty else spooled == set()
 
     mnt, port = tmp_path / "mnt", free_port()
     mnt.mkdir()
     break_it = (
         f"dd if=/dev/zero of={mnt}/fill bs=4k 2>/dev/null || true"
-        if fault == "full"
+        if fault != "read-only"
         else f"mount -o remount,ro {mnt}"
     )
     probe = (
@@ -112,6 +115,9 @@ def test_an_agent_whose_state_dir_cannot_be_written_stays_up_and_delivers_its_sp
         "        return e.code, e.read().decode()\n"
         "print(json.dumps({'healthz': get('/healthz'), 'metrics': get('/metrics')}))\n"
     )
+    fill_rest = f"dd if=/dev/zero of={mnt}/fill2 bs=1k 2>/dev/null || true"
+    if fault == "read-only":
+        fill_rest = ""
     script = f"""
 set -e
 mount -t tmpfs -o size=512k tmpfs {mnt}
@@ -121,7 +127,7 @@ cp -a {state}/. {mnt}/
     127.0.0.1:{port} 2>{tmp_path}/agent.err &
 pid=$!
 sleep 4
-{"dd if=/dev/zero of=" + str(mnt) + "/fill2 bs=1k 2>/dev/null || true" if fault == "full" else ""}
+{fill_rest}
 sleep 3
 {sys.executable} -c "{probe}"
 kill -0 $pid && echo ALIVE
@@ -139,6 +145,7 @@ wait $pid && echo EXIT=0
 
     # the reports it sends say so: the host carries the warning (shown on the console)
     warning = wait_for(spool_warning, timeout=20, interval=0.1, what="the agent spool warning")
+    reports_at_warning = AgentReport.objects.count()
     stdout, stderr = proc.communicate(timeout=120)
     err = (tmp_path / "agent.err").read_text()
     assert proc.returncode == 0, stderr[-2000:] + err[-3000:]
@@ -148,7 +155,10 @@ wait $pid && echo EXIT=0
 
     # every spooled batch was delivered
     assert spooled <= set(AgentReport.objects.values_list("seq", flat=True)), err[-3000:]
-    errno_text = "[Errno 28] No space left on device" if fault == "full" else "[Errno 30]"
+    if spool_empty:  # the disk stayed full: only status reports went out, claiming no seq
+        assert AgentReport.objects.count() == reports_at_warning
+        assert err.count("status report acknowledged") >= 3, err[-3000:]
+    errno_text = "[Errno 30]" if fault == "read-only" else "[Errno 28] No space left on device"
     status, body = probed["healthz"]
     health = json.loads(body)
     assert (status, health["status"], health["spool_writable"]) == (200, "degraded", False)

@@ -223,3 +223,60 @@ def test_an_agent_that_cannot_write_its_spool_is_a_host_warning_until_it_can(hos
     ok = {"spool_error": None, "dropped_reports": 3, "dropped_samples": 24}
     ingest(host, {"seq": 2, "sent_at": NOW.isoformat(), "agent_status": ok})
     assert warnings_of(host) == []
+
+
+def test_a_status_report_warns_with_nothing_spooled_and_stores_nothing(host):
+    """An agent with a full disk and an empty spool sends ``seq`` null and only its status: the
+    warning is set (and cleared) from it, no report row is claimed and the host is not marked
+    as reporting (it still goes NOT_READY after its heartbeat timeout)."""
+    from fleet.models import AgentReport, Host
+
+    seen_before = Host.objects.get(pk=host.pk).last_seen_at
+    full = {"spool_error": "[Errno 28] No space left on device", "dropped_reports": 5}
+    full["dropped_samples"] = 40
+    ack = ingest(host, {"seq": None, "sent_at": NOW.isoformat(), "agent_status": full})
+
+    assert ack.as_dict() == {
+        "seq": None,
+        "duplicate": False,
+        "samples_stored": 0,
+        "samples_rejected": 0,
+        "samples_deduplicated": 0,
+        "rejections": {},
+        "commands": [],
+    }
+    assert warnings_of(host) == [
+        "agent spool: the agent cannot write its state dir ([Errno 28] No space left on "
+        "device): it delivers what is spooled but makes no new reports; 5 report(s) / 40 "
+        "sample(s) dropped so far"
+    ]
+    assert AgentReport.objects.filter(host=host).count() == 0
+    assert Host.objects.get(pk=host.pk).last_seen_at == seen_before
+
+    # 600 s behind: the clock warning comes with it, measured the same way as for a report
+    ingest(
+        host,
+        {"seq": None, "sent_at": (NOW - timedelta(seconds=600)).isoformat(), "agent_status": full},
+    )
+    assert [w.split(" ")[:5] for w in warnings_of(host)][-1] == [
+        "agent", "clock:", "about", "600", "s"
+    ]  # fmt: skip
+    ok = {"spool_error": None, "dropped_reports": 5, "dropped_samples": 40}
+    ingest(host, {"seq": None, "sent_at": NOW.isoformat(), "agent_status": ok})
+    assert warnings_of(host) == []
+
+
+@pytest.mark.parametrize(
+    "produced",
+    [
+        {"samples": [sample(NOW)]},
+        {"events": [{"ts": NOW.isoformat(), "gpu_uuid": A10G, "xid": 79}]},
+        {"inventory": {"gpus": []}},
+    ],
+)
+def test_a_report_that_carries_anything_produced_needs_a_seq(host, produced):
+    from fleet.ingest import InvalidReport
+
+    status = {"spool_error": "[Errno 28] No space left on device"}
+    with pytest.raises(InvalidReport, match="seq must be an integer"):
+        ingest(host, {"seq": None, "agent_status": status, **produced})
