@@ -39,7 +39,8 @@ class CreditInterval:
     """Unhealthy time of one ledger row: ``[start, end)``; ``end`` None = until the row ends.
 
     ``xid`` (None for a non-Xid cause) / ``xid_gpu_uuid`` (the faulty GPU) / ``scope``
-    (``gpu`` | ``node`` | ``host``) say why; ``interval_id`` is the fleet interval.
+    (``gpu`` | ``node`` | ``host``) say why; ``interval_id`` is the fleet interval's public
+    UUID (what invoices show tenants: :mod:`nvke.public_ids`), "" when not known.
     """
 
     entry_id: int
@@ -49,12 +50,13 @@ class CreditInterval:
     xid: int | None
     xid_gpu_uuid: str
     scope: str
-    interval_id: int = 0
+    interval_id: str = ""
 
 
 _CREDITS_SQL = """
 WITH ev AS (
-    SELECT i.id, i.host_id, i.gpu_uuid, i.started_at AS ts, i.ended_at, i.xid,
+    SELECT i.public_id::text AS public_id, i.host_id, i.gpu_uuid, i.started_at AS ts,
+           i.ended_at, i.xid,
            CASE WHEN i.action = ANY(%(host_actions)s) THEN 'host'
                 WHEN i.action = ANY(%(node_actions)s) THEN 'node'
                 ELSE 'gpu' END AS scope
@@ -65,7 +67,7 @@ WITH ev AS (
                           WHERE l.period && tstzrange(%(start)s, %(end)s, '[)')
                             AND (%(tenant)s::uuid IS NULL OR l.tenant_id = %(tenant)s::uuid))
 )
-SELECT l.id, l.gpu_uuid, ev.ts, ev.ended_at, ev.xid, ev.gpu_uuid, ev.scope, ev.id
+SELECT l.id, l.gpu_uuid, ev.ts, ev.ended_at, ev.xid, ev.gpu_uuid, ev.scope, ev.public_id
   FROM ev
   JOIN billing_ledgerentry l
     ON l.host_id = ev.host_id

@@ -222,7 +222,7 @@ def _attach_credit_details(
                         {
                             "gpu_uuid": row.gpu_uuid,
                             "mig_gpu_instance_id": row.mig_gpu_instance_id,
-                            "ledger_entry_id": row.id,
+                            "ledger_entry_id": str(row.public_id),
                             "xid": why.xid,
                             "health_interval_id": why.interval_id,
                             "xid_gpu_uuid": why.xid_gpu_uuid,

@@ -29,6 +29,8 @@ from django.db import models
 from django.db.models import Case, F, Func, Q, Value, When
 from django.db.models.functions import Coalesce
 
+from nvke.public_ids import public_id_field
+
 #: ``Price.tenant`` is null for list prices; the exclusion constraint compares this instead.
 LIST_PRICE_TENANT = uuid.UUID(int=0)
 
@@ -67,6 +69,8 @@ class LedgerEntry(models.Model):
     mig_gpu_instance_id = models.IntegerField(null=True, blank=True)
     billable_fraction = models.DecimalField(max_digits=7, decimal_places=6)
     period = DateTimeRangeField()
+    #: what tenants see as the row's ``id`` (:mod:`nvke.public_ids`)
+    public_id = public_id_field()
     gpu_slots = models.GeneratedField(
         expression=Case(
             When(mig_gpu_instance_id__isnull=True, then=Int4Range(Value(0), Value(None))),

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Max, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
-from .models import BillingAccount, UsageRecord
+from .models import BillingAccount, LedgerEntry, UsageRecord
 from .money import SECONDS_PER_HOUR, gpu_hours, round_money
 from .prices import rate_segments
 from .samples import samples_of
@@ -251,13 +251,17 @@ def utilization(
             }
         )
     idle_gpus = []
+    # tenants see a ledger row's public id, never its serial (nvke/public_ids.py)
+    public_ids = dict(
+        LedgerEntry.objects.filter(id__in=list(idle_by_row)).values_list("id", "public_id")
+    )
     for lid, hrs in sorted(idle_by_row.items()):
         if len(hrs) < idle_min_hours:
             continue
         tenant, cluster, pool, gpu, model, profile, _, _ = hrs[0]
         idle_gpus.append(
             {
-                "ledger_entry_id": lid,
+                "ledger_entry_id": str(public_ids[lid]),
                 "tenant_id": tenant,
                 "cluster_id": cluster,
                 "nodepool_id": pool,

@@ -21,6 +21,8 @@ from django.contrib.postgres.fields import (
 from django.db import models
 from django.db.models import F, Q
 
+from nvke.public_ids import public_id_field
+
 from .choices import (
     CheckKind,
     CheckStatus,
@@ -478,6 +480,8 @@ class GpuHealthInterval(models.Model):
     """
 
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="health_intervals")
+    #: what invoices show tenants as ``health_interval_id`` (:mod:`nvke.public_ids`)
+    public_id = public_id_field()
     gpu_uuid = models.CharField(max_length=64, db_index=True)
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="+")
     started_at = models.DateTimeField()

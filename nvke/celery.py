@@ -7,6 +7,7 @@ Beat is :class:`nvke.beat.ResilientRedBeatScheduler` (``settings.CELERY_BEAT_SCH
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Celery, signals
@@ -42,3 +43,26 @@ def _refuse_development_secrets(**kwargs) -> None:
     from nvke.secrets_check import require_production_secrets
 
     require_production_secrets()
+
+
+#: loggers writing INFO lines for every task a worker runs: Celery's "received" and
+#: "succeeded", django-structlog's task_enqueued / task_started / task_succeeded
+PER_TASK_LOGGERS = (
+    "celery.worker.strategy",
+    "celery.app.trace",
+    "django_structlog.celery.receivers",
+)
+
+
+@signals.celeryd_after_setup.connect
+def _quiet_per_task_lines_of_the_webhooks_worker(sender=None, instance=None, **kwargs) -> None:
+    """A worker consuming only the ``webhooks`` queue writes no per-task INFO lines.
+
+    A delivery whose tenant is at its share of attempts re-queues itself every 1-10 s
+    (``webhooks.tasks.deliver_webhook``); under a tarpit that was 27,000 INFO lines in 7
+    minutes (five per round, none of them saying anything). Failures (WARNING and up) still
+    show, and the delivery's own lines (``webhooks.services``: one per real attempt) too."""
+    consumed = set(getattr(instance.app.amqp.queues, "consume_from", None) or ())
+    if consumed == {"webhooks"}:
+        for name in PER_TASK_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)

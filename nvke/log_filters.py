@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 
 class OneLinePerRequest(logging.Filter):
@@ -12,3 +14,36 @@ class OneLinePerRequest(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.msg
         return not (isinstance(msg, dict) and msg.get("event") == "request_started")
+
+
+class DisallowedHostOncePerWindow(logging.Filter):
+    """``django.security.DisallowedHost`` at most once per ``window_s`` (per process), as a
+    WARNING without the traceback.
+
+    Django logs every request with a Host outside ``ALLOWED_HOSTS`` at ERROR with a full
+    traceback (~15 lines): a client sending bad Host headers could flood the log. The request
+    log still has its one line per request (``request_finished``, status 400); this line says
+    why (Django's message, cut to 300 characters) and how many it left out since the last."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._left_out += 1
+                return False
+            self._next = now + self.window_s
+            left_out, self._left_out = self._left_out, 0
+        record.msg = record.getMessage()[:300]  # Django's, naming the (client's) host
+        if left_out:
+            record.msg += f"; {left_out} more since the last such line, not logged"
+        record.args = ()
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True

@@ -7,13 +7,15 @@ not start when
   characters: sessions, CSRF tokens and password-reset links would be forgeable;
 * ``NVKE_SECRET_KEYS`` is empty: the Fernet key encrypting kubeconfigs at rest would be derived
   from ``SECRET_KEY`` (``nvke/crypto.py``), so one leaked setting opens both;
-* ``NVKE_PUBLIC_URL`` is unset or not an origin: links in mail need it (``nvke/public_url.py``).
+* ``NVKE_PUBLIC_URL`` is unset or not an origin: links in mail need it (``nvke/public_url.py``);
+* ``EMAIL_URL`` is unset (password-reset mail would not be sent) or ``consolemail://`` (it would
+  be printed to the log: whoever reads the log could reset anyone's password).
 
 ``NVKE_ALLOW_INSECURE_DEFAULTS=1`` lifts that refusal for development and tests (the embedded
 ``make run`` and the test suite set it). It never lifts the refusal of ``"*"`` in
 ``ALLOWED_HOSTS`` with DEBUG off (any Host accepted: cache poisoning, and absolute URLs naming
 an attacker's host). ``manage.py check --deploy`` reports the same problems (check ids
-``nvke.E001`` .. ``nvke.E004``).
+``nvke.E001`` .. ``nvke.E005``).
 """
 
 from __future__ import annotations
@@ -55,7 +57,25 @@ def insecure_defaults() -> list[tuple[str, str]]:
                 "password-reset and invitation links are built from it",
             )
         )
+    if (why := mail_problem()) is not None:
+        problems.append(("nvke.E005", why))
     return problems
+
+
+def mail_problem() -> str | None:
+    """Why ``EMAIL_URL`` is not fit for production, or None."""
+    scheme = settings.EMAIL_URL_SCHEME
+    if not scheme:
+        return (
+            "EMAIL_URL is not set, so password-reset mails cannot be sent; set the mail "
+            "server (smtp+tls://user:password@mail.example.com:587)"
+        )
+    if scheme == "consolemail":
+        return (
+            "EMAIL_URL is consolemail://, which prints every mail (password-reset links "
+            "included) to the log; set a mail server (smtp+tls://…)"
+        )
+    return None
 
 
 def wildcard_hosts() -> list[tuple[str, str]]:

@@ -174,8 +174,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 # Password reset mails (portal "Forgot your password?"): EMAIL_URL as django-environ reads it
-# (smtp+tls://user:pass@host:587); the default writes mails to the log (console backend).
-vars().update(environ.Env.email_url_config(read("EMAIL_URL")))
+# (smtp+tls://user:pass@host:587). A mail carries a password-reset link, so it never goes to a
+# log in production: unset with DEBUG off, nothing is sent (and nvke/secrets_check.py refuses
+# to start, nvke.E005, unless NVKE_ALLOW_INSECURE_DEFAULTS); console mail is for DEBUG only.
+_email_url = read("EMAIL_URL").strip()
+#: the scheme of EMAIL_URL ("" when unset): what the checks look at (not the URL: a password)
+EMAIL_URL_SCHEME = urlsplit(_email_url).scheme
+if _email_url:
+    vars().update(environ.Env.email_url_config(_email_url))
+    if EMAIL_URL_SCHEME == "filemail":  # filemail:///abs/dir is /abs/dir (environ drops a "/")
+        EMAIL_FILE_PATH = urlsplit(_email_url).path
+elif DEBUG:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+else:
+    EMAIL_BACKEND = "nvke.mail.UnconfiguredEmailBackend"
 DEFAULT_FROM_EMAIL = read("DEFAULT_FROM_EMAIL")
 PASSWORD_RESET_TIMEOUT = _nvke["NVKE_PASSWORD_RESET_TIMEOUT_S"]
 X_FRAME_OPTIONS = "DENY"
@@ -392,12 +404,17 @@ LOGGING = {
             "formatter": read("LOG_FORMAT"),
         }
     },
-    "filters": {"one_line_per_request": {"()": "nvke.log_filters.OneLinePerRequest"}},
+    "filters": {
+        "one_line_per_request": {"()": "nvke.log_filters.OneLinePerRequest"},
+        "disallowed_host": {"()": "nvke.log_filters.DisallowedHostOncePerWindow", "window_s": 60},
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.request": {"level": "ERROR"},
         # one line per request: request_finished (gunicorn writes no access log either)
         "django_structlog.middlewares.request": {"filters": ["one_line_per_request"]},
+        # a bad Host header: one WARNING line a minute, no traceback (a client could flood it)
+        "django.security.DisallowedHost": {"filters": ["disallowed_host"]},
     },
 }
 structlog.configure(

@@ -173,9 +173,14 @@ SETTINGS: tuple[Setting, ...] = (
     _s(
         "EMAIL_URL",
         "str",
-        "consolemail://",
+        "",
         "Mail server for password-reset mails as django-environ reads it "
-        "(smtp+tls://user:pass@host:587); the default writes mails to the log.",
+        "(smtp+tls://user:pass@host:587; filemail:///path/dir writes each mail to a file "
+        "there). Required with DEBUG off (nvke.E005): unset, NVKE refuses to start, and "
+        "consolemail:// (mail, reset links included, printed to the log) is refused too; "
+        "NVKE_ALLOW_INSECURE_DEFAULTS=1 lifts that, and an unset one then sends nothing. With "
+        "DEBUG on, unset prints mail to the console. `make run` sets "
+        "filemail:///<data dir>/mail.",
         CORE,
     ),
     _s("DEFAULT_FROM_EMAIL", "str", "nvke@localhost", "Sender of NVKE's mails.", CORE),

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from rest_framework_api_key.models import AbstractAPIKey, BaseAPIKeyManager
 
+from nvke.public_ids import public_id_field
+
 from .choices import Role
 
 
@@ -120,6 +122,8 @@ class AuditEvent(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
+    #: what the API and the portal show as the event's ``id`` (:mod:`nvke.public_ids`)
+    public_id = public_id_field()
     ts = models.DateTimeField(auto_now_add=True, db_index=True)
     tenant = models.ForeignKey(
         Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="+"

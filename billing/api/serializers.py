@@ -16,8 +16,10 @@ def money(value: Decimal, currency: str) -> str:
 
 
 class LedgerEntrySerializer(serializers.ModelSerializer):
-    """A ledger row; ``start``/``end`` are the bounds of ``[start, end)`` (``end`` null = held)."""
+    """A ledger row; ``start``/``end`` are the bounds of ``[start, end)`` (``end`` null = held).
+    ``id`` is the row's public UUID, never the serial (:mod:`nvke.public_ids`)."""
 
+    id = serializers.UUIDField(source="public_id", read_only=True)
     start = serializers.SerializerMethodField()
     end = serializers.SerializerMethodField()
     billable_fraction = serializers.DecimalField(
@@ -157,7 +159,7 @@ LEDGER_CSV_FIELDS = [
 
 def ledger_csv_row(e: LedgerEntry) -> list:
     return [
-        e.id,
+        e.public_id,
         e.tenant_id,
         e.cluster_id,
         e.nodepool_id,

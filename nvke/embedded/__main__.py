@@ -99,11 +99,18 @@ def child_env(service_env: dict[str, str], data_dir: Path, port: int) -> dict[st
     env.setdefault("NVKE_ALLOW_INSECURE_DEFAULTS", "1")
     # links in mail (password reset) point here, never at a request's Host
     env.setdefault("NVKE_PUBLIC_URL", f"http://127.0.0.1:{port}")
+    # mail (password-reset links) goes to files under the data dir, never to the log
+    env.setdefault("EMAIL_URL", f"filemail://{mail_dir(data_dir)}")
     env["NVKE_DATA_DIR"] = str(data_dir)
     env["PORT"] = str(port)
     env["PYTHONUNBUFFERED"] = "1"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
+
+
+def mail_dir(data_dir: Path) -> Path:
+    """Where ``make run``'s mail (password-reset links) is written: one file per mail."""
+    return data_dir / "mail"
 
 
 def banner(base_url: str, data_dir: Path) -> str:
@@ -123,6 +130,7 @@ def banner(base_url: str, data_dir: Path) -> str:
             f"{data_dir / DEMO_LOGINS[0][1]}",
             f"                   {DEMO_LOGINS[1][0]} (operator: console and /admin/), password in "
             f"{data_dir / DEMO_LOGINS[1][1]}",
+            f"  mail             {mail_dir(data_dir)} (password-reset mails, one file each)",
             f"  data             {data_dir} (services.json, env.sh)",
             f"  manage.py        set -a; . {data_dir / 'env.sh'}; set +a  (first: the services' "
             "addresses)",

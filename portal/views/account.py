@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+from contextlib import suppress
 from datetime import UTC, datetime, time
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -310,7 +313,7 @@ def quota_page(request: HttpRequest) -> HttpResponse:
 @tenant_page
 def audit_log(request: HttpRequest) -> HttpResponse:
     """Audit events of the tenant (owners/admins; operators: all), newest first, filtered by
-    actor, action, target type and a UTC date range; 50 a page ("older" follows ids)."""
+    actor, action, target type and a UTC date range; 50 a page ("older" follows public ids)."""
     if (deny := require_admin(request)) is not None:
         return deny
     form = AuditFilterForm(request.GET or None)
@@ -324,11 +327,18 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             events = events.filter(ts__gte=datetime.combine(data["since"], time(), UTC))
         if data.get("until"):
             events = events.filter(ts__lt=datetime.combine(data["until"], time(), UTC))
+    # "older" names the last event shown by its public id (never the serial, which would tell
+    # a tenant how many events everyone else made: nvke/public_ids.py); the page after it is
+    # the events before it in (ts, id) order, the anchor looked up in this tenant's events only
+    anchor = None
     before = request.GET.get("before")
-    if before and before.isascii() and before.isdigit() and len(before) <= 18:
-        events = events.filter(id__lt=int(before))  # ASCII only: int("²") raises
-    page = list(events.order_by("-id")[: AUDIT_PAGE + 1])
-    older = page[AUDIT_PAGE - 1].id if len(page) > AUDIT_PAGE else None
+    if before:
+        with suppress(ValueError):
+            anchor = events.filter(public_id=uuid.UUID(before)).values("ts", "id").first()
+    if anchor is not None:
+        events = events.filter(Q(ts__lt=anchor["ts"]) | Q(ts=anchor["ts"], id__lt=anchor["id"]))
+    page = list(events.order_by("-ts", "-id")[: AUDIT_PAGE + 1])
+    older = page[AUDIT_PAGE - 1].public_id if len(page) > AUDIT_PAGE else None
     query = request.GET.copy()
     query.pop("before", None)
     return render(

@@ -76,6 +76,9 @@ class QuotaLimitsSerializer(serializers.Serializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
+    """An audit event; ``id`` is its public UUID, never the serial (:mod:`nvke.public_ids`)."""
+
+    id = serializers.UUIDField(source="public_id", read_only=True)
     tenant = serializers.UUIDField(source="tenant_id", read_only=True, allow_null=True)
 
     class Meta:

@@ -127,7 +127,7 @@ def test_a_gpu_fault_repaired_automatically_is_credited_for_exactly_its_unhealth
     assert [(d["gpu_uuid"], d["xid"], d["scope"], d["start"], d["end"]) for d in line.details] == [
         (bad, 48, "gpu", "2026-11-05T11:35:00+00:00", "2026-11-05T12:00:00+00:00")
     ]
-    assert line.details[0]["health_interval_id"] == interval.pk
+    assert line.details[0]["health_interval_id"] == str(interval.public_id)
 
 
 def test_an_xid_for_a_gpu_the_host_does_not_own_is_refused_and_credits_nothing(

@@ -207,3 +207,15 @@ def test_the_chart_requires_the_public_url_and_refuses_a_wildcard_host():
         "nvke.internal",
         "nvke.example.com",
     ]
+
+
+def test_mail_is_never_console_mail_and_can_be_explicitly_off():
+    """Issue 26 leftover: EMAIL_URL left unset used to print reset links to the pod log. The
+    chart names EMAIL_URL as a key of the Secret (pods refuse to start without it, nvke.E005),
+    refuses console mail, and ``mailDisabled`` sets an explicit backend that sends nothing."""
+    default = by(render(), "ConfigMap", "nvke-config")["data"]
+    assert "EMAIL_URL" not in default  # from existingSecret
+    off = by(render("mailDisabled=true"), "ConfigMap", "nvke-config")["data"]
+    assert off["EMAIL_URL"] == "dummymail://"
+    console = render("config.EMAIL_URL=consolemail://", check=False)
+    assert console.returncode != 0 and "consolemail" in console.stderr

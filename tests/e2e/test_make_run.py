@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,6 +199,53 @@ def test_the_banner_urls_answer_and_its_demo_login_works(make_run):
     assert after.status_code == 200 and not after.url.startswith(f"{url}/login"), after.url
     clusters = session.get(f"{url}/clusters", timeout=10)
     assert clusters.status_code == 200 and "Log out" in clusters.text
+
+
+def test_a_password_reset_is_mailed_into_the_data_dir_and_no_log_line_holds_its_link(make_run):
+    """Issue 26 leftover: make run printed reset mails, link and all, to its log. Now they are
+    files in <data dir>/mail (the banner's "mail" line); the link works, the log never has it."""
+    banner = banner_lines(make_run.log_path.read_text())
+    outbox = Path(banner["mail"].split()[0])
+    assert outbox == make_run.data / "mail"
+    env_file = Path(banner["manage.py"].split(". ", 1)[1].split(";", 1)[0])
+    username = banner["demo logins"].split()[0]
+    code = (
+        "from django.contrib.auth import get_user_model; "
+        f"get_user_model().objects.filter(username={username!r})"
+        ".update(email='demo@example.com')"
+    )
+    subprocess.run(
+        ["bash", "-c", f'set -a; . "{env_file}"; set +a; exec "$0" manage.py shell -c "$1"',
+         sys.executable, code],
+        cwd=ROOT, env=make_run.env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    url = make_run.url
+    session = requests.Session()
+    form = session.get(f"{url}/password-reset", timeout=10)
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+    sent = session.post(
+        f"{url}/password-reset",
+        data={"email": "demo@example.com", "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{url}/password-reset"},
+        timeout=10,
+        allow_redirects=False,
+    )
+    assert sent.status_code == 302, sent.text[:300]
+    (mailed,) = outbox.iterdir()
+    text = mailed.read_text()
+    # (its origin is NVKE_PUBLIC_URL, which the test process's environment may set)
+    links = re.findall(r"^https?://\S+?/password-reset/(\S+)/(\S+?)/?$", text, re.M)
+    assert len(links) == 1, text
+    uid, reset_token = links[0]
+    page = session.get(f"{url}/password-reset/{uid}/{reset_token}", timeout=10)
+    assert page.status_code == 200 and "new_password1" in page.text
+    if make_run.env.get("LOG_LEVEL", "INFO").upper() in ("DEBUG", "INFO"):  # a request log
+        wait_for(
+            lambda: "/password-reset/[redacted]" in make_run.log_path.read_text(),
+            timeout=30,
+            what="the request in the log",
+        )
+    assert reset_token not in make_run.log_path.read_text()
 
 
 def test_a_killed_worker_and_beat_come_back_and_a_new_cluster_reaches_running(make_run):

@@ -95,7 +95,11 @@ def test_a_wildcard_host_is_refused_with_debug_off_even_with_insecure_defaults_a
     without_url = _start(NVKE_ALLOW_INSECURE_DEFAULTS="0")
     assert without_url.returncode != 0
     assert "NVKE_PUBLIC_URL is not set" in without_url.stderr
-    started = _start(NVKE_ALLOW_INSECURE_DEFAULTS="0", NVKE_PUBLIC_URL="https://n.example")
+    started = _start(
+        NVKE_ALLOW_INSECURE_DEFAULTS="0",
+        NVKE_PUBLIC_URL="https://n.example",
+        EMAIL_URL="smtp+tls://nvke:pw@mail.example.com:587",
+    )
     assert (started.returncode, started.stdout.strip()) == (0, "started"), started.stderr
 
 

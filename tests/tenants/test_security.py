@@ -193,6 +193,7 @@ def test_the_web_process_refuses_development_secrets_with_debug_off():
         SECRET_KEY="k" * 20 + "9Qx2-random-enough-secret-value-0123456789",
         NVKE_SECRET_KEYS=Fernet.generate_key().decode(),
         NVKE_PUBLIC_URL="https://nvke.example.com",
+        EMAIL_URL="smtp+tls://nvke:pw@mail.example.com:587",
     )
     assert started.returncode == 0, started.stderr
     assert started.stdout.strip() == "started"
@@ -213,6 +214,7 @@ def test_check_deploy_is_clean_with_production_settings():
             "ALLOWED_HOSTS": "nvke.example.com",
             "NVKE_PUBLIC_URL": "https://nvke.example.com",
             "NVKE_INTERNAL_PORT": "9000",
+            "EMAIL_URL": "smtp+tls://nvke:pw@mail.example.com:587",
         },
         capture_output=True,
         text=True,

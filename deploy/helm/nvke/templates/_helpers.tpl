@@ -44,7 +44,7 @@ envFrom:
   - configMapRef:
       name: {{ include "nvke.fullname" . }}-config
   - secretRef:
-      name: {{ required "existingSecret: the Secret with DATABASE_URL, REDIS_URL, SECRET_KEY, NVKE_SECRET_KEYS" .Values.existingSecret }}
+      name: {{ required "existingSecret: the Secret with DATABASE_URL, REDIS_URL, SECRET_KEY, NVKE_SECRET_KEYS, EMAIL_URL" .Values.existingSecret }}
 {{- end -}}
 
 {{- define "nvke.podCommon" -}}
