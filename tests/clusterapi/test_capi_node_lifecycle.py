@@ -104,7 +104,7 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
         "the rollout paused",
         lambda: NodePool.objects.get(pk=pool_id).upgrade.get("state") == "paused",
         lambda: drive(cluster.id, pool_id),
-        timeout=60,
+        timeout=180,  # 60 s timed out once with CI and two test runs sharing the 2 cores
     )
     blocked = NodePool.objects.get(pk=pool_id).upgrade["blocked"]
     assert blocked == {
