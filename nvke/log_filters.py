@@ -1,8 +1,10 @@
-"""Logging filters (``settings.LOGGING``)."""
+"""Logging filters (``settings.LOGGING``) and the function that applies it
+(``settings.LOGGING_CONFIG``)."""
 
 from __future__ import annotations
 
 import logging
+import logging.config
 import threading
 import time
 
@@ -47,3 +49,18 @@ class DisallowedHostOncePerWindow(logging.Filter):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.exc_info = record.exc_text = None
         return True
+
+
+def configure(config: dict) -> None:
+    """Apply ``settings.LOGGING`` (Django's ``LOGGING_CONFIG`` hook), again and again alike.
+
+    ``django.setup()`` runs the logging configuration every time it is called, and Celery's
+    Django fix-up calls it once more in every worker. ``logging.config.dictConfig`` replaces a
+    logger's handlers but *adds* its filters to the ones already there, so a second run gave
+    ``django.security.DisallowedHost`` two rate-limit windows (and every configured logger its
+    filters twice). The filters of the loggers ``config`` names are cleared first."""
+    for name in config.get("loggers", {}):
+        logging.getLogger(name).filters.clear()
+    if "root" in config:
+        logging.getLogger().filters.clear()
+    logging.config.dictConfig(config)

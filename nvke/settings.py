@@ -370,6 +370,9 @@ _pre_chain = [
     structlog.stdlib.add_log_level,
     structlog.stdlib.add_logger_name,
 ]
+# applied by nvke.log_filters.configure: the same loggers and filters however often
+# django.setup() runs (Celery's Django fix-up runs it once more in each worker)
+LOGGING_CONFIG = "nvke.log_filters.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

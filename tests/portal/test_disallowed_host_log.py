@@ -48,3 +48,20 @@ def test_fifty_bad_hosts_log_one_short_warning_and_no_traceback(fresh_window, ca
         client.get("/api/v1/", HTTP_HOST="evil.example")
     last = [r for r in caplog.records if r.name == "django.security.DisallowedHost"][-1]
     assert "49 more since the last such line, not logged" in last.getMessage()
+
+
+def test_logging_applied_again_keeps_one_filter_per_logger():
+    """CI failure: Celery's Django fix-up (an in-process test worker) ran ``django.setup()``
+    again, ``dictConfig`` added the filters a second time, and this file's fixture found two
+    windows. Applying ``LOGGING`` twice more leaves exactly the configured filters."""
+    import django
+    from django.conf import settings
+
+    from nvke.log_filters import DisallowedHostOncePerWindow, OneLinePerRequest, configure
+
+    configure(settings.LOGGING)
+    django.setup()  # what Celery's fix-up calls
+    host = logging.getLogger("django.security.DisallowedHost").filters
+    request = logging.getLogger("django_structlog.middlewares.request").filters
+    assert [type(f) for f in host] == [DisallowedHostOncePerWindow]
+    assert [type(f) for f in request] == [OneLinePerRequest]
