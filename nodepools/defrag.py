@@ -207,11 +207,20 @@ def start_run(
 def requested_moves(node_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
     """The nodes among ``node_ids`` an active run's island step moves (``host_moves`` moves
     them like nodes of a draining host)."""
+    return run_moves(node_ids, kinds=(planner.ISLAND,))
+
+
+def run_moves(
+    node_ids: Collection[uuid.UUID], *, kinds: Collection[str] = (planner.HOST, planner.ISLAND)
+) -> set[uuid.UUID]:
+    """The nodes among ``node_ids`` that the current step (of a kind in ``kinds``) of an
+    active run moves: ``host_moves`` drains them as defragmentation moves (policy
+    ``defrag-move``), a host step's nodes included although their host is drained."""
     wanted = {str(n) for n in node_ids}
     out: set[uuid.UUID] = set()
     for run in DefragRun.objects.filter(status=OperationStatus.RUNNING, step_state="moving"):
         steps = run.plan.get("steps") or []
-        if run.step < len(steps) and steps[run.step]["kind"] == planner.ISLAND:
+        if run.step < len(steps) and steps[run.step]["kind"] in kinds:
             out.update(
                 uuid.UUID(m["holder_id"])
                 for m in steps[run.step]["moves"]

@@ -198,12 +198,14 @@ def step_moves(
     Returns None when no node moves (the pool's HOST_MAINTENANCE operation is then DONE),
     a delay to come back, or ``STOP`` while every moving node is blocked.
     """
+    from .defrag import run_moves
     from .reconcile import release_nodes
 
     moving = [n for n in live if n.move_state in MOVING_STATES]
     if not moving:
         finish(pool, now)
         return None
+    by_runs = run_moves({n.id for n in moving})  # a run's move, even on a host it drained
     released: list[Node] = []
     blocked: list[str] = []
     held: list[str] = []  # what a drain gate holds (the tenant's checkpoint)
@@ -219,7 +221,7 @@ def step_moves(
             node.phase = NodePhase.DRAINING
             node.drain_started_at = now
             node.save(update_fields=["move_state", "phase", "drain_started_at"])
-        caller = "host-maintenance" if node.host_id in hosts else "defrag-move"
+        caller = "defrag-move" if node.id in by_runs else "host-maintenance"
         policy = disruption.policy_for(caller, force=forced)
         result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
         if result.drained:

@@ -108,9 +108,11 @@ def _rollout_node(
         policy = disruption.policy_for("isolation-change")
         result = disruption.drain(node, policy, backend, now)
         if not result.drained:
+            held = "; ".join(result.blockers)
             if result.gated:  # the tenant's checkpoint (nodepools/checkpoints.py)
-                held = "; ".join(result.blockers)
                 _progress(pool, f"{stage_prefix}: {node.name}: {held}", total, now)
+            else:  # the operation names the pods it waits for
+                _progress(pool, f"{stage_prefix}: draining {node.name}: {held}", total, now)
             return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
         observed_gates.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))

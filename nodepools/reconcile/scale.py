@@ -243,7 +243,7 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     """Scale-down: cordon and drain each surplus node, then release it. Pods that block the
     drain (a disruption budget at its minimum) are waited for up to
     ``NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S`` (then evicted, as cluster autoscalers do), with the
-    condition ``ScaleDownBlocked`` naming them meanwhile."""
+    condition ``ScaleDownBlocked`` and the operation's stage (RUNNING) naming them meanwhile."""
     backend = disruption.backend_for(get_provider(pool.cluster.provider), nodepool_spec(pool))
     policy = disruption.policy_for("scale-down")
     ready, blocked, held = [], [], []
@@ -257,8 +257,8 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
                 held.append(blocked[-1])
     if ready:
         release_nodes(pool, ready, now)
-    if held:
-        stage = f"removing {len(surplus)} node(s): {'; '.join(held)}"
+    if blocked:  # the operation runs and says what holds it (pods, or the tenant's checkpoint)
+        stage = f"removing {len(surplus)} node(s): {'; '.join(blocked)}"
         progress_operation(pool.id, stage=stage, done=0, total=pool.node_count, now=now)
     if blocked:
         why = "WaitingForCheckpoint" if len(held) == len(blocked) else "DrainBlocked"
