@@ -208,7 +208,7 @@ def step_moves(
     by_runs = run_moves({n.id for n in moving})  # a run's move, even on a host it drained
     released: list[Node] = []
     blocked: list[str] = []
-    held: list[str] = []  # what a drain gate holds (the tenant's checkpoint)
+    held: list[str] = []  # what holds a drain: a gate (the tenant's checkpoint), or pods
     waiting = False
     for node in moving:
         host = hosts.get(node.host_id) or {}
@@ -234,6 +234,8 @@ def step_moves(
             waiting = True
             if result.gated:
                 held.extend(f"{node.name}: {reason}" for reason in result.blockers)
+            else:  # pods waited for until the drain timeout: named meanwhile
+                held.append(f"{node.name}: draining, waiting for {', '.join(result.blockers)}")
     if released:
         for node in released:
             node.move_state = MOVED
@@ -273,8 +275,9 @@ def _active_op(pool: NodePool) -> Operation | None:
 def _report(
     pool: NodePool, hosts: dict, blocked: list[str], now: datetime, held: list[str]
 ) -> None:
-    """Operation progress and the pool's conditions, in nodes moved and pending (and what a
-    drain gate ``held``: ``"node: waiting for checkpoint (deadline …)"``)."""
+    """Operation progress and the pool's conditions, in nodes moved and pending (and what
+    ``held`` a drain: ``"node: waiting for checkpoint (deadline …)"``, or the pods waited for
+    until the drain timeout)."""
     op = _active_op(pool)
     done, pending = _counts(pool, op)
     names = sorted({h["hostname"] for h in hosts.values()})

@@ -98,7 +98,7 @@ def step_upgrade(
         node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
         busy.append(node)
     waits: list[float] = []
-    held: list[str] = []  # "node: waiting for checkpoint (deadline …)": what a gate holds
+    held: list[str] = []  # "node: waiting for checkpoint (deadline …)": what holds a drain
     for node in busy:
         try:
             result = _step_node(pool, node, provider, spec, target, now, held)
@@ -130,8 +130,8 @@ def _step_node(
     now: datetime,
     held: list[str],
 ) -> float | None:
-    """One transition of ``node``'s upgrade; what a drain gate holds it for is added to
-    ``held`` (``"node: reason"``)."""
+    """One transition of ``node``'s upgrade; what holds its drain (a gate's reason, or the
+    pods waited for until the drain timeout) is added to ``held`` (``"node: reason"``)."""
     if node.upgrade_state == "drain-blocked":
         return STOP
     if node.upgrade_state == "draining":
@@ -146,6 +146,8 @@ def _step_node(
         if result.outcome == disruption.WAITING:
             if result.gated:
                 held.extend(f"{node.name}: {reason}" for reason in result.blockers)
+            else:  # pods waited for until the drain timeout: named meanwhile
+                held.append(f"{node.name}: draining, waiting for {', '.join(result.blockers)}")
             return DRAIN_POLL_S
         observed_gates.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
@@ -275,7 +277,11 @@ def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime)
     }
     pool.save(update_fields=["upgrade", "updated_at"])
     save_conditions(
-        pool, now, ("UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message)
+        pool,
+        now,
+        ("UpgradeBlocked", True, "DrainBlocked" if pods else "UpgradeFailed", message),
+        # the rollout's own condition says it is paused (not the wait it last reported)
+        ("Upgrading", True, "Paused", f"{_done(pool)} of {pool.node_count} nodes; {message}"),
     )
     progress_operation(
         pool.id, stage=f"paused: {message}", done=_done(pool), total=pool.node_count, now=now

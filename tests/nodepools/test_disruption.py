@@ -1,5 +1,7 @@
 """The one disruption path (nodepools/disruption.py): the drain primitive under each policy,
-on the simulated provider's kubelets, and the rule for which node leaves a pool first."""
+on the simulated provider's kubelets, and the rule for which node leaves a pool first. Each
+caller through its own entry point: tests/nodepools/test_disruption_callers.py; each caller's
+gate (the tenant's checkpoint): tests/nodepools/test_checkpoints.py."""
 
 from __future__ import annotations
 
@@ -226,71 +228,3 @@ def test_the_new_users_sequence_on_a_shared_pool_with_a_broken_node(owner, make_
     assert NodePool.objects.get(pk=pool_id).phase == "RUNNING"
     taken = owner.post(f"/api/v1/clusters/{cluster}/nodepools", other, format="json")
     assert taken.status_code == 202, taken.content  # the cluster is free again
-
-
-#: what each caller's drain answers in each situation (written out, not read from POLICIES):
-#: scale-down evicts at its timeout, upgrades and host / defrag moves pause, an isolation
-#: change waits without a deadline, repair and deletion take the node at once (no gate)
-CALLER_OUTCOMES = {
-    #                   no pods  blocked 10 s  blocked 61 s  force      a gate holds it
-    "scale-down": ("drained", "waiting", "drained", "drained", "waiting"),
-    "upgrade": ("drained", "waiting", "blocked", "drained", "waiting"),
-    "isolation-change": ("drained", "waiting", "waiting", "drained", "waiting"),
-    "repair": ("drained", "drained", "drained", "drained", "drained"),
-    "host-maintenance": ("drained", "waiting", "blocked", "drained", "waiting"),
-    "defrag-move": ("drained", "waiting", "blocked", "drained", "waiting"),
-    "deletion": ("drained", "drained", "drained", "drained", "drained"),
-}
-SITUATIONS = ("no pods", "blocked 10 s", "blocked 61 s", "force", "a gate holds it")
-
-
-@pytest.mark.parametrize("caller", sorted(CALLER_OUTCOMES))
-@pytest.mark.parametrize("situation", SITUATIONS)
-def test_every_caller_drains_through_the_one_primitive_with_its_policy(
-    pool, settings, caller, situation
-):
-    from clusters.providers import get_provider
-    from clusters.providers.simulated import simulate_drain_blockers
-    from nodepools import disruption
-    from nodepools.models import Node, NodePool
-    from nodepools.specs import nodepool_spec
-
-    settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = 60
-    settings.NVKE_HOST_DRAIN_TIMEOUT_S = 60
-    assert set(disruption.POLICIES) == set(CALLER_OUTCOMES)  # a new caller gets a row here
-    _, pool_id = pool
-    row = NodePool.objects.select_related("cluster").get(pk=pool_id)
-    node = Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name").first()
-    backend = disruption.backend_for(get_provider(row.cluster.provider), nodepool_spec(row))
-    policy = disruption.policy_for(
-        caller,
-        force=situation == "force",
-        timeout_s=60 if caller == "upgrade" else None,  # the request's drain_timeout_s
-    )
-    waited = {"blocked 10 s": 10, "blocked 61 s": 61}.get(situation, 0)
-
-    def checkpoint_gate(n, policy, now):
-        return f"{n.name}: waiting for a checkpoint"
-
-    t0 = timezone.now()
-    simulate_drain_blockers(node.id, [] if situation == "no pods" else [BLOCKER])
-    if situation == "a gate holds it":
-        disruption.GATES.append(checkpoint_gate)
-    try:
-        disruption.drain(node, policy, backend, t0)
-        node.refresh_from_db()
-        assert (node.phase, node.drain_started_at) == ("DRAINING", t0)  # cordoned first
-        result = disruption.drain(node, policy, backend, t0 + timedelta(seconds=waited))
-    finally:
-        simulate_drain_blockers(node.id, [])
-        if checkpoint_gate in disruption.GATES:
-            disruption.GATES.remove(checkpoint_gate)
-    expected = CALLER_OUTCOMES[caller][SITUATIONS.index(situation)]
-    assert result.outcome == expected, (caller, situation)
-    if expected in ("waiting", "blocked"):  # what holds it is named
-        held = (
-            [f"{node.name}: waiting for a checkpoint"]
-            if situation == "a gate holds it"
-            else [BLOCKER]
-        )
-        assert result.blockers == held

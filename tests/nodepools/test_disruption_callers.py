@@ -44,6 +44,7 @@ SITUATIONS = ("drained", "blocked -> pause", "blocked -> evict", "blocked -> fai
 #: ``(status of its operation, error code, phase of the node it disrupted, where the blocking
 #: pod is named at the end)``. ``*``: the caller's own ``on_timeout``.
 SCALE_DOWN_BLOCKED = ("condition ScaleDownBlocked", "operation stage")
+UPGRADE_PAUSED = ("condition UpgradeBlocked", "condition Upgrading", "operation stage")
 EXPECTED: dict[str, dict[str, tuple[str, str, str, tuple[str, ...]]]] = {
     # set-size 2 -> 1: the newest node drains; at its timeout the pod is evicted (*evict) and
     # the node DELETED, the operation DONE. A pause or fail answer leaves the operation RUNNING
@@ -59,24 +60,15 @@ EXPECTED: dict[str, dict[str, tuple[str, str, str, tuple[str, ...]]]] = {
     },
     # an upgrade with drain_timeout_s 60: at the timeout the rollout pauses (*pause) on the
     # node (DRAINING, upgrade_state drain-blocked), the operation RUNNING with stage "paused:
-    # …" and UpgradeBlocked naming the pod. Evicted, the rollout goes on and is DONE with the
-    # node upgraded and READY. A FAILED drain pauses it as a blocked one does (the operation
-    # is not failed: an operator resumes it). force in the request: no wait, DONE.
+    # …", UpgradeBlocked and Upgrading (reason Paused) naming the pod. Evicted, the rollout
+    # goes on and is DONE with the node upgraded and READY. A FAILED drain pauses it as a
+    # blocked one does (the operation is not failed: an operator resumes it). force in the
+    # request: no wait, DONE.
     "upgrade": {
         "drained": ("DONE", "", "READY", ()),
-        "blocked -> pause": (
-            "RUNNING",
-            "",
-            "DRAINING",
-            ("condition UpgradeBlocked", "operation stage"),
-        ),  # *
+        "blocked -> pause": ("RUNNING", "", "DRAINING", UPGRADE_PAUSED),  # *
         "blocked -> evict": ("DONE", "", "READY", ()),
-        "blocked -> fail": (
-            "RUNNING",
-            "",
-            "DRAINING",
-            ("condition UpgradeBlocked", "operation stage"),
-        ),
+        "blocked -> fail": ("RUNNING", "", "DRAINING", UPGRADE_PAUSED),
         "force": ("DONE", "", "READY", ()),
     },
     # an isolation change (time-slicing): its timeout is infinite (*pause never reached), so
@@ -143,6 +135,25 @@ OWN_ON_TIMEOUT = {
 IMMEDIATE = {"repair", "deletion"}
 #: callers the operator cannot force: their force cell waits past the timeout like the others
 NO_FORCE = {"scale-down", "isolation-change"}
+#: callers with a force of their own (an upgrade's request, a host drain, a host drained again)
+FORCE = {"upgrade", "host-maintenance", "defrag-move"}
+
+#: what a blocked drain shows within its timeout (before the first look past it), written out
+#: by hand: the operation (the run) RUNNING, the node DRAINING, and where the pod is named
+WAITING = {
+    "scale-down": ("RUNNING", "", "DRAINING", SCALE_DOWN_BLOCKED),
+    # "0 of 2 nodes; n: draining, waiting for default/trainer-0 (…)"
+    "upgrade": ("RUNNING", "", "DRAINING", ("condition Upgrading", "operation stage")),
+    "isolation-change": ("RUNNING", "", "DRAINING", ("operation stage",)),
+    "host-maintenance": (
+        "RUNNING",
+        "",
+        "DRAINING",
+        ("condition HostMaintenance", "operation stage"),
+    ),
+    # the run says "0 of 1 node(s) moved"; the pool's HOST_MAINTENANCE condition names the pod
+    "defrag-move": ("RUNNING", "", "DRAINING", ("condition HostMaintenance",)),
+}
 
 
 def two_node_pool(owner, make_host) -> dict:
@@ -303,6 +314,10 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
         started = start(caller, fleet, situation == "force", {"owner": owner, "operator": operator})
         t0 = timezone.now()
         drive(fleet, started, rounds=6)
+        if blocked and caller not in IMMEDIATE and not (situation == "force" and caller in FORCE):
+            # within the timeout: the node is cordoned and draining, and the pod is named
+            first = next(pk for pk, p, _ in drains if p.caller == caller)
+            assert seen(fleet, started, first) == WAITING[caller], (caller, situation)
         past_timeout = situation.startswith("blocked") or (
             situation == "force" and caller in NO_FORCE
         )
@@ -320,7 +335,7 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
     assert {pk for pk, _, _ in ours} <= {n.pk for n in nodes}
     policy = ours[0][1]
     assert policy.immediate == (caller in IMMEDIATE)
-    if situation == "force" and caller in ("upgrade", "host-maintenance", "defrag-move"):
+    if situation == "force" and caller in FORCE:
         assert any(p.force for _, p, _ in ours)
     if on_timeout and caller not in IMMEDIATE:
         assert {p.on_timeout for _, p, _ in ours} == {on_timeout}
