@@ -1,15 +1,18 @@
 """The one disruption path: how a node is taken out of service (DESIGN §3, "Inside the tenant's
 cluster"), and which node leaves first.
 
-Every caller that takes a node away — scale-down, upgrade, host maintenance and defrag moves
-(:mod:`nodepools.host_moves`) — cordons and drains it through :func:`drain`, one look per
-reconcile step, with a :class:`DrainPolicy` that says how long blocking pods are waited for
-and what happens then:
+Every caller that takes a node away — scale-down, upgrade, isolation change, host maintenance
+and defrag moves (:mod:`nodepools.host_moves`), repair, deletion — cordons and drains it
+through :func:`drain`, one look per reconcile step, with a :class:`DrainPolicy` that says how
+long blocking pods are waited for and what happens then:
 
 - ``pause``: the drain stops on the node (``BLOCKED``), the caller names the pods and waits
   for an operator (``force``) — node upgrades and host drains;
 - ``evict``: the blockers are deleted anyway, as cluster autoscalers do — scale-down;
-- ``fail``: the drain FAILS (``FAILED``), the caller fails its operation.
+- ``fail``: the drain FAILS (``FAILED``) naming the pods. No caller asks for it today;
+  handed it, an upgrade and a host move pause as for ``pause``, a defragmentation run FAILS
+  (``move_blocked``), a scale-down keeps waiting (``tests/nodepools/test_disruption_callers.py``
+  runs every caller in every situation).
 
 ``force`` deletes the pods at once, ignoring PodDisruptionBudgets (never the default). Before any
 eviction the registered :data:`GATES` are asked (a gate answering a reason keeps the drain

@@ -235,7 +235,7 @@ def _release_for_replacement(pool: NodePool, node: Node, now: datetime) -> None:
     ``replacing`` until a READY node takes its place (:func:`settle_replacements`)."""
     from .reconcile import release_nodes
 
-    release_nodes(pool, [node], now)
+    release_nodes(pool, [node], now, caller="repair")  # an emergency drain, as for a reboot
     node.repair_state = REPLACING
     node.save(update_fields=["repair_state"])
     pending = pending_replacements(pool)

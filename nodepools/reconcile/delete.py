@@ -97,13 +97,18 @@ def _delete_attempt_failed(
     return None
 
 
-def release_nodes(pool: NodePool, nodes: list[Node], now: datetime) -> None:
+def release_nodes(
+    pool: NodePool, nodes: list[Node], now: datetime, *, caller: str = "deletion"
+) -> None:
     """Evict the nodes' pods (:mod:`nodepools.disruption`'s backend), delete their machines
     (GPUs back to the fleet), close their allocation. The last act of every disruption
-    (scale-down, moves, repair's replacement, deletion)."""
+    (scale-down, moves, repair's replacement, deletion). A node still READY or DRAINING is
+    drained at once, its machine going anyway (the ``deletion`` policy, or ``repair`` for
+    auto-repair's replacement of a failing node: ``caller``, an immediate row of
+    :data:`nodepools.disruption.POLICIES`)."""
     provider = get_provider(pool.cluster.provider)
     backend = disruption.backend_for(provider, nodepool_spec(pool))
-    policy = disruption.policy_for("deletion")
+    policy = disruption.policy_for(caller)
     for node in nodes:
         if node.phase in (NodePhase.READY, NodePhase.DRAINING):
             # a provider that cannot drain: the machine deletion evicts the pods

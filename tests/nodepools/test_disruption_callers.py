@@ -40,7 +40,8 @@ pytestmark = pytest.mark.django_db
 TIMEOUT_S = 60
 SITUATIONS = ("drained", "blocked -> pause", "blocked -> evict", "blocked -> fail", "force")
 
-#: what each caller shows, written out by hand (not read from ``disruption.POLICIES``):
+#: what each caller shows (a caller, or ``caller (variant)``), written out by hand (not read
+#: from ``disruption.POLICIES``):
 #: ``(status of its operation, error code, phase of the node it disrupted, where the blocking
 #: pod is named at the end)``. ``*``: the caller's own ``on_timeout``.
 SCALE_DOWN_BLOCKED = ("condition ScaleDownBlocked", "operation stage")
@@ -81,9 +82,13 @@ EXPECTED: dict[str, dict[str, tuple[str, str, str, tuple[str, ...]]]] = {
         "blocked -> fail": ("RUNNING", "", "DRAINING", ("operation stage",)),
         "force": ("RUNNING", "", "DRAINING", ("operation stage",)),
     },
-    # a GPU fault whose catalog action reboots the node: an emergency, immediate drain: the
-    # pod never holds it, whatever the situation: rebooted, verified, READY; REPAIR_NODES DONE
-    "repair": {situation: ("DONE", "", "READY", ()) for situation in SITUATIONS},
+    # a GPU fault whose catalog action reboots the node (Xid 48): an emergency, immediate
+    # drain: the pod never holds it, whatever the situation: rebooted, verified, READY;
+    # REPAIR_NODES DONE
+    "repair (reboot)": {situation: ("DONE", "", "READY", ()) for situation in SITUATIONS},
+    # a hardware fault (Xid 79, CONTACT_SUPPORT): the node is released at once (DELETED) under
+    # the repair policy (not the deletion one) and replaced on healthy GPUs; REPAIR_NODES DONE
+    "repair (replace)": {situation: ("DONE", "", "DELETED", ()) for situation in SITUATIONS},
     # the operator drains the node's host to MAINTENANCE (a replacement is placed on the
     # other host first): at the timeout the move pauses (*pause) on the node (DRAINING,
     # move_state drain-blocked), the HOST_MAINTENANCE operation RUNNING and HostDrainBlocked
@@ -179,31 +184,37 @@ def two_hosts_of_one_tenant(owner, make_host) -> dict:
     return {"host": first, "pools": [pool_1, pool_2]}
 
 
-def start(caller: str, fleet: dict, force: bool, clients: dict) -> dict:
-    """Start ``caller``'s disruption through its entry point; what :func:`drive` and
-    :func:`seen` need (``op``: how to find the caller's operation)."""
+def start(case: str, fleet: dict, force: bool, clients: dict) -> dict:
+    """Start the disruption of ``case`` (a key of :data:`EXPECTED`) through its entry point;
+    what :func:`drive` and :func:`seen` need (``op``: how to find the caller's operation)."""
     from nodepools.models import Node
 
     owner, operator = clients["owner"], clients["operator"]
     pool_id = fleet["pools"][0]
-    if caller == "scale-down":
+    if case == "scale-down":
         resp = owner.post(f"{fleet['url']}/set-size", {"node_count": 1})
-    elif caller == "upgrade":
+    elif case == "upgrade":
         body = {"driver_version": "580.95.05", "drain_timeout_s": TIMEOUT_S, "force": force}
         resp = owner.post(f"{fleet['url']}/upgrade", body, format="json")
-    elif caller == "isolation-change":
+    elif case == "isolation-change":
         change = {"isolation": {"mode": "time-slicing", "replicas": 4}}
         resp = owner.patch(fleet["url"], change, format="json")
-    elif caller == "repair":
+    elif case.startswith("repair"):
+        from fleet.models import Gpu
+
         node = Node.objects.filter(nodepool_id=pool_id).order_by("created_at", "name").first()
-        announce_gpu_fault(node, xid=48, action="WORKFLOW_XID_48", needs_operator=True)
+        if case == "repair (reboot)":
+            announce_gpu_fault(node, xid=48, action="WORKFLOW_XID_48", needs_operator=True)
+        else:  # the GPU is fenced: the replacement goes on healthy ones
+            Gpu.objects.filter(uuid=node.gpu_uuids[0]).update(health="UNHEALTHY")
+            announce_gpu_fault(node, xid=79, action="CONTACT_SUPPORT", needs_operator=True)
         return {"op": ("REPAIR_NODES", pool_id)}
-    elif caller == "host-maintenance":
+    elif case == "host-maintenance":
         body = {"target": "MAINTENANCE", "force": force}
         resp = operator.post(f"/api/v1/fleet/hosts/{fleet['host'].id}/drain", body, format="json")
         assert resp.status_code == 200, resp.content
         return {"op": ("HOST_MAINTENANCE", pool_id)}
-    elif caller == "defrag-move":
+    elif case == "defrag-move":
         from nodepools.defrag import advance_run
 
         resp = operator.post("/api/v1/fleet/defrag/runs", {}, format="json")
@@ -218,7 +229,7 @@ def start(caller: str, fleet: dict, force: bool, clients: dict) -> dict:
             assert again.status_code == 200, again.content
         return {"run": run_id}
     else:
-        assert caller == "deletion"
+        assert case == "deletion"
         resp = owner.delete(fleet["url"])
     assert resp.status_code == 202, resp.content
     return {"op": (resp.json()["type"], pool_id)}
@@ -273,9 +284,9 @@ def seen(fleet: dict, started: dict, node_id) -> tuple[str, str, str, tuple[str,
 
 
 @pytest.mark.parametrize("situation", SITUATIONS)
-@pytest.mark.parametrize("caller", sorted(EXPECTED))
+@pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
-    caller, situation, owner, operator, make_host, monkeypatch, settings
+    case, situation, owner, operator, make_host, monkeypatch, settings
 ):
     from clusters.providers.simulated import simulate_drain_blockers
     from nodepools import disruption
@@ -283,7 +294,8 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
 
     settings.NVKE_SCALE_DOWN_DRAIN_TIMEOUT_S = TIMEOUT_S
     settings.NVKE_HOST_DRAIN_TIMEOUT_S = TIMEOUT_S
-    assert set(disruption.POLICIES) == set(EXPECTED)  # a new caller gets a row here
+    caller = case.split(" (")[0]  # the POLICIES row it drains under
+    assert set(disruption.POLICIES) == {c.split(" (")[0] for c in EXPECTED}  # a row per caller
     moves = caller in ("host-maintenance", "defrag-move")
     fleet = (two_hosts_of_one_tenant if moves else two_node_pool)(owner, make_host)
     pool_id = fleet["pools"][0]
@@ -311,7 +323,7 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
 
         monkeypatch.setattr(disruption, "policy_for", policy_answering)
     try:
-        started = start(caller, fleet, situation == "force", {"owner": owner, "operator": operator})
+        started = start(case, fleet, situation == "force", {"owner": owner, "operator": operator})
         t0 = timezone.now()
         drive(fleet, started, rounds=6)
         if blocked and caller not in IMMEDIATE and not (situation == "force" and caller in FORCE):
@@ -339,7 +351,11 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
         assert any(p.force for _, p, _ in ours)
     if on_timeout and caller not in IMMEDIATE:
         assert {p.on_timeout for _, p, _ in ours} == {on_timeout}
-    # other callers' drains of these nodes: only the machine's deletion once one is released
-    assert {p.caller for pk, p, _ in drains if pk in {n.pk for n in nodes}} <= {caller, "deletion"}
+    # no other caller drains these nodes, except the machine's deletion (release_nodes, the
+    # deletion policy) looking once more at a node a scale-down or a move released
+    others = {p.caller for pk, p, _ in drains if pk in {n.pk for n in nodes}} - {caller}
+    assert others <= (
+        {"deletion"} if caller in ("scale-down", "host-maintenance", "defrag-move") else set()
+    )
 
-    assert seen(fleet, started, disrupted) == EXPECTED[caller][situation], (caller, situation)
+    assert seen(fleet, started, disrupted) == EXPECTED[case][situation], (case, situation)
