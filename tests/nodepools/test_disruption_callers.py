@@ -40,12 +40,12 @@ pytestmark = pytest.mark.django_db
 TIMEOUT_S = 60
 SITUATIONS = ("drained", "blocked -> pause", "blocked -> evict", "blocked -> fail", "force")
 
+SCALE_DOWN_BLOCKED = ("condition ScaleDownBlocked", "operation stage")
+UPGRADE_PAUSED = ("condition UpgradeBlocked", "condition Upgrading", "operation stage")
 #: what each caller shows (a caller, or ``caller (variant)``), written out by hand (not read
 #: from ``disruption.POLICIES``):
 #: ``(status of its operation, error code, phase of the node it disrupted, where the blocking
 #: pod is named at the end)``. ``*``: the caller's own ``on_timeout``.
-SCALE_DOWN_BLOCKED = ("condition ScaleDownBlocked", "operation stage")
-UPGRADE_PAUSED = ("condition UpgradeBlocked", "condition Upgrading", "operation stage")
 EXPECTED: dict[str, dict[str, tuple[str, str, str, tuple[str, ...]]]] = {
     # set-size 2 -> 1: the newest node drains; at its timeout the pod is evicted (*evict) and
     # the node DELETED, the operation DONE. A pause or fail answer leaves the operation RUNNING
@@ -334,8 +334,8 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
             situation == "force" and caller in NO_FORCE
         )
         if past_timeout and caller not in IMMEDIATE:
-            drive(fleet, started, since=t0, step_s=TIMEOUT_S + 1, rounds=12)
-        drive(fleet, started)
+            drive(fleet, started, since=t0, step_s=TIMEOUT_S + 1, rounds=8)
+        drive(fleet, started, rounds=15)
     finally:
         for node in nodes:
             simulate_drain_blockers(node.id, [])
@@ -347,6 +347,15 @@ def test_every_caller_drains_through_the_one_primitive_and_says_what_happened(
     assert {pk for pk, _, _ in ours} <= {n.pk for n in nodes}
     policy = ours[0][1]
     assert policy.immediate == (caller in IMMEDIATE)
+    outcomes = [outcome for _, _, outcome in ours]
+    if caller in IMMEDIATE:  # never waits: the pod does not hold it for one look
+        assert set(outcomes) == {"drained"}
+    elif on_timeout and caller != "isolation-change":  # its timeout is never reached
+        answer = {"pause": "blocked", "evict": "drained", "fail": "failed"}[on_timeout]
+        assert outcomes[0] == "waiting" and answer in outcomes
+    if case == "scale-down":  # both healthy: the newest leaves (disruption.removal_order)
+        newest = max(nodes, key=lambda n: (n.created_at, n.name))
+        assert disrupted == newest.pk
     if situation == "force" and caller in FORCE:
         assert any(p.force for _, p, _ in ours)
     if on_timeout and caller not in IMMEDIATE:
