@@ -1,4 +1,8 @@
-"""URL path converters that refuse what the database would choke on (NUL bytes …)."""
+"""URL path converters that refuse what the database would choke on (NUL bytes …), registered
+here once as ``<username:…>`` and ``<token:…>`` for every URLconf that imports this module
+(registering a name twice is deprecated in Django 5.2 and an error from Django 6.0)."""
+
+from django.urls import register_converter
 
 
 class UsernameConverter:
@@ -25,3 +29,7 @@ class TokenConverter:
 
     def to_url(self, value: str) -> str:
         return value
+
+
+register_converter(UsernameConverter, "username")
+register_converter(TokenConverter, "token")

@@ -1,16 +1,12 @@
 """Tenant portal URLs, mounted at ``/``."""
 
-from django.urls import path, register_converter
+from django.urls import path
 
-from nvke.converters import TokenConverter, UsernameConverter
+import nvke.converters  # noqa: F401  (registers <username:…> and <token:…>)
 
 from .views import account, activity, auth, cluster_lists, clusters, invitations, usage
 
 app_name = "portal"
-
-# path segments that reach a query: a NUL byte or surrogate does not match (404), not a 500
-register_converter(UsernameConverter, "username")
-register_converter(TokenConverter, "token")
 
 CLUSTER = "clusters/<uuid:cluster_id>"
 POOL = CLUSTER + "/nodepools/<uuid:pool_id>"

@@ -1,6 +1,6 @@
-from django.urls import path, register_converter
+from django.urls import path
 
-from nvke.converters import UsernameConverter
+import nvke.converters  # noqa: F401  (registers <username:…>)
 from nvke.routers import OptionalSlashRouter
 
 from .views import (
@@ -15,8 +15,6 @@ from .views import (
 )
 
 app_name = "tenants"
-
-register_converter(UsernameConverter, "username")
 
 router = OptionalSlashRouter()
 router.register("tenants", TenantViewSet, basename="tenant")

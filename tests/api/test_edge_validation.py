@@ -720,3 +720,24 @@ def test_window_arithmetic_never_overflows_at_the_bounds(owner):
     end = (datetime(2200, 1, 1, tzinfo=UTC) - timedelta(seconds=1)).isoformat()
     resp = owner.get("/api/v1/ledger", {"start": "1970-01-01T00:00:00Z", "end": end})
     assert resp.status_code == 200, resp.content
+
+
+def test_the_url_converters_are_registered_once_without_a_deprecation():
+    """``<username:…>`` was registered by two URLconfs (Django 5.2: RemovedInDjango60Warning,
+    an error from 6.0); nvke.converters registers each name once. Loading every URLconf with
+    that warning as an error must work."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, warnings; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'nvke.settings');"
+        "import django; django.setup();"
+        "from django.utils.deprecation import RemovedInDjango60Warning;"
+        "warnings.simplefilter('error', RemovedInDjango60Warning);"
+        "from django.urls import get_resolver; get_resolver().url_patterns;"
+        "from django.urls.converters import get_converters;"
+        "print(sorted(k for k in get_converters() if k in ('username', 'token')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['token', 'username']"
