@@ -153,11 +153,15 @@ def step_repair(
             return _fence_and_replace(pool, node, live, problem, now)
         from fleet.health import close_unhealthy
         from fleet.models import Gpu
+        from fleet.services import lift_repaired_cordon
 
-        for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY"):
-            close_unhealthy(
+        closed = [
+            gpu.uuid
+            for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY")
+            if close_unhealthy(
                 gpu, at=now, ended_by="auto-repair: rebooted, the agent's report is clean"
             )
+        ]
         save_conditions(pool, now, ("NodesVerified", True, "AgentReportsAgree", ""))
         reason = node.repair_reason
         node.repair_state = node.repair_action = node.repair_reason = ""
@@ -172,6 +176,14 @@ def step_repair(
                 "phase",
             ]
         )
+        # the host cordon the fault placed is lifted when nothing else holds the host (also
+        # on a step run again after the intervals were closed: then it names the node)
+        for host_id in set(
+            Gpu.objects.filter(uuid__in=node.gpu_uuids).values_list("host_id", flat=True)
+        ):
+            lift_repaired_cordon(
+                host_id, repaired=", ".join(closed) or f"node {node.name}", now=now
+            )
         node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
         _progress(pool, f"replacing {node.name}", len(unhealthy), now)
