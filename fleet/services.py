@@ -13,6 +13,9 @@ Operator actions (DESIGN §10 host states)::
                  bootstrap token stop working; RETIRED is final
     bootstrap token  re-issued (the old token and the agent's credential stop working)
 
+Auto-repair lifts a cordon the agent placed for a GPU fault once the repair is verified
+(:func:`lift_repaired_cordon`, through the same uncordon).
+
 Each records a :class:`~fleet.models.HostEvent`; state changes are guarded UPDATEs
 (``filter(pk=…, state__in=allowed).update(…)``) and send ``host_state_changed`` on commit.
 """

@@ -8,13 +8,15 @@ or the machine restarted (``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``: the nod
 service only when a report of its host's agent made after the reboot is clean (NVML
 initialises, no pending row remap, no failed health check: :mod:`nodepools.observed_gates`);
 otherwise, after ``NVKE_OBSERVED_STATE_TIMEOUT_S``, its unhealthy GPUs stay fenced with the
-reason shown and the node is replaced on healthy GPUs. Repairs run as a REPAIR_NODES
-operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
-Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
-an operator's problem, not something to repair the whole pool into (condition
-``RepairsPaused``), and while the circuit breaker (:mod:`fleet.breaker`) holds the pool's or
-its GPU model's automation (``RepairsPaused``, reason ``CircuitBreakerOpen``) until an operator
-resumes it.
+reason shown and the node is replaced on healthy GPUs. A verified reboot also lifts the host
+cordon the fault placed when nothing else holds the host
+(:func:`fleet.services.lift_repaired_cordon`); a replaced node's old host stays cordoned for
+the hardware check. Repairs run as a REPAIR_NODES operation, one node at a time, and stop
+while more than ``max_unhealthy`` (40 % of the pool, Cluster API's default style; at least 1)
+of the pool's nodes are unhealthy — a fault storm is an operator's problem, not something to
+repair the whole pool into (condition ``RepairsPaused``), and while the circuit breaker
+(:mod:`fleet.breaker`) holds the pool's or its GPU model's automation (``RepairsPaused``,
+reason ``CircuitBreakerOpen``) until an operator resumes it.
 
 A replaced node is released first (its machine deleted, its healthy GPUs back to the fleet,
 the unhealthy ones fenced) and keeps ``repair_state`` ``replacing`` on its DELETED row until
