@@ -683,8 +683,11 @@ def lift_repaired_cordon(host_id: Any, *, repaired: str, now: datetime) -> bool:
             or host.state_actor != CORDON_ACTOR
         ):
             return False
-        # the row lock orders this after an ingestion holding it (a new fault's interval is
-        # then seen here); a fault ingested after the lift cordons the host again
+        # Race with a new fault being ingested: opening its interval also updates the GPU row,
+        # whose summary trigger (migration 0003) updates this host row in the same
+        # transaction. So either that transaction holds the row and this lock waits for its
+        # commit (the new interval is then seen below), or it waits for this one and its
+        # cordon then finds the host schedulable and cordons it again.
         if GpuHealthInterval.objects.filter(host_id=host_id, ended_at__isnull=True).exists():
             return False
         if Gpu.objects.filter(host_id=host_id).exclude(health=GpuHealth.HEALTHY).exists():
