@@ -44,6 +44,9 @@ from .signals import gpu_health_changed
 
 #: Xids the NVIDIA device plugin never marks unhealthy (application errors), nvml.md §5 [DP]
 APPLICATION_XIDS = health_rules.APPLICATION_XIDS
+#: the actor of the host cordon a GPU fault places (``Host.state_actor``): the only cordon
+#: auto-repair lifts once the repair is verified (:func:`fleet.services.lift_repaired_cordon`)
+CORDON_ACTOR = "agent"
 
 
 def _notify(gpu: Gpu, *, healthy: bool, interval: GpuHealthInterval | None, at: datetime) -> None:
@@ -333,7 +336,7 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             to=HostState.CORDONED,
             allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
             reason=f"{kind.what} on {event.gpu_uuid}: {kind.action}",
-            actor="agent",
+            actor=CORDON_ACTOR,
             now=now,
         )
         for j, outcome in enumerate(outcomes):

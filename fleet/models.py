@@ -59,6 +59,12 @@ class Host(models.Model):
     state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.AVAILABLE)
     state_reason = models.CharField(max_length=300, blank=True)
     state_changed_at = models.DateTimeField(null=True, blank=True)
+    #: who set the current state (a :class:`HostEvent` ``actor``: ``agent`` for the health
+    #: path's cordon, ``apikey:<prefix>`` of an operator, ``system`` …), written with ``state``
+    #: by :func:`fleet.services.change_host_state`, also when a state is set again (an
+    #: operator's cordon of a host the agent cordoned makes it the operator's); "" for states
+    #: set before it was recorded. Auto-repair lifts only a cordon whose actor is ``agent``.
+    state_actor = models.CharField(max_length=100, blank=True)
     #: set while draining: the state the host enters once none of its GPUs is held
     drain_target = models.CharField(max_length=16, choices=HostState.choices, blank=True)
     drain_requested_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,9 @@ Operator actions (DESIGN §10 host states)::
                  bootstrap token stop working; RETIRED is final
     bootstrap token  re-issued (the old token and the agent's credential stop working)
 
+Auto-repair lifts a cordon the agent placed for a GPU fault once the repair is verified
+(:func:`lift_repaired_cordon`, through the same uncordon).
+
 Each records a :class:`~fleet.models.HostEvent`; state changes are guarded UPDATEs
 (``filter(pk=…, state__in=allowed).update(…)``) and send ``host_state_changed`` on commit.
 """
@@ -35,7 +38,7 @@ from nvke.errors import Conflict, InvalidInput
 from tenants import audit
 
 from . import formats, host_warnings, hygiene, nvlink_domains, topology
-from .choices import SCHEDULABLE_HOST_STATES, CheckKind, HostEventKind, HostState
+from .choices import SCHEDULABLE_HOST_STATES, CheckKind, GpuHealth, HostEventKind, HostState
 from .models import Gpu, Host, HostEvent, region_of_zone
 from .secrets import digest, new_token
 from .signals import (
@@ -436,7 +439,9 @@ def change_host_state(
 ) -> bool:
     """Guarded state change (``UPDATE … WHERE state IN allowed_from``); False if it lost.
 
-    Records a host event and sends ``host_state_changed`` on commit.
+    ``actor`` is stored with the state (``Host.state_actor``, also when the state is set again:
+    the current state's actor is the latest to set it). Records a host event and sends
+    ``host_state_changed`` on commit.
     """
     with transaction.atomic():
         before = (
@@ -450,6 +455,7 @@ def change_host_state(
             state=to,
             state_reason=reason[:300],
             state_changed_at=now,
+            state_actor=actor[:100],
             **(updates or {}),
         )
         if not updated:
@@ -600,18 +606,102 @@ def uncordon_host(host: Host, *, actor: str) -> Host:
         host = Host.objects.select_for_update(no_key=True).get(pk=host.pk)
         if host.state not in UNCORDONABLE:
             raise _refuse(host, "uncordon", UNCORDONABLE)
-        target = HostState.ALLOCATED if holders_on(host.pk) else HostState.AVAILABLE
-        _action(host, actor, "uncordon", now)
-        change_host_state(
+        _uncordon(host, actor=actor, action="uncordon", reason=f"uncordoned by {actor}", now=now)
+    return Host.objects.get(pk=host.pk)
+
+
+def _uncordon(
+    host: Host,
+    *,
+    actor: str,
+    action: str,
+    reason: str,
+    now: datetime,
+    allowed_from: Iterable[str] = UNCORDONABLE,
+    extra_filter: dict[str, Any] | None = None,
+) -> bool:
+    """The uncordon itself, on a host row locked by the caller: AVAILABLE or ALLOCATED by
+    whether GPUs are held, the drain fields cleared, ``action`` recorded as an ACTION event.
+    False (and nothing recorded) when the guarded UPDATE lost."""
+    target = HostState.ALLOCATED if holders_on(host.pk) else HostState.AVAILABLE
+    with transaction.atomic():
+        _action(host, actor, action, now)
+        done = change_host_state(
             host.pk,
             to=target,
-            allowed_from=UNCORDONABLE,
-            reason=f"uncordoned by {actor}",
+            allowed_from=allowed_from,
+            reason=reason,
             now=now,
             actor=actor,
+            extra_filter=extra_filter,
             updates=NO_DRAIN,
         )
-    return Host.objects.get(pk=host.pk)
+        if not done:  # the row is locked by the caller: only a filter it did not check
+            transaction.set_rollback(True)
+    return done
+
+
+#: who lifts a cordon after a verified repair (the REPAIR_NODES operations' ``requested_by``)
+AUTO_REPAIR_ACTOR = "system:auto-repair"
+
+
+def lift_repaired_cordon(host_id: Any, *, repaired: str, now: datetime) -> bool:
+    """Auto-repair verified a repair on ``host_id`` (``repaired``: the GPU UUIDs whose
+    unhealthy interval it closed, or what else names them): lift the host's cordon if the
+    health path placed it for a GPU fault and nothing else holds the host. True when lifted.
+
+    Lifted only when, on the locked host row, all of these hold:
+
+    - the host is CORDONED, not draining, and its current state's actor
+      (``Host.state_actor``) is :data:`fleet.health.CORDON_ACTOR` (``agent``): an operator's
+      cordon — placed before the fault (the health path then leaves the host alone) or after
+      it (which makes the cordon the operator's) — a drain, MAINTENANCE, FAILED and RETIRED
+      stay as they are, as does a cordon of unknown actor (set before actors were stored);
+    - no GPU of the host has an open unhealthy interval or is not HEALTHY (an UNKNOWN GPU has
+      no interval): a second faulty GPU keeps the host cordoned until its own repair is
+      verified, and that repair lifts it.
+
+    The host goes back to ALLOCATED or AVAILABLE by whether GPUs are held (as
+    :func:`uncordon_host`), with actor :data:`AUTO_REPAIR_ACTOR` and the reason and ACTION
+    event ``uncordoned: repair of <repaired> verified``. Idempotent: a host already lifted is
+    no longer CORDONED. Lifting is no cordon: the circuit breaker (:mod:`fleet.breaker`)
+    counts nothing for it.
+
+    A node *replaced* onto another host (the reboot did not repair it, or the fault needs
+    hardware) is no verified repair of this host: its cordon stays for an operator to check
+    the hardware and uncordon.
+    """
+    from .health import CORDON_ACTOR
+    from .models import GpuHealthInterval
+
+    with transaction.atomic():
+        host = Host.objects.select_for_update(no_key=True).filter(pk=host_id).first()
+        if (
+            host is None
+            or host.state != HostState.CORDONED
+            or host.drain_target
+            or host.state_actor != CORDON_ACTOR
+        ):
+            return False
+        # Race with a new fault being ingested: opening its interval also updates the GPU row,
+        # whose summary trigger (migration 0003) updates this host row in the same
+        # transaction. So either that transaction holds the row and this lock waits for its
+        # commit (the new interval is then seen below), or it waits for this one and its
+        # cordon then finds the host schedulable and cordons it again.
+        if GpuHealthInterval.objects.filter(host_id=host_id, ended_at__isnull=True).exists():
+            return False
+        if Gpu.objects.filter(host_id=host_id).exclude(health=GpuHealth.HEALTHY).exists():
+            return False
+        message = f"uncordoned: repair of {repaired} verified"
+        return _uncordon(
+            host,
+            actor=AUTO_REPAIR_ACTOR,
+            action=message,
+            reason=message,
+            now=now,
+            allowed_from=(HostState.CORDONED,),
+            extra_filter={"state_actor": CORDON_ACTOR, "drain_target": ""},
+        )
 
 
 def drain_host(

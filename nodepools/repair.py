@@ -8,13 +8,15 @@ or the machine restarted (``RESET_GPU``, ``RESTART_BM``, ``RESTART_VM``: the nod
 service only when a report of its host's agent made after the reboot is clean (NVML
 initialises, no pending row remap, no failed health check: :mod:`nodepools.observed_gates`);
 otherwise, after ``NVKE_OBSERVED_STATE_TIMEOUT_S``, its unhealthy GPUs stay fenced with the
-reason shown and the node is replaced on healthy GPUs. Repairs run as a REPAIR_NODES
-operation, one node at a time, and stop while more than ``max_unhealthy`` (40 % of the pool,
-Cluster API's default style; at least 1) of the pool's nodes are unhealthy — a fault storm is
-an operator's problem, not something to repair the whole pool into (condition
-``RepairsPaused``), and while the circuit breaker (:mod:`fleet.breaker`) holds the pool's or
-its GPU model's automation (``RepairsPaused``, reason ``CircuitBreakerOpen``) until an operator
-resumes it.
+reason shown and the node is replaced on healthy GPUs. A verified reboot also lifts the host
+cordon the fault placed when nothing else holds the host
+(:func:`fleet.services.lift_repaired_cordon`); a replaced node's old host stays cordoned for
+the hardware check. Repairs run as a REPAIR_NODES operation, one node at a time, and stop
+while more than ``max_unhealthy`` (40 % of the pool, Cluster API's default style; at least 1)
+of the pool's nodes are unhealthy — a fault storm is an operator's problem, not something to
+repair the whole pool into (condition ``RepairsPaused``), and while the circuit breaker
+(:mod:`fleet.breaker`) holds the pool's or its GPU model's automation (``RepairsPaused``,
+reason ``CircuitBreakerOpen``) until an operator resumes it.
 
 A replaced node is released first (its machine deleted, its healthy GPUs back to the fleet,
 the unhealthy ones fenced) and keeps ``repair_state`` ``replacing`` on its DELETED row until
@@ -153,11 +155,15 @@ def step_repair(
             return _fence_and_replace(pool, node, live, problem, now)
         from fleet.health import close_unhealthy
         from fleet.models import Gpu
+        from fleet.services import lift_repaired_cordon
 
-        for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY"):
-            close_unhealthy(
+        closed = [
+            gpu.uuid
+            for gpu in Gpu.objects.filter(uuid__in=node.gpu_uuids, health="UNHEALTHY")
+            if close_unhealthy(
                 gpu, at=now, ended_by="auto-repair: rebooted, the agent's report is clean"
             )
+        ]
         save_conditions(pool, now, ("NodesVerified", True, "AgentReportsAgree", ""))
         reason = node.repair_reason
         node.repair_state = node.repair_action = node.repair_reason = ""
@@ -172,6 +178,14 @@ def step_repair(
                 "phase",
             ]
         )
+        # the host cordon the fault placed is lifted when nothing else holds the host (also
+        # on a step run again after the intervals were closed: then it names the node)
+        for host_id in set(
+            Gpu.objects.filter(uuid__in=node.gpu_uuids).values_list("host_id", flat=True)
+        ):
+            lift_repaired_cordon(
+                host_id, repaired=", ".join(closed) or f"node {node.name}", now=now
+            )
         node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
         _progress(pool, f"replacing {node.name}", len(unhealthy), now)

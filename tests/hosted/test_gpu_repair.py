@@ -3,7 +3,7 @@ exclusive 8-GPU node falls off the bus, its Node in the tenant's real kube-apise
 7 allocatable ``nvidia.com/gpu`` with ``GpuXidCritical`` True; auto-repair reboots the node,
 the host's agent reports a clean GPU after the reboot, the repair is verified against that
 report, and the Node is back to 8 allocatable GPUs with ``GpuXidCritical`` False, which the
-cluster's own kube-scheduler uses.
+cluster's own kube-scheduler uses; the host the agent cordoned for the Xid is ALLOCATED again.
 
 The GPU host is SIMULATED (:mod:`clusters.providers.simhosts`): the Xid is logged on its
 simulated driver, the reboot resets its simulated GPUs, and everything NVKE learns of either
@@ -86,6 +86,13 @@ def test_xid_79_takes_one_gpu_out_of_allocatable_until_the_verified_repair_bring
         f"GPU {lost}: Xid 79 (RESTART_BM)",
     )
     assert Gpu.objects.get(uuid=lost).health == "UNHEALTHY"
+    # Xid 79 is host-scoped: the agent cordons the host (no new node is placed there)
+    cordon = f"Xid 79 ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS on {lost}: RESTART_BM"
+    assert Host.objects.values_list("state", "state_reason", "state_actor").get(pk=host.pk) == (
+        "CORDONED",
+        cordon,
+        "agent",
+    )
 
     # a pod asking for all 8 GPUs cannot be placed while one is out of allocatable
     core.create_namespaced_pod("default", pod("all-eight", GPUS))
@@ -134,6 +141,12 @@ def test_xid_79_takes_one_gpu_out_of_allocatable_until_the_verified_repair_bring
     )
     op = Operation.objects.get(target_id=pool_id, type="REPAIR_NODES")
     assert (op.status, op.requested_by) == ("DONE", "system:auto-repair")
+    # the verified repair lifts the agent's cordon: the host's GPUs are held, ALLOCATED
+    assert Host.objects.values_list("state", "state_reason", "state_actor").get(pk=host.pk) == (
+        "ALLOCATED",
+        f"uncordoned: repair of {lost} verified",
+        "system:auto-repair",
+    )
 
     lease_renewals(core, coord, name, 3)  # and it survives KWOK's heartbeats
     assert gpu_view(core, name) == (str(GPUS), str(GPUS), "False", *healthy, False)
