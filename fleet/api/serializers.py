@@ -72,6 +72,7 @@ class HostSerializer(serializers.ModelSerializer):
             "rack",
             "state",
             "state_reason",
+            "state_actor",
             "state_changed_at",
             "tenancy",
             "drain_target",

@@ -63,6 +63,7 @@ def test_cordon_and_uncordon(operator, host, django_capture_on_commit_callbacks,
     actor = HostEvent.objects.get(host=host, kind="action").actor
     assert actor.startswith("apikey:")
     assert (body["state"], body["state_reason"]) == ("CORDONED", f"cordoned by {actor}: fan noise")
+    assert body["state_actor"] == actor  # who holds it (a verified repair lifts only "agent")
     assert caught == [
         (
             "host_state_changed",
@@ -76,7 +77,8 @@ def test_cordon_and_uncordon(operator, host, django_capture_on_commit_callbacks,
         )
     ]
     assert post(operator, host, "cordon").json()["state"] == "CORDONED"  # idempotent
-    assert post(operator, host, "uncordon").json()["state"] == "AVAILABLE"
+    lifted = post(operator, host, "uncordon").json()
+    assert (lifted["state"], lifted["state_actor"]) == ("AVAILABLE", actor)
     kinds = list(
         HostEvent.objects.filter(host=host)
         .order_by("ts", "id")

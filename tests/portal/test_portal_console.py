@@ -89,6 +89,7 @@ def test_an_operator_cordons_drains_and_uncordons_a_host(ops_client, h100_host):
     assert h100_host.state == "CORDONED"
     assert '<span id="host-state"><span class="badge busy">CORDONED</span></span>' in page
     assert "sim-h100-01: cordon done, now CORDONED." in page
+    assert '<span class="small" id="host-actor">(set by user:ops)</span>' in page  # who holds it
     assert HostEvent.objects.filter(host=h100_host, actor="user:ops", message="cordon: fan noise")
     event = AuditEvent.objects.get(action="host.cordon")
     assert (event.actor, event.before, event.after) == (
