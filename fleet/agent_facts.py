@@ -42,6 +42,11 @@ class GpuFacts:
     #: NVML's name (``NVIDIA H100 80GB HBM3``) and memory as the agent reported them
     product_name: str = ""
     memory_total_bytes: int | None = None
+    #: the GPU's index on its host and what NVML says of its chip (``Hopper``, ``9.0``; ""
+    #: when the agent did not report it): the agent's static ``attributes``
+    index: int = 0
+    architecture: str = ""
+    compute_capability: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,12 @@ class HostFacts:
     gpus: dict[str, GpuFacts] = field(default_factory=dict)
     #: the host's multi-node NVLink domain (fabric cluster UUID, clique id), None without one
     nvlink_domain: tuple[uuid.UUID, int] | None = None
+    #: the highest CUDA version the driver supports, as reported ("" when unknown)
+    cuda_version: str = ""
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def _instances(devices: Any) -> tuple[tuple[str, int, int], ...]:
@@ -103,6 +114,7 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
             "id",
             "hostname",
             "driver_version",
+            "cuda_version",
             "agent_source_error",
             "inventory_at",
             "inventory_count",
@@ -127,6 +139,8 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         "slice_scrubs",
         "product_name",
         "memory_total_bytes",
+        "index",
+        "attributes",
     ):
         failed = tuple(
             f["detail"]
@@ -147,6 +161,9 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
             slice_scrubs=tuple(s for s in row["slice_scrubs"] or [] if isinstance(s, dict)),
             product_name=row["product_name"],
             memory_total_bytes=row["memory_total_bytes"],
+            index=row["index"],
+            architecture=_text((row["attributes"] or {}).get("architecture")),
+            compute_capability=_text((row["attributes"] or {}).get("compute_capability")),
         )
     return HostFacts(
         host_id=host["id"],
@@ -156,6 +173,7 @@ def host_facts(host_id: Any, gpu_uuids: list[str] | tuple[str, ...]) -> HostFact
         inventory_at=host["inventory_at"],
         inventory_count=host["inventory_count"],
         gpus=gpus,
+        cuda_version=host["cuda_version"] or "",
         nvlink_domain=(
             (host["nvlink_cluster_uuid"], host["nvlink_clique_id"])
             if host["nvlink_cluster_uuid"] is not None

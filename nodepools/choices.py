@@ -22,6 +22,16 @@ class IsolationMode(models.TextChoices):
     MPS = "mps"
 
 
+class GpuPublishing(models.TextChoices):
+    """How a pool's GPUs appear to the tenant's scheduler (``NodePool.gpu_publishing``): as
+    the NVIDIA device plugin's extended resources (``nvidia.com/gpu``, the default) or as
+    Dynamic Resource Allocation devices in ``ResourceSlice``s of the NVIDIA DRA driver
+    (``gpu.nvidia.com``), never both (:mod:`nodepools.dra`)."""
+
+    DEVICE_PLUGIN = "device-plugin"
+    DRA = "dra"
+
+
 #: the one definition of a live node: every phase but DELETING and DELETED (a node that is
 #: being released or is gone holds no place in its pool's count). ``Node.objects.live()``
 #: (:mod:`nodepools.querysets`) filters by it.

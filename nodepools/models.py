@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from clusters.choices import Phase, TargetType
 
-from .choices import NodePhase
+from .choices import GpuPublishing, NodePhase
 from .querysets import NodeQuerySet
 
 
@@ -20,7 +20,8 @@ class NodePool(models.Model):
 
     Spec: ``gpu_model`` (catalog slug), ``gpus_per_node``, ``node_count``, ``isolation``
     (DESIGN §10 shapes, :mod:`nodepools.isolation`), ``driver_version``, ``cuda_version``,
-    ``placement`` (one NVLink domain, :mod:`nodepools.nvlink`).
+    ``placement`` (one NVLink domain, :mod:`nodepools.nvlink`), ``gpu_publishing`` (device
+    plugin or DRA devices, :mod:`nodepools.dra`).
     Status: ``phase``, ``conditions``, ``observed_generation``, the rendered ``gpu_config``
     (:mod:`nodepools.gpu_config`) its nodes receive, and ``rollout`` while an isolation
     change runs node by node.
@@ -46,6 +47,12 @@ class NodePool(models.Model):
     #: where the nodes go: ``{}`` or ``{"same_nvlink_domain": true}`` (all nodes in one
     #: multi-node NVLink domain, nodepools/nvlink.py); set at creation
     placement = models.JSONField(default=dict, blank=True)
+    #: how the pool's GPUs reach the tenant's scheduler: ``device-plugin`` (``nvidia.com/gpu``
+    #: in the Nodes' allocatable) or ``dra`` (ResourceSlices of driver ``gpu.nvidia.com``,
+    #: :mod:`nodepools.dra`); never both; set at creation
+    gpu_publishing = models.CharField(
+        max_length=16, choices=GpuPublishing.choices, default=GpuPublishing.DEVICE_PLUGIN
+    )
     #: the capacity reservation the pool draws from (None: on-demand); while it is in force
     #: the pool's nodes are placed on its GPUs (see reservations/)
     reservation = models.ForeignKey(

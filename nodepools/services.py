@@ -29,7 +29,8 @@ from tenants import quotas
 from tenants.principal import Principal
 
 from . import nvlink
-from .choices import NodePhase
+from .choices import GpuPublishing, NodePhase
+from .dra import validate_gpu_publishing
 from .gpu_config import config_hash, render_gpu_config
 from .isolation import validate_driver, validate_isolation
 from .models import NodePool
@@ -48,6 +49,7 @@ def pool_spec_of(pool: NodePool) -> dict:
         "driver_version": pool.driver_version,
         "cuda_version": pool.cuda_version,
         "placement": pool.placement,
+        "gpu_publishing": pool.gpu_publishing,
         "reservation": str(pool.reservation_id) if pool.reservation_id else None,
     }
 
@@ -220,6 +222,7 @@ def create_nodepool(
     cuda_version: str = "",
     placement: Any = None,
     reservation: Any = None,
+    gpu_publishing: str = GpuPublishing.DEVICE_PLUGIN,
     dry_run: bool = False,
 ) -> Operation | DryRun:
     """Create a node pool (phase PROVISIONING) and its CREATE_NODE_POOL operation.
@@ -229,6 +232,8 @@ def create_nodepool(
     / ``invalid_placement``, 409 ``nvlink_domain_full`` naming the largest free domain).
     ``reservation`` (an id of the tenant's reservation) makes the pool draw from it: its
     nodes are placed on the reserved GPUs, which unreserved pools cannot take.
+    ``gpu_publishing`` ``dra`` publishes the GPUs as DRA devices instead of ``nvidia.com/gpu``
+    (:mod:`nodepools.dra`: 400 ``invalid_gpu_publishing``, ``dra_isolation_not_supported``).
 
     Raises InvalidInput (``unknown_gpu_model``, ``gpus_per_node_too_large``, isolation and
     driver codes, see :mod:`nodepools.isolation`; ``unknown_reservation``,
@@ -248,6 +253,7 @@ def create_nodepool(
             extra={"valid_gpu_models": list(exc.valid)},
         ) from exc
     policy = validate_isolation(model, isolation)
+    validate_gpu_publishing(gpu_publishing, policy)
     validate_driver(
         model,
         driver_version=driver_version or None,
@@ -359,6 +365,7 @@ def create_nodepool(
             cuda_version=cuda_version,
             placement=placement,
             reservation=found,
+            gpu_publishing=gpu_publishing,
             gpu_config=gpu_config,
             kubernetes_version=cluster.control_plane_version or cluster.kubernetes_version,
         )
@@ -436,13 +443,15 @@ def update_isolation(
     validates the nodes one at a time (:mod:`nodepools.reconcile`), rolling back if a node
     fails validation.
 
-    Raises InvalidInput (isolation / driver codes), Conflict ``nodepool_not_running`` (the pool
+    Raises InvalidInput (isolation / driver codes; ``dra_isolation_not_supported`` for a DRA
+    pool), Conflict ``nodepool_not_running`` (the pool
     is being created, deleted, or has another operation running), ``isolation_unchanged`` or
     ``isolation_change_not_supported`` (a shared pool, from or to: not built).
     ``dry_run`` returns a :class:`DryRun` and writes nothing.
     """
     model = pool.gpu_model
     policy = validate_isolation(model, isolation)
+    validate_gpu_publishing(pool.gpu_publishing, policy)
     if is_shared_policy(pool.isolation) or is_shared_policy(policy):
         # not built (README "Shared hosts"): refused before anything is touched, dry run too
         raise Conflict(

@@ -20,13 +20,16 @@ strategy, time-slicing / MPS replicas), as the ConfigMap does on a real cluster:
   pool's MIG config, else ``pending``), ``cuda.driver-version.*``, ``gpu.clique``
   (``<fabric cluster UUID>.<clique id>`` on a multi-node NVLink domain); the pool's own labels
   (``nvke.io/nodepool`` …) and the taint ``nvidia.com/gpu=present:NoSchedule``;
+* a pool with ``gpu_publishing: dra`` publishes no GPU resource: its GPUs are the DRA
+  devices of one ResourceSlice per node (``TenantNode.dra_devices``, :mod:`nodepools.dra`);
 * the condition ``GpuXidCritical`` (as GKE's ``XidCriticalError``): True while a GPU of the node
   has an open unhealthy interval caused by an Xid, naming the GPU and the Xid.
 
 :func:`sync_cluster_nodes` is the one writer: it hands the derived nodes of every pool of a
 cluster to the provider (:meth:`clusters.providers.base.Provider.sync_nodes`), which creates,
-updates and deletes the API's Nodes; the node pool reconciler calls it at every step and the
-``gpu_health_changed`` receiver through :func:`nodepools.tasks.sync_tenant_nodes`.
+updates and deletes the API's Nodes (and DRA pools' ResourceSlices); the node pool reconciler
+calls it at every step and the ``gpu_health_changed`` receiver through
+:func:`nodepools.tasks.sync_tenant_nodes`.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from clusters.providers.base import TenantNode
 from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 from fleet.models import GpuHealthInterval
 
-from .choices import NodePhase
+from .choices import GpuPublishing, NodePhase
+from .dra import gpu_devices
 from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
 from .observed_gates import expectation
@@ -139,6 +143,11 @@ def tenant_node(
     if config.get("vgpu_device_manager_config"):
         # vGPU devices are the vGPU device manager's; the agent does not list them yet
         capacity = allocatable = Counter(config.get("resources") or {})
+    dra_devices = None
+    if pool.gpu_publishing == GpuPublishing.DRA:
+        # the GPUs are DRA devices of the node's ResourceSlice, never also nvidia.com/gpu
+        capacity, allocatable = Counter(), Counter()
+        dra_devices = gpu_devices(gpus, facts)
 
     rendered = config.get("labels") or {}
     labels = {k: v for k, v in rendered.items() if not k.startswith(_OBSERVED_PREFIXES)}
@@ -210,6 +219,7 @@ def tenant_node(
         conditions=(condition,),
         unschedulable=node.phase in UNSCHEDULABLE,
         kubelet_version=kubelet_version,
+        dra_devices=dra_devices,
     )
 
 

@@ -141,13 +141,22 @@ class ReplacedMachine:
     reason: str
 
 
+#: the Dynamic Resource Allocation driver whose devices NVKE publishes for a DRA pool's nodes
+#: (NVIDIA's k8s-dra-driver-gpu): ResourceSlice ``spec.driver``, DeviceClass name, and the
+#: domain of its attributes in CEL (``device.attributes["gpu.nvidia.com"].productName``)
+DRA_DRIVER = "gpu.nvidia.com"
+
+
 @dataclass(frozen=True)
 class TenantNode:
     """A node as the tenant's Kubernetes API must show it (``nodepools.tenant_nodes`` derives
     it from the host agent's latest report). ``capacity``/``allocatable``: resource name ->
     quantity text; ``taints``: ``[{"key", "value", "effect"}]``; ``conditions``: ``[{"type",
     "status", "reason", "message"}]`` beside the kubelet's own; ``kubelet_version``
-    ``"v1.36.3"``."""
+    ``"v1.36.3"``. ``dra_devices``: None where the device plugin publishes the node's GPUs
+    (in ``capacity``); else the node's DRA devices of :data:`DRA_DRIVER`, as
+    ``resource.k8s.io/v1`` ResourceSlice ``spec.devices`` entries (``{"name", "attributes":
+    {name: {"string"|"version"|"int": v}}, "capacity": {name: {"value": quantity}}}``)."""
 
     name: str
     labels: dict[str, str]
@@ -157,6 +166,7 @@ class TenantNode:
     conditions: tuple[dict[str, str], ...]
     unschedulable: bool
     kubelet_version: str
+    dra_devices: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -227,7 +237,9 @@ class Provider(abc.ABC):
     def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
         """Make the cluster's API hold exactly ``nodes`` among the Nodes NVKE made: create
         the missing, update labels, taints, resources, conditions and ``unschedulable`` of the
-        others, delete the rest. Default: nothing (a provider whose kubelets publish it)."""
+        others, delete the rest; likewise one ResourceSlice of :data:`DRA_DRIVER` per node
+        with ``dra_devices`` (and that driver's DeviceClass while any exists), none for the
+        others. Default: nothing (a provider whose kubelets and DRA driver publish it)."""
         return None
 
     def replaced_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[ReplacedMachine]:

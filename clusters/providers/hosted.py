@@ -169,13 +169,21 @@ class HostedProvider(SimulatedProvider):
     # ---------------------------------------------------------------- nodes
     def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
         """The cluster's API holds exactly ``nodes`` among NVKE's Nodes; its KWOK keeps them
-        alive (:mod:`clusters.hosted.nodes`)."""
+        alive (:mod:`clusters.hosted.nodes`). Then the ResourceSlices of the DRA pools' nodes
+        and their DeviceClass (:mod:`clusters.hosted.dra`): a node's slice is written after
+        the node, and goes with it."""
+        from ..hosted import dra as hosted_dra
         from ..hosted import nodes as hosted_nodes
 
         self._on_api(
             cluster,
             lambda api: hosted_nodes.sync(api, nodes),
             refused="the cluster's API refused NVKE's Nodes",
+        )
+        self._on_api(
+            cluster,
+            lambda api: hosted_dra.sync(api, nodes),
+            refused="the cluster's API refused NVKE's ResourceSlices",
         )
 
     # ---------------------------------------------------------------- disruption

@@ -14,7 +14,8 @@ workers never lose each other's change and an agent never reads half a file::
     {"simulated": "...", "host_id", "hostname", "gpu_model", "driver_version", "cuda_version",
      "nvml_error": "" (NVML initialises) | NVML's message, "boot_count", "faults": [names],
      "kubelet": {node_id: version},
-     "gpus": [{"uuid", "index", "name", "pci_bus_id", "memory_total_bytes", "mig_capable",
+     "gpus": [{"uuid", "index", "name", "pci_bus_id", "memory_total_bytes", "architecture",
+               "compute_capability", "mig_capable",
                "mig_mode": "enabled" | "disabled" | null, "mig_mode_pending",
                "instances": [{"profile", "start", "size", "gpu_instance_id", "uuid",
                               "memory_total_bytes"}],
@@ -140,6 +141,9 @@ def initial_state(host: Any) -> dict[str, Any]:
                 "name": gpu.product_name,
                 "pci_bus_id": gpu.pci_bus_id,
                 "memory_total_bytes": gpu.memory_total_bytes,
+                # what NVML's nvmlDeviceGetArchitecture / GetCudaComputeCapability answer
+                "architecture": _nvml_architecture(gpu.gpu_model.architecture),
+                "compute_capability": gpu.gpu_model.compute_capability or None,
                 "mig_capable": capable,
                 "mig_mode": mode,
                 "mig_mode_pending": mode,
@@ -163,6 +167,14 @@ def initial_state(host: Any) -> dict[str, Any]:
         "events": [],
         "next_event_id": 1,
     }
+
+
+def _nvml_architecture(catalog_name: str) -> str | None:
+    """The catalog's architecture (``hopper``, ``ada``) as NVML's agent source names it
+    (``Hopper``, ``Ada Lovelace``: ``nvke_agent.sources.nvml.ARCHITECTURES``)."""
+    if not catalog_name:
+        return None
+    return {"ada": "Ada Lovelace"}.get(catalog_name.lower(), catalog_name.title())
 
 
 def _clean_health() -> dict[str, Any]:

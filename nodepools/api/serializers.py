@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from nodepools.choices import GpuPublishing
 from nodepools.models import DisruptionRequest, Node, NodePool
 from nvke.lean_lists import LeanListSerializer, row_builder
 from nvke.validation import StrictUUIDField
@@ -84,6 +85,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "autoscaling",
             "isolation",
             "placement",
+            "gpu_publishing",
             "kubernetes_version",
             "driver_version",
             "cuda_version",
@@ -158,6 +160,14 @@ class NodePoolCreateSerializer(serializers.Serializer):
         default=dict,
         help_text='{"same_nvlink_domain": true}: every node in one multi-node NVLink domain '
         "(GB200 NVL72); only for GPU models with such domains",
+    )
+    gpu_publishing = serializers.ChoiceField(
+        choices=GpuPublishing.choices,
+        required=False,
+        default=GpuPublishing.DEVICE_PLUGIN,
+        help_text="how the tenant's scheduler sees the GPUs: device-plugin (nvidia.com/gpu in "
+        "each Node's allocatable) or dra (one ResourceSlice per node of the NVIDIA DRA driver "
+        "gpu.nvidia.com, and its DeviceClass); never both; exclusive isolation only for dra",
     )
     driver_version = serializers.CharField(
         max_length=32,

@@ -157,7 +157,11 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
             for instance in (gpu.get("instances") or [] if mig else [])
         ],
         health=health,
-        attributes={"simulated": True},
+        attributes={
+            "simulated": True,
+            # as the NVML source reports them (absent from state files written before)
+            **{k: gpu[k] for k in ("architecture", "compute_capability") if gpu.get(k)},
+        },
         # clears of released GPU instances on a shared host, as the host recorded them
         slice_scrubs=[dict(s) for s in gpu.get("slice_scrubs") or [] if isinstance(s, dict)],
     )

@@ -1,0 +1,121 @@
+"""The ResourceSlices and DeviceClass of a hosted cluster's DRA pools, written by NVKE.
+
+:func:`sync` makes the API behind a client hold, among the ResourceSlices NVKE made (label
+``nvke.io/nodepool``), exactly one per :class:`~clusters.providers.base.TenantNode` with
+``dra_devices``, in the shape NVIDIA's DRA driver publishes (``resource.k8s.io/v1``):
+``spec.driver`` ``gpu.nvidia.com``, ``spec.nodeName`` and ``spec.pool.name`` the node's name,
+one slice per pool (``resourceSliceCount: 1``), the devices as given. A slice is named
+``<node>-gpu.nvidia.com`` (the driver lets the API generate a name; a fixed one makes a
+second writer's create a 409, not a duplicate). It is replaced only when its devices changed
+(an annotation carries their digest: the API rewrites quantities, so the spec read back
+cannot be compared with the one written), with ``spec.pool.generation`` one higher, as the
+scheduler takes the highest generation of a pool as current. A node no longer given (gone, or
+of a device-plugin pool) loses its slice.
+
+While any slice is published the cluster has the driver's DeviceClass ``gpu.nvidia.com``
+(whole GPUs: ``device.driver == "gpu.nvidia.com"`` and attribute ``type`` ``gpu``); it is
+left in place when the last DRA pool goes, since the tenant's claims name it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..providers.base import DRA_DRIVER, TenantNode
+from .nodes import MANAGED_LABEL
+
+GROUP, VERSION = "resource.k8s.io", "v1"
+DIGEST_ANNOTATION = "nvke.io/devices-digest"
+DEVICE_CLASS_SELECTOR = (
+    f'device.driver == "{DRA_DRIVER}" && device.attributes["{DRA_DRIVER}"].type == "gpu"'
+)
+
+
+def slice_name(node_name: str) -> str:
+    return f"{node_name}-{DRA_DRIVER}"
+
+
+def device_class() -> dict[str, Any]:
+    """The driver's DeviceClass for whole GPUs."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DeviceClass",
+        "metadata": {"name": DRA_DRIVER, "labels": {MANAGED_LABEL: ""}},
+        "spec": {"selectors": [{"cel": {"expression": DEVICE_CLASS_SELECTOR}}]},
+    }
+
+
+def _digest(devices: tuple[dict[str, Any], ...]) -> str:
+    return hashlib.sha256(json.dumps(devices, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resource_slice(node: TenantNode, generation: int = 1) -> dict[str, Any]:
+    """The ResourceSlice of ``node`` (which has ``dra_devices``)."""
+    devices = node.dra_devices or ()
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": slice_name(node.name),
+            "labels": {MANAGED_LABEL: node.labels.get(MANAGED_LABEL, "")},
+            "annotations": {DIGEST_ANNOTATION: _digest(devices)},
+        },
+        "spec": {
+            "driver": DRA_DRIVER,
+            "nodeName": node.name,
+            "pool": {"name": node.name, "generation": generation, "resourceSliceCount": 1},
+            "devices": [dict(d) for d in devices],
+        },
+    }
+
+
+def sync(api, nodes: list[TenantNode]) -> None:
+    """Make the API behind ``api`` hold exactly the slices of ``nodes`` with DRA devices
+    among those NVKE made, and the DeviceClass while there are any (see module doc).
+    Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    objects = client.CustomObjectsApi(api)
+    wanted = [n for n in nodes if n.dra_devices is not None]
+    try:
+        listed = objects.list_cluster_custom_object(
+            GROUP, VERSION, "resourceslices", label_selector=MANAGED_LABEL
+        )
+    except ApiException as exc:
+        if exc.status == 404 and not wanted:
+            return  # an API without resource.k8s.io/v1 and no DRA pool: nothing to do
+        raise
+    existing = {s["metadata"]["name"]: s for s in listed["items"]}
+    if wanted:
+        try:
+            objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class())
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    for node in wanted:
+        current = existing.pop(slice_name(node.name), None)
+        if current is None:
+            objects.create_cluster_custom_object(
+                GROUP, VERSION, "resourceslices", resource_slice(node)
+            )
+            continue
+        body = resource_slice(node, current["spec"]["pool"]["generation"] + 1)
+        annotations = current["metadata"].get("annotations") or {}
+        if (
+            annotations.get(DIGEST_ANNOTATION) == body["metadata"]["annotations"][DIGEST_ANNOTATION]
+            and current["spec"].get("nodeName") == node.name
+        ):
+            continue
+        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        objects.replace_cluster_custom_object(
+            GROUP, VERSION, "resourceslices", body["metadata"]["name"], body
+        )
+    for name in existing:
+        try:
+            objects.delete_cluster_custom_object(GROUP, VERSION, "resourceslices", name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise

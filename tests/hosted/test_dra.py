@@ -1,0 +1,223 @@
+"""A pool that publishes its GPUs as DRA devices (issue 31, "DRA"), against a real control
+plane: NVKE writes each node's ResourceSlice (driver ``gpu.nvidia.com``, in the shape of
+NVIDIA's DRA driver) and the DeviceClass into the tenant's kube-apiserver from the host agent's
+report, and the cluster's own kube-scheduler allocates ResourceClaims against them.
+
+Simulated below the kubelet: the node is KWOK's, so once the scheduler has allocated a claim
+and bound the pod, nothing runs the driver's ``NodePrepareResources`` (no CDI device reaches a
+container); KWOK marks the pod Running. Everything up to the binding is the real scheduler's.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.utils import parse_quantity
+
+from tests.e2e.conftest import wait_for
+from tests.hosted.conftest import api_client, create_cluster, kubeconfig_of
+from tests.hosted.test_gpu_nodes import TOLERATION, drive, lease_renewals, node_names
+
+pytestmark = pytest.mark.timeout(420)
+
+GROUP, VERSION = "resource.k8s.io", "v1"
+DRIVER = "gpu.nvidia.com"
+
+
+def claim(name: str, memory: str) -> dict:
+    """One GPU of class gpu.nvidia.com with at least ``memory`` (a CEL selector)."""
+    selector = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0'
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": DRIVER,
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                            "selectors": [{"cel": {"expression": selector}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def claiming_pod(name: str, claim_name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "tolerations": [TOLERATION],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": claim_name}],
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.8.0-base-ubuntu24.04",
+                    "resources": {"claims": [{"name": "gpu"}]},
+                }
+            ],
+        },
+    }
+
+
+def slices_of(objects, node: str) -> list[dict]:
+    items = objects.list_cluster_custom_object(GROUP, VERSION, "resourceslices")["items"]
+    return [s for s in items if s["spec"].get("nodeName") == node]
+
+
+def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claims_from(
+    hosted, owner, make_host
+):
+    from clusters.providers import simhosts
+    from fleet.models import Gpu, Host
+    from nodepools.models import Node
+    from nodepools.tasks import sync_tenant_nodes
+    from nvke.queueing import clear_pending
+
+    host = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    # the simulated machine's installed driver (its agent reports it from the state file)
+    Host.objects.filter(pk=host.pk).update(driver_version="570.172.08", cuda_version="12.8")
+    cluster = create_cluster(owner, "dra")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core, coord = k8s.CoreV1Api(api), k8s.CoordinationV1Api(api)
+    objects = k8s.CustomObjectsApi(api)
+
+    resp = owner.post(
+        f"/api/v1/clusters/{cluster.id}/nodepools",
+        {
+            "name": "dra",
+            "gpu_model": "h100-sxm5-80gb",
+            "gpus_per_node": 8,
+            "node_count": 1,
+            "isolation": {"mode": "exclusive"},
+            "gpu_publishing": "dra",
+        },
+        format="json",
+    )
+    assert resp.status_code == 202, resp.content
+    pool = resp.json()["target_id"]
+    drive(pool, lambda p: p.phase == "RUNNING", what="dra RUNNING")
+    [name] = node_names(pool)
+    lease_renewals(core, coord, name, 3)  # KWOK's heartbeats: NVKE's fields survive them
+
+    # --- the Node has no nvidia.com/gpu: its GPUs are DRA devices, never both --------------
+    node = core.read_node(name)
+    assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
+    assert not [k for k in node.status.capacity if k.startswith("nvidia.com/")]
+    assert not [k for k in node.status.allocatable if k.startswith("nvidia.com/")]
+
+    # --- one ResourceSlice of 8 devices, exactly what the host's agent reported -------------
+    [rslice] = slices_of(objects, name)
+    spec = rslice["spec"]
+    assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == (DRIVER, name, name)
+    assert spec["pool"]["resourceSliceCount"] == 1
+    gpus = {g.index: g for g in Gpu.objects.filter(host=host)}
+    row = Node.objects.get(name=name)
+    assert sorted(gpus[i].uuid for i in gpus) == sorted(row.gpu_uuids)
+    assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
+    host.refresh_from_db()
+
+    assert (host.driver_version, host.cuda_version) == ("570.172.08", "12.8")
+    versions = {
+        "driverVersion": {"version": "570.172.8"},  # semver: no leading zero
+        "cudaDriverVersion": {"version": "12.8.0"},
+    }
+    for device in spec["devices"]:
+        reported = gpus[int(device["name"].removeprefix("gpu-"))]
+        assert device["attributes"] == {
+            "type": {"string": "gpu"},
+            "uuid": {"string": reported.uuid},
+            "productName": {"string": reported.product_name},
+            "architecture": {"string": "Hopper"},
+            "cudaComputeCapability": {"version": "9.0.0"},
+            **versions,
+        }
+        assert parse_quantity(device["capacity"]["memory"]["value"]) == reported.memory_total_bytes
+    assert reported.product_name == "NVIDIA H100 80GB HBM3"
+    assert reported.memory_total_bytes == 81559 * 2**20
+    [device_class] = [
+        c
+        for c in objects.list_cluster_custom_object(GROUP, VERSION, "deviceclasses")["items"]
+        if c["metadata"]["name"] == DRIVER
+    ]
+    assert device_class["spec"]["selectors"] == [
+        {"cel": {"expression": f'device.driver == "{DRIVER}" && '
+                               f'device.attributes["{DRIVER}"].type == "gpu"'}}
+    ]  # fmt: skip
+
+    # --- a claim for one GPU with >= 80G: allocated by the real scheduler, the pod bound -----
+    # (80G, not 80Gi: an "80GB" H100 reports 81559 MiB = 79.6 GiB, as NVML does on the real
+    # card, so a claim for >= 80Gi is never met by one)
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", claim("one-80g", "80G")
+    )
+    core.create_namespaced_pod("default", claiming_pod("fits", "one-80g"))
+    wait_for(
+        lambda: core.read_namespaced_pod("fits", "default").status.phase == "Running",
+        timeout=60,
+        what="the pod with the 80G claim Running",
+    )
+    assert core.read_namespaced_pod("fits", "default").spec.node_name == name
+    allocated = objects.get_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", "one-80g"
+    )["status"]["allocation"]
+    [result] = allocated["devices"]["results"]
+    assert (result["driver"], result["pool"], result["request"]) == (DRIVER, name, "gpu")
+    assert result["device"] in {f"gpu-{i}" for i in range(8)}
+    [term] = allocated["nodeSelector"]["nodeSelectorTerms"]
+    assert term["matchFields"][0]["values"] == [name]
+
+    # --- >= 200Gi: no device has it; the claim stays unallocated, the pod Pending ----------
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", claim("one-200gi", "200Gi")
+    )
+    core.create_namespaced_pod("default", claiming_pod("too-big", "one-200gi"))
+
+    def unschedulable():
+        events = core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=too-big,reason=FailedScheduling"
+        ).items
+        return events[0] if events else None
+
+    event = wait_for(unschedulable, timeout=60, what="FailedScheduling of the 200Gi claim")
+    assert event.source.component == "default-scheduler"
+    assert event.message.startswith("0/1 nodes are available"), event.message
+    assert core.read_namespaced_pod("too-big", "default").status.phase == "Pending"
+    big = objects.get_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", "one-200gi"
+    )
+    assert not (big.get("status") or {}).get("allocation")
+    core.delete_namespaced_pod("too-big", "default", grace_period_seconds=0)
+
+    # --- Xid 79 on one GPU: the host's agent reports it, its device leaves the slice --------
+    lost = gpus[3].uuid
+    simhosts.change(
+        Host.objects.get(pk=host.pk),
+        lambda s: simhosts.add_xid(s, lost, 79, message="GPU has fallen off the bus"),
+    )
+    clear_pending(sync_tenant_nodes.name, str(cluster.id))
+    assert simhosts.report_in_process(Host.objects.get(pk=host.pk), events_after=0)
+    sync_tenant_nodes(str(cluster.id))  # as the worker runs it for the health receiver
+    [after] = slices_of(objects, name)
+    assert [d["name"] for d in after["spec"]["devices"]] == [f"gpu-{i}" for i in range(8) if i != 3]
+    assert lost not in {d["attributes"]["uuid"]["string"] for d in after["spec"]["devices"]}
+    assert after["spec"]["pool"]["generation"] == spec["pool"]["generation"] + 1
+    node = core.read_node(name)
+    assert "nvidia.com/gpu" not in node.status.allocatable
+    sync_tenant_nodes(str(cluster.id))  # nothing changed: the slice is left as it is
+    [again] = slices_of(objects, name)
+    assert again["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+
+    # --- the pool deleted: its node's slice goes with the Node -------------------------------
+    assert owner.delete(f"/api/v1/clusters/{cluster.id}/nodepools/{pool}").status_code == 202
+    core.delete_namespaced_pod("fits", "default", grace_period_seconds=0)
+    drive(pool, lambda p: p.phase == "DELETED", timeout=120, what="dra DELETED")
+    wait_for(lambda: not slices_of(objects, name), timeout=30, what="the slice deleted")

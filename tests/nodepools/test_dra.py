@@ -1,0 +1,194 @@
+"""A pool's GPUs as DRA devices (nodepools/dra.py): the devices a node's ResourceSlice carries
+are derived from its host's observed report, with the exact attributes NVIDIA's DRA driver
+publishes; such a pool's Node has no nvidia.com/gpu. No control plane here (tests/hosted/
+test_dra.py has the real API and scheduler)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from tests.nodepools.test_tenant_nodes import HOST, derive, facts, gpu, pool_and_node
+
+pytestmark = pytest.mark.django_db
+
+H100 = "NVIDIA H100 80GB HBM3"
+H100_BYTES = 81559 * 2**20
+CLIQUE = uuid.UUID("5b6f3c2a-9d41-4e8b-a7c2-0f1e2d3c4b5a")
+
+
+def hopper(n: int, **kw):
+    return replace(
+        gpu(n, **kw), index=n, architecture="Hopper", compute_capability="9.0", host_id=HOST
+    )
+
+
+def dra_pool(gpus: int):
+    pool, node = pool_and_node({"mode": "exclusive"}, gpus)
+    pool.gpu_publishing = "dra"
+    return pool, node
+
+
+def test_each_healthy_gpu_is_one_device_with_the_drivers_attributes(catalog):
+    pool, node = dra_pool(3)
+    host = replace(
+        facts([hopper(0), hopper(1, health="UNHEALTHY"), hopper(2)], driver="570.172.08"),
+        cuda_version="12.8",
+    )
+    out = derive(pool, node, host)
+    assert out.dra_devices == (
+        {
+            "name": "gpu-0",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": "GPU-0"},
+                "productName": {"string": H100},
+                "architecture": {"string": "Hopper"},
+                "cudaComputeCapability": {"version": "9.0.0"},
+                "driverVersion": {"version": "570.172.8"},
+                "cudaDriverVersion": {"version": "12.8.0"},
+            },
+            "capacity": {"memory": {"value": "81559Mi"}},
+        },
+        # gpu-1 is UNHEALTHY: not published
+        {
+            "name": "gpu-2",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": "GPU-2"},
+                "productName": {"string": H100},
+                "architecture": {"string": "Hopper"},
+                "cudaComputeCapability": {"version": "9.0.0"},
+                "driverVersion": {"version": "570.172.8"},
+                "cudaDriverVersion": {"version": "12.8.0"},
+            },
+            "capacity": {"memory": {"value": "81559Mi"}},
+        },
+    )
+    # never both: no GPU resource on the Node, the rest of the Node as before
+    assert out.capacity == out.allocatable == {"cpu": "1k", "memory": "1Ti", "pods": "110"}
+    assert out.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert out.taints == ({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},)
+
+
+def test_only_what_the_agent_reported_is_published_and_the_clique_where_there_is_one(catalog):
+    pool, node = dra_pool(1)
+    bare = replace(gpu(0), index=0, product_name="", memory_total_bytes=None)
+    out = derive(pool, node, facts([bare], driver="", domain=(CLIQUE, 32766)))
+    assert out.dra_devices == (
+        {
+            "name": "gpu-0",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "uuid": {"string": "GPU-0"},
+                "cliqueID": {"string": f"{CLIQUE}.32766"},
+            },
+            "capacity": {},
+        },
+    )
+    # a GPU the agent no longer lists, or no report at all: no device
+    assert derive(pool, node, facts([replace(bare, missing=True)])).dra_devices == ()
+    assert derive(pool, node, None).dra_devices == ()
+
+
+def test_a_device_plugin_pool_has_no_dra_devices(catalog):
+    pool, node = pool_and_node({"mode": "exclusive"}, 2)
+    out = derive(pool, node, facts([hopper(0), hopper(1)]))
+    assert out.dra_devices is None
+    assert out.allocatable["nvidia.com/gpu"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("raw", "version"),
+    [("570.172.08", "570.172.8"), ("9.0", "9.0.0"), ("12", "12.0.0"), ("", None), ("R580", None)],
+)
+def test_versions_are_written_as_semver(raw, version):
+    from nodepools.dra import semver
+
+    assert semver(raw) == version
+
+
+def test_memory_is_a_binary_si_quantity():
+    from nodepools.dra import quantity
+
+    assert quantity(H100_BYTES) == "81559Mi"
+    assert quantity(80 * 2**30) == "80Gi"
+    assert quantity(1000) == "1000"
+
+
+@pytest.fixture
+def cluster(owner, make_host, catalog):
+    from tests.helpers import drive_cluster
+
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    resp = owner.post(
+        "/api/v1/clusters",
+        {"name": "dra", "kubernetes_version": "1.36", "region": "us-east-1"},
+        format="json",
+    )
+    assert resp.status_code == 202, resp.content
+    drive_cluster(resp.json()["target_id"])
+    return resp.json()["target_id"]
+
+
+def post_pool(owner, cluster, **overrides):
+    body = {
+        "name": "dra",
+        "gpu_model": "h100-sxm5-80gb",
+        "gpus_per_node": 8,
+        "node_count": 1,
+        "isolation": {"mode": "exclusive"},
+        "gpu_publishing": "dra",
+    }
+    body.update(overrides)
+    return owner.post(f"/api/v1/clusters/{cluster}/nodepools", body, format="json")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "code"),
+    [
+        ({"gpu_publishing": "both"}, "gpu_publishing", "invalid_choice"),
+        (
+            {"isolation": {"mode": "mig", "mig_profile": "1g.10gb"}},
+            "isolation",
+            "dra_isolation_not_supported",
+        ),
+        (
+            {"isolation": {"mode": "time-slicing", "replicas": 4}},
+            "isolation",
+            "dra_isolation_not_supported",
+        ),
+    ],
+)
+def test_bad_gpu_publishing_is_a_400_naming_the_field(owner, cluster, overrides, field, code):
+    resp = post_pool(owner, cluster, **overrides)
+    assert resp.status_code == 400, resp.content
+    assert resp["Content-Type"].startswith("application/problem+json")
+    body = resp.json()
+    assert (body["code"], body["field"]) == (code, field)
+
+
+def test_a_dra_pool_says_so_and_keeps_exclusive_isolation(owner, cluster):
+    from nodepools.models import NodePool
+
+    resp = post_pool(owner, cluster)
+    assert resp.status_code == 202, resp.content
+    pool = NodePool.objects.get(pk=resp.json()["target_id"])
+    assert pool.gpu_publishing == "dra"
+    url = f"/api/v1/clusters/{cluster}/nodepools/{pool.id}"
+    assert owner.get(url).json()["gpu_publishing"] == "dra"
+    resp = owner.patch(url, {"isolation": {"mode": "time-slicing", "replicas": 2}}, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["code"] == "dra_isolation_not_supported"
+
+
+def test_device_plugin_stays_the_default():
+    from nodepools.api.serializers import NodePoolCreateSerializer
+
+    form = NodePoolCreateSerializer(
+        data={"name": "p", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 8, "node_count": 1}
+    )
+    assert form.is_valid(), form.errors
+    assert form.validated_data["gpu_publishing"] == "device-plugin"
