@@ -175,27 +175,34 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     [term] = allocated["nodeSelector"]["nodeSelectorTerms"]
     assert term["matchFields"][0]["values"] == [name]
 
-    # --- >= 200Gi: no device has it; the claim stays unallocated, the pod Pending ----------
-    objects.create_namespaced_custom_object(
-        GROUP, VERSION, "default", "resourceclaims", claim("one-200gi", "200Gi")
-    )
-    core.create_namespaced_pod("default", claiming_pod("too-big", "one-200gi"))
+    # --- >= 200Gi, and >= 80Gi: no device has it; each claim stays unallocated, its pod
+    # Pending, and the scheduler says so
+    for claim_name, memory, pod_name in (
+        ("one-200gi", "200Gi", "too-big"),
+        ("one-80gi", "80Gi", "not-80gi"),
+    ):
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", claim(claim_name, memory)
+        )
+        core.create_namespaced_pod("default", claiming_pod(pod_name, claim_name))
+    for claim_name, pod_name in (("one-200gi", "too-big"), ("one-80gi", "not-80gi")):
 
-    def unschedulable():
-        events = core.list_namespaced_event(
-            "default", field_selector="involvedObject.name=too-big,reason=FailedScheduling"
-        ).items
-        return events[0] if events else None
+        def unschedulable(pod_name=pod_name):
+            events = core.list_namespaced_event(
+                "default",
+                field_selector=f"involvedObject.name={pod_name},reason=FailedScheduling",
+            ).items
+            return events[0] if events else None
 
-    event = wait_for(unschedulable, timeout=60, what="FailedScheduling of the 200Gi claim")
-    assert event.source.component == "default-scheduler"
-    assert event.message.startswith("0/1 nodes are available"), event.message
-    assert core.read_namespaced_pod("too-big", "default").status.phase == "Pending"
-    big = objects.get_namespaced_custom_object(
-        GROUP, VERSION, "default", "resourceclaims", "one-200gi"
-    )
-    assert not (big.get("status") or {}).get("allocation")
-    core.delete_namespaced_pod("too-big", "default", grace_period_seconds=0)
+        event = wait_for(unschedulable, timeout=60, what=f"FailedScheduling of {pod_name}")
+        assert event.source.component == "default-scheduler"
+        assert event.message.startswith("0/1 nodes are available: 1 cannot allocate all claims")
+        assert core.read_namespaced_pod(pod_name, "default").status.phase == "Pending"
+        unallocated = objects.get_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", claim_name
+        )
+        assert not (unallocated.get("status") or {}).get("allocation")
+        core.delete_namespaced_pod(pod_name, "default", grace_period_seconds=0)
 
     # --- Xid 79 on one GPU: the host's agent reports it, its device leaves the slice --------
     lost = gpus[3].uuid
