@@ -228,3 +228,101 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     core.delete_namespaced_pod("fits", "default", grace_period_seconds=0)
     drive(pool, lambda p: p.phase == "DELETED", timeout=120, what="dra DELETED")
     wait_for(lambda: not slices_of(objects, name), timeout=30, what="the slice deleted")
+
+
+def test_a_claim_for_two_gpus_of_one_nvlink_clique_lands_on_the_node_in_that_clique(
+    hosted, owner, tenant_a
+):
+    """Two SIMULATED GB200 trays in two cliques of one fabric; a DRA pool of two 4-GPU nodes.
+    A claim for two GPUs that must share a ``cliqueID`` (``matchAttribute``) and be in the
+    second clique is allocated on the tray of that clique; one naming a clique no host is in
+    stays unallocated."""
+    import uuid
+
+    from clusters.providers import simhosts
+    from nodepools.models import Node
+    from tenants.models import Quota
+
+    fabric = uuid.UUID("5b6f3c2a-9d41-4e8b-a7c2-0f1e2d3c4b5a")
+    Quota.objects.update_or_create(
+        tenant=tenant_a, defaults={"max_clusters": 5, "max_nodes": 20, "max_gpus": {"gb200": 40}}
+    )
+    trays = {
+        clique: simhosts.create_simulated_host(
+            hostname=f"nvl-tray-{clique}",
+            zone="us-east-1a",
+            gpu_model="gb200",
+            gpus=4,
+            nvlink_domain=(fabric, clique),
+        )
+        for clique in (1, 2)
+    }
+    cluster = create_cluster(owner, "cliques")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core, objects = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
+    resp = owner.post(
+        f"/api/v1/clusters/{cluster.id}/nodepools",
+        {
+            "name": "nvl",
+            "gpu_model": "gb200",
+            "gpus_per_node": 4,
+            "node_count": 2,
+            "isolation": {"mode": "exclusive"},
+            "gpu_publishing": "dra",
+        },
+        format="json",
+    )
+    assert resp.status_code == 202, resp.content
+    pool = resp.json()["target_id"]
+    drive(pool, lambda p: p.phase == "RUNNING", what="nvl RUNNING")
+    on_tray = {n.host_id: n.name for n in Node.objects.filter(nodepool_id=pool, phase="READY")}
+    second = on_tray[trays[2].pk]
+    for clique, host in trays.items():
+        [rslice] = slices_of(objects, on_tray[host.pk])
+        assert {d["attributes"]["cliqueID"]["string"] for d in rslice["spec"]["devices"]} == {
+            f"{fabric}.{clique}"
+        }
+        assert len(rslice["spec"]["devices"]) == 4
+
+    def pair(name: str, clique: str) -> dict:
+        body = claim(name, "1")
+        request = body["spec"]["devices"]["requests"][0]["exactly"]
+        request["count"] = 2
+        request["selectors"] = [
+            {"cel": {"expression": f'device.attributes["{DRIVER}"].cliqueID == "{clique}"'}}
+        ]
+        body["spec"]["devices"]["constraints"] = [
+            {"requests": ["gpu"], "matchAttribute": f"{DRIVER}/cliqueID"}
+        ]
+        return body
+
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", pair("pair", f"{fabric}.2")
+    )
+    core.create_namespaced_pod("default", claiming_pod("pair", "pair"))
+    wait_for(
+        lambda: core.read_namespaced_pod("pair", "default").status.phase == "Running",
+        timeout=60,
+        what="the pod with the clique claim Running",
+    )
+    assert core.read_namespaced_pod("pair", "default").spec.node_name == second
+    results = objects.get_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", "pair"
+    )["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {r["pool"] for r in results} == {second}
+
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", pair("nowhere", f"{fabric}.3")
+    )
+    core.create_namespaced_pod("default", claiming_pod("nowhere", "nowhere"))
+
+    def unschedulable():
+        events = core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=nowhere,reason=FailedScheduling"
+        ).items
+        return events[0] if events else None
+
+    event = wait_for(unschedulable, timeout=60, what="FailedScheduling of the clique-3 claim")
+    assert event.source.component == "default-scheduler"
+    assert event.message.startswith("0/2 nodes are available: 2 cannot allocate all claims")
+    assert core.read_namespaced_pod("nowhere", "default").status.phase == "Pending"
