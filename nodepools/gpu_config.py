@@ -44,7 +44,7 @@ import yaml
 from catalog.models import GpuModel
 from catalog.services import parse_driver_version
 
-from .choices import IsolationMode
+from .choices import GpuPublishing, IsolationMode
 from .isolation import IsolationPlan, isolation_plan
 from .nvlink import compute_domain, wants_one_domain
 
@@ -98,10 +98,15 @@ def render_gpu_config(
     pool_name: str,
     driver_version: str | None = None,
     placement: dict[str, Any] | None = None,
+    gpu_publishing: str = GpuPublishing.DEVICE_PLUGIN,
 ) -> dict[str, Any]:
     """The GPU Operator inputs of one node pool (see the module docstring for the shape);
     with ``placement.same_nvlink_domain`` also the pool's ComputeDomain (NVIDIA DRA driver,
-    :func:`nodepools.nvlink.compute_domain`) in ``manifests`` and ``compute_domain``."""
+    :func:`nodepools.nvlink.compute_domain`) in ``manifests`` and ``compute_domain``. A pool
+    with ``gpu_publishing`` ``dra`` (its GPUs are the NVIDIA DRA driver's devices,
+    :mod:`nodepools.dra`) gets the GPU Operator's per-node switch
+    ``nvidia.com/gpu.deploy.device-plugin: "false"``, no ``resources`` and ``gpu_publishing``
+    ``dra``: the device plugin never advertises the same GPUs as ``nvidia.com/gpu``."""
     plan = isolation_plan(gpu_model, isolation)
     product = product_label(
         gpu_model.product_names[0] if gpu_model.product_names else gpu_model.name
@@ -159,6 +164,10 @@ def render_gpu_config(
         # ``Node.gpu_layout`` once the host's agent reports it (None here)
         config["mig_layout"] = _node_instances(gpu_model, isolation, gpus_per_node)
         config.pop("mig_instances_per_gpu", None)
+    if gpu_publishing == GpuPublishing.DRA:
+        labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
+        config["resources"] = {}
+        config["gpu_publishing"] = GpuPublishing.DRA.value
     config["manifests"] = _manifests(config, key, pool_name, driver_version)
     if wants_one_domain(placement):
         domain = compute_domain(pool_name)

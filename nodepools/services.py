@@ -282,6 +282,7 @@ def create_nodepool(
         pool_name=name,
         driver_version=driver_version or None,
         placement=placement,
+        gpu_publishing=gpu_publishing,
     )
     with transaction.atomic():
         clusters = Cluster.objects.all()
@@ -473,6 +474,7 @@ def update_isolation(
         pool_name=pool.name,
         driver_version=pool.driver_version or None,
         placement=pool.placement,
+        gpu_publishing=pool.gpu_publishing,
     )
     with transaction.atomic():
         pools = NodePool.objects.all()

@@ -113,6 +113,8 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     assert {c.type: c.status for c in node.status.conditions}["Ready"] == "True"
     assert not [k for k in node.status.capacity if k.startswith("nvidia.com/")]
     assert not [k for k in node.status.allocatable if k.startswith("nvidia.com/")]
+    # the GPU Operator's switch a real node would need so its device plugin stays off
+    assert node.metadata.labels["nvidia.com/gpu.deploy.device-plugin"] == "false"
 
     # --- one ResourceSlice of 8 devices, exactly what the host's agent reported -------------
     [rslice] = slices_of(objects, name)

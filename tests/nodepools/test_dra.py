@@ -177,6 +177,10 @@ def test_a_dra_pool_says_so_and_keeps_exclusive_isolation(owner, cluster):
     assert resp.status_code == 202, resp.content
     pool = NodePool.objects.get(pk=resp.json()["target_id"])
     assert pool.gpu_publishing == "dra"
+    # on a real cluster the GPU Operator keeps its device plugin off the pool's nodes
+    assert pool.gpu_config["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    assert pool.gpu_config["resources"] == {}
+    assert pool.gpu_config["gpu_publishing"] == "dra"
     url = f"/api/v1/clusters/{cluster}/nodepools/{pool.id}"
     assert owner.get(url).json()["gpu_publishing"] == "dra"
     resp = owner.patch(url, {"isolation": {"mode": "time-slicing", "replicas": 2}}, format="json")
@@ -192,3 +196,16 @@ def test_device_plugin_stays_the_default():
     )
     assert form.is_valid(), form.errors
     assert form.validated_data["gpu_publishing"] == "device-plugin"
+
+
+def test_a_device_plugin_pool_renders_as_before(catalog):
+    from catalog.models import GpuModel
+    from nodepools.gpu_config import render_gpu_config
+
+    model = GpuModel.objects.get(slug="h100-sxm5-80gb")
+    config = render_gpu_config(
+        gpu_model=model, gpus_per_node=8, isolation={"mode": "exclusive"}, pool_name="p"
+    )
+    assert "nvidia.com/gpu.deploy.device-plugin" not in config["labels"]
+    assert "gpu_publishing" not in config
+    assert config["resources"] == {"nvidia.com/gpu": 8}
