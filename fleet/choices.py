@@ -45,6 +45,9 @@ class HealthReason(models.TextChoices):
     CHECK_FAILED = "check_failed"  # onboarding / agent health check found a fault
     SCRUB_FAILED = "scrub_failed"
     OPERATOR = "operator"
+    #: a health rule on a signal other than an Xid fired (ECC counts, slowdowns:
+    #: :mod:`fleet.health_rules`); the interval's ``detail`` names the rule's condition
+    HEALTH_RULE = "health_rule"
 
 
 class CheckKind(models.TextChoices):

@@ -13,6 +13,10 @@
   recorded only. An Xid the catalog does not know is decided as critical unless it is one of
   the application-error Xids NVIDIA's device plugin ignores (13, 31, 43, 45, 68, 109: nvml.md
   §5, [DP]).
+* :func:`handle_samples` runs a report's stored samples through the rules on sample signals
+  (ECC counts, thermal/power slowdowns; occurrences defined in :mod:`fleet.health_rules`): a
+  firing opens a ``health_rule`` interval with the rule's condition and ladder step, as an Xid
+  rule's does.
 * :func:`mark_silent_hosts_not_ready`: a registered host without a report for
   ``NVKE_HOST_HEARTBEAT_TIMEOUT_S`` becomes NOT_READY and its GPUs get an interval with reason
   ``host_not_ready``; the next report brings it back (:func:`host_reported`).
@@ -20,11 +24,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from catalog.services import get_xid_code
@@ -343,6 +349,146 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
             if outcome == "unhealthy" and takes_host(j):
                 outcomes[j] = "cordoned"
     return outcomes
+
+
+def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime) -> list[Any]:
+    """Run the samples report ``seq`` stored for ``gpu_uuids`` through the enabled rules on
+    sample signals (ECC counts, slowdowns; occurrences as :mod:`fleet.health_rules` defines
+    them); returns the firings.
+
+    Called after the report's samples are stored. Per GPU, its stored samples of the look-back
+    (the largest rule window, or :data:`~fleet.health_rules.MAX_WINDOW_S` for a rule without
+    one, plus one day for a baseline) are read in time order; occurrences at the samples this
+    report stored (``report_seq`` = ``seq``: a sample resent under a new seq keeps its first
+    seq) are fed to the engine, the earlier ones prime it (with the rule's last firing on the
+    GPU), so live and dry run count alike. A firing is recorded, its GPU opens an interval
+    (reason ``health_rule``, the rule's condition, ``needs_operator`` and ladder step, which
+    auto-repair follows) unless the step is ``restart_workload``, and a ``hardware_ticket``
+    step cordons the host, as for an Xid rule (:func:`handle_xids`)."""
+    from .models import GpuSample
+
+    rules = health_rules.sample_rules()
+    uuids = sorted(set(gpu_uuids))
+    if not rules or not uuids:
+        return []
+    new = dict(
+        GpuSample.objects.filter(host_id=host.pk, gpu_uuid__in=uuids, report_seq=seq)
+        .values("gpu_uuid")
+        .annotate(first=Min("ts"))
+        .values_list("gpu_uuid", "first")
+    )
+    if not new:
+        return []
+    lookback = max(r.window_s or health_rules.MAX_WINDOW_S for r in rules.values())
+    since = min(new.values()) - timedelta(seconds=lookback) - timedelta(days=1)
+    rows = (
+        GpuSample.objects.filter(host_id=host.pk, gpu_uuid__in=list(new), ts__gte=since)
+        .order_by("host_id", "gpu_uuid", "ts", "report_seq")
+        .values_list(*health_rules.SAMPLE_READ, "report_seq")
+    )
+    fresh: dict[tuple[str, datetime], bool] = {}
+    plain = []
+    for *cols, report_seq in rows:
+        fresh.setdefault((cols[1], cols[2]), report_seq == seq)
+        plain.append(tuple(cols))
+    engine = health_rules.RuleEngine()
+    fired: list[health_rules.Firing] = []
+    for (_, uuid), series in health_rules.samples_by_gpu(plain):
+        occurrences = health_rules.series_occurrences(series)
+        for signal, rule in rules.items():
+            last = _last_firing(rule, uuid)
+            start = new[uuid] - timedelta(seconds=rule.window_s or health_rules.MAX_WINDOW_S)
+            times = [
+                ts
+                for ts, s, n in occurrences
+                if s == signal and not fresh[(uuid, ts)] and ts >= start
+                for _ in range(n)
+            ]
+            engine.prime(rule, uuid, times, last)
+        for ts, signal, count in occurrences:
+            if fresh[(uuid, ts)] and signal in rules:
+                rule = rules[signal]
+                fired.extend(health_rules.feed_count(engine, rule, uuid, host.pk, ts, count))
+    if fired:
+        _apply_rule_firings(host, fired, rules, now)
+    return fired
+
+
+def _last_firing(rule: health_rules.Rule, gpu_uuid: str) -> health_rules.Firing | None:
+    from .rule_models import HealthRuleFiring
+
+    row = (
+        HealthRuleFiring.objects.filter(rule_key=rule.key, gpu_uuid=gpu_uuid)
+        .order_by("-fired_at")
+        .first()
+    )
+    if row is None:
+        return None
+    return health_rules.Firing(
+        rule_key=row.rule_key,
+        rule_version=row.rule_version,
+        gpu_uuid=row.gpu_uuid,
+        host_id=row.host_id,
+        fired_at=row.fired_at,
+        xid=row.xid,
+        count=row.count,
+        step=row.step,
+        action=row.action,
+    )
+
+
+def _apply_rule_firings(
+    host: Host,
+    fired: list[health_rules.Firing],
+    rules: dict[str, health_rules.Rule],
+    now: datetime,
+) -> None:
+    """Record sample-signal firings, log each, open their GPUs' intervals, cordon for a
+    hardware ticket (see :func:`handle_samples`)."""
+    fired.sort(key=lambda f: f.fired_at)
+    health_rules.record_firings(fired)
+    by_key = {r.key: r for r in rules.values()}
+    HostEvent.objects.bulk_create(
+        [
+            HostEvent(
+                host=host,
+                ts=f.fired_at,
+                kind=HostEventKind.STATE,
+                actor="agent",
+                message=f"rule {f.rule_key} fired ({f.count}x) on {f.gpu_uuid}: {f.action}"[:500],
+                data={"gpu_uuid": f.gpu_uuid, "rule": f.rule_key, "step": f.action},
+            )
+            for f in fired
+        ]
+    )
+    gpus = {g.uuid: g for g in Gpu.objects.filter(host=host, uuid__in={f.gpu_uuid for f in fired})}
+    cordon: health_rules.Firing | None = None
+    for f in fired:
+        gpu = gpus.get(f.gpu_uuid)
+        if gpu is None or f.action == LadderStep.RESTART_WORKLOAD:
+            continue
+        rule = by_key[f.rule_key]
+        open_unhealthy(
+            gpu,
+            reason=HealthReason.HEALTH_RULE,
+            at=min(f.fired_at, now),
+            needs_operator=rule.needs_operator,
+            rule_action=f.action,
+            detail=f"{rule.condition}: rule {f.rule_key} fired ({f.count}x)",
+        )
+        if f.action == LadderStep.HARDWARE_TICKET and cordon is None:
+            cordon = f
+    if cordon is not None:
+        from .services import change_host_state
+
+        change_host_state(
+            host.pk,
+            to=HostState.CORDONED,
+            allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
+            reason=f"rule {cordon.rule_key} on {cordon.gpu_uuid}: {cordon.action}",
+            actor=CORDON_ACTOR,
+            now=now,
+        )
 
 
 def mark_silent_hosts_not_ready(now: datetime) -> int:

@@ -23,13 +23,43 @@ auto-repair does about it — data an operator tunes, defaulting to the catalog'
   :class:`~fleet.rule_models.HealthRuleFiring` rows; :func:`dry_run` replays the stored
   events of the last N days through rules that need not be saved.
 
-Only Xid signals are evaluated for now; rules on the other signals (ECC counts, row remaps,
-NVML init, fallen off the bus, slowdowns) are stored and validated but not yet wired.
+**Signals and their occurrences** (the one place they are defined; :data:`WIRED_SIGNALS`):
+
+* ``xid``: one stored :class:`~fleet.models.XidEvent` of the rule's code is one occurrence.
+* ``ecc_dbe`` / ``ecc_sbe`` (sample signals): the GPU's volatile uncorrected / corrected ECC
+  count (``ecc_volatile_uncorrected`` / ``ecc_volatile_corrected`` of its samples,
+  ``fleet_gpusample``: NVML ``nvmlDeviceGetTotalEccErrors`` volatile counters) rising between
+  two consecutive samples of the GPU by n counts n occurrences, at the later sample's time. A
+  count that falls (a reboot or driver reload resets volatile counters) is no occurrence, nor
+  is the first sample of a GPU (nothing to compare with) or a sample without the value.
+* ``thermal_slowdown`` / ``power_slowdown`` (sample signals): a sample whose
+  ``clocks_event_reasons`` (``nvmlDeviceGetCurrentClocksEventReasons``, the
+  ``nvmlClocksEventReason*`` bits of nvidia-ml-py) has one of the signal's bits set when the
+  GPU's previous sample had none of them set: :data:`THERMAL_SLOWDOWN_BITS`
+  (SwThermalSlowdown 0x20, HwThermalSlowdown 0x40), :data:`POWER_SLOWDOWN_BITS`
+  (HwPowerBrakeSlowdown 0x80; SwPowerCap 0x4 is left out: a GPU at full load sits at its
+  power cap, that is no fault, and HwSlowdown 0x8 says neither which).
+* One physical GPU is one series: the samples of its MIG instances at one time count once.
+  Live (:func:`fleet.health.handle_samples`, run for each report's newly stored samples) and
+  the dry run compute occurrences with the same function (:func:`sample_occurrences`) over the
+  stored samples, so both agree; a sample the store already had (a resent report) is not fed
+  twice.
+
+**Not wired** (:data:`UNWIRED_SIGNALS`; a rule on them is refused, 400 naming ``signal``,
+rather than stored to do nothing): ``row_remap_pending`` / ``row_remap_failed`` — the agent
+reports them as inventory facts (``Gpu.health_counters``, latest only, no history the dry
+run could replay); today the agent check (:mod:`fleet.hygiene`) FAILS a GPU with either flag
+(``check_failed`` interval, needs the operator), and that stays their one truth until they
+are wired here. ``nvml_init_failure`` — the agent reports only a host-wide ``source_error``
+(NVML/DCGM does not initialise), which is *unknown*, never unhealthy
+(:func:`fleet.health.apply_source_health`), and names no GPU. ``fallen_off_bus`` — the agent
+sends no per-GPU NVML_ERROR_GPU_IS_LOST; a GPU that vanishes shows as missing from the
+inventory (``gpu_missing`` interval) or as Xid 79, which Xid rules decide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,6 +82,63 @@ MAX_XID = 65535
 #: the dry run looks back at most this many days (stored Xid events are kept as long as the
 #: host; the bound keeps one request's replay small)
 MAX_DRY_RUN_DAYS = 90
+
+
+#: nvmlClocksEventReason* bits (nvidia-ml-py; agent/nvke_agent/smi_xml.py CLOCK_EVENT_REASON_BITS)
+THERMAL_SLOWDOWN_BITS = 0x20 | 0x40  # SwThermalSlowdown | HwThermalSlowdown
+POWER_SLOWDOWN_BITS = 0x80  # HwPowerBrakeSlowdown
+#: signals counted from the GPU samples (module docstring)
+SAMPLE_SIGNALS = (
+    HealthSignal.ECC_DBE,
+    HealthSignal.ECC_SBE,
+    HealthSignal.THERMAL_SLOWDOWN,
+    HealthSignal.POWER_SLOWDOWN,
+)
+#: signals a rule can be saved on: evaluated live and in the dry run
+WIRED_SIGNALS = frozenset({HealthSignal.XID, *SAMPLE_SIGNALS})
+#: signals the agent's reports cannot evaluate yet (module docstring says why)
+UNWIRED_SIGNALS = frozenset(set(HealthSignal.values) - WIRED_SIGNALS)
+
+#: a sample as the rules read it: (ecc_volatile_uncorrected, ecc_volatile_corrected,
+#: clocks_event_reasons), each None when not reported
+Reading = tuple[int | None, int | None, int | None]
+
+
+def sample_occurrences(prev: Reading | None, cur: Reading) -> dict[str, int]:
+    """Occurrences of each sample signal at ``cur``, the GPU's sample after ``prev`` (None:
+    its first); only signals that occurred (count > 0). Definitions: module docstring."""
+    out: dict[str, int] = {}
+    if prev is None:
+        return out
+    for signal, i in ((HealthSignal.ECC_DBE, 0), (HealthSignal.ECC_SBE, 1)):
+        before, now = prev[i], cur[i]
+        if before is not None and now is not None and now > before:
+            out[signal] = now - before
+    before, now = prev[2], cur[2]
+    if before is not None and now is not None:
+        for signal, bits in (
+            (HealthSignal.THERMAL_SLOWDOWN, THERMAL_SLOWDOWN_BITS),
+            (HealthSignal.POWER_SLOWDOWN, POWER_SLOWDOWN_BITS),
+        ):
+            if now & bits and not before & bits:
+                out[signal] = 1
+    return out
+
+
+def series_occurrences(
+    samples: Iterable[tuple[datetime, Reading]], prev: Reading | None = None
+) -> list[tuple[datetime, str, int]]:
+    """``(ts, signal, count)`` of one GPU's samples in time order (one per ``ts`` read: the
+    rows of its MIG instances repeat it), after ``prev``."""
+    out: list[tuple[datetime, str, int]] = []
+    last_ts = None
+    for ts, reading in samples:
+        if ts == last_ts:
+            continue
+        last_ts = ts
+        out.extend((ts, s, n) for s, n in sample_occurrences(prev, reading).items())
+        prev = reading
+    return out
 
 
 @dataclass(frozen=True)
@@ -339,9 +426,10 @@ def record_firings(firings: list[Firing]) -> None:
 
 
 def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None) -> list[Firing]:
-    """What ``rules`` would have done over the stored Xid events of the last ``days`` days
-    (1 .. :data:`MAX_DRY_RUN_DAYS`): the firings, in time order, from a fresh start (no
-    firing before the window counts for escalation). Changes nothing."""
+    """What ``rules`` would have done over the stored Xid events and GPU samples (the sample
+    signals) of the last ``days`` days (1 .. :data:`MAX_DRY_RUN_DAYS`): the firings, in time
+    order, from a fresh start (no firing before the window counts for escalation). Changes
+    nothing."""
     from catalog.models import XidCode
 
     from .models import XidEvent
@@ -364,10 +452,95 @@ def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None
         firing = engine.feed(rule, gpu_uuid, host_id, ts)
         if firing is not None:
             firings.append(firing)
+    on_samples = {r.signal: r for r in rules.values() if r.enabled and r.signal in SAMPLE_SIGNALS}
+    if on_samples:
+        firings.extend(_dry_run_samples(engine, on_samples, since, now))
+        firings.sort(key=lambda f: f.fired_at)
     return firings
 
 
+def _dry_run_samples(
+    engine: RuleEngine, rules: Mapping[str, Rule], since: datetime, until: datetime
+) -> list[Firing]:
+    """The firings of the sample-signal ``rules`` (by signal) over the stored samples in
+    ``[since, until]``; each GPU's first sample there is its baseline."""
+    from .models import GpuSample
+
+    out: list[Firing] = []
+    rows = (
+        GpuSample.objects.filter(ts__gte=since, ts__lte=until)
+        .order_by("host_id", "gpu_uuid", "ts")
+        .values_list(*SAMPLE_READ)
+        .iterator()
+    )
+    for (host_id, gpu_uuid), samples in samples_by_gpu(rows):
+        for ts, signal, count in series_occurrences(samples):
+            rule = rules.get(signal)
+            if rule is not None:
+                out.extend(feed_count(engine, rule, gpu_uuid, host_id, ts, count))
+    return out
+
+
+#: the sample columns the rules read (:func:`samples_by_gpu`)
+SAMPLE_READ = (
+    "host_id",
+    "gpu_uuid",
+    "ts",
+    "ecc_volatile_uncorrected",
+    "ecc_volatile_corrected",
+    "clocks_event_reasons",
+)
+
+
+def samples_by_gpu(
+    rows: Iterable[tuple],
+) -> Iterator[tuple[tuple[Any, str], list[tuple[datetime, Reading]]]]:
+    """Rows of :data:`SAMPLE_READ` ordered by host, GPU, ts -> per GPU its ``(ts, reading)``."""
+    key, series = None, []
+    for host_id, gpu_uuid, ts, unc, cor, reasons in rows:
+        if (host_id, gpu_uuid) != key:
+            if key is not None:
+                yield key, series
+            key, series = (host_id, gpu_uuid), []
+        series.append((ts, (unc, cor, reasons)))
+    if key is not None:
+        yield key, series
+
+
+def feed_count(
+    engine: RuleEngine, rule: Rule, gpu_uuid: str, host_id: Any, ts: datetime, count: int
+) -> list[Firing]:
+    """Feed ``count`` occurrences at ``ts`` (an ECC count rising by ``count``)."""
+    out = []
+    for _ in range(count):
+        firing = engine.feed(rule, gpu_uuid, host_id, ts)
+        if firing is not None:
+            out.append(firing)
+    return out
+
+
+def sample_rules() -> dict[str, Rule]:
+    """The enabled rules on sample signals, by signal: stored rows only (no catalog default
+    exists for them), so the live path's common case is one query that finds none."""
+    return {
+        row.signal: rule_from_row(row)
+        for row in HealthRule.objects.filter(signal__in=SAMPLE_SIGNALS, enabled=True)
+    }
+
+
 # --- changes (versioned, audited) ---------------------------------------------------------------
+
+
+class UnwiredSignal(ValueError):
+    """A rule on a signal nothing evaluates yet (:data:`UNWIRED_SIGNALS`): refused."""
+
+    def __init__(self, signal: str) -> None:
+        super().__init__(
+            f"rules on {signal} cannot be saved: NVKE does not evaluate that signal yet "
+            "(fleet/health_rules.py says why)"
+        )
+        self.signal = signal
+
 
 RULE_FIELDS = (
     "threshold_count",
@@ -394,6 +567,8 @@ def save_rule(key: str, values: Mapping[str, Any], *, actor: str) -> Rule:
     from tenants import audit
 
     signal, xid = parse_key(key)
+    if signal in UNWIRED_SIGNALS:
+        raise UnwiredSignal(signal)
     now = timezone.now()
     with transaction.atomic():
         before = effective_rules().get(key)

@@ -26,7 +26,9 @@ inventory, and the results of commands. In one transaction:
      new seq), is stored once and counted in ``samples_deduplicated`` — samples are unique per
      ``(gpu, MIG GI, ts)`` in the table (:func:`store_samples`);
    * utilization ``null`` (MIG mode ``N/A``) stays null, never 0.
-3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`); one dated
+3. Xid events are stored and mapped to health (:func:`fleet.health.handle_xid`), the stored
+   samples run through the health rules on sample signals (:func:`fleet.health.handle_samples`:
+   ECC count increases, slowdown bits turning on); an Xid dated
    before the host's newest sample already received (any GPU) is ``late`` and credits from
    that sample (:func:`_flag_late_xids`). An Xid naming a GPU the host does not own refuses
    the whole report (400, field ``events[i].gpu_uuid``): nothing is stored.
@@ -269,6 +271,8 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         if events:
             XidEvent.objects.bulk_create(events)
             health.handle_xids(host, events, now)
+        if stored:  # the health rules on sample signals (ECC counts, slowdowns)
+            health.handle_samples(host, seq, {row[2] for row in parsed.rows}, now)
         warnings: dict[str, str | None] = {}
         inventoried = isinstance(inventory, dict) and isinstance(inventory.get("gpus"), list)
         if inventoried:

@@ -6,7 +6,9 @@ dry run. Thin: validate, call :mod:`fleet.health_rules`, serialize.
 an override (versioned, audited), DELETE restores the catalog default;
 ``POST /fleet/health-rules/dry-run`` ``{"days": 1..90, "rules": [{"key", …fields}]}``: what
 the rules in effect, with ``rules`` laid over them unsaved, would have done over the stored
-Xid events of the last ``days`` days;
+Xid events and GPU samples of the last ``days`` days. A rule on a signal NVKE does not
+evaluate yet (:data:`fleet.health_rules.UNWIRED_SIGNALS`) is refused: 400, field ``signal``
+(PUT) or ``rules[i].key`` (dry run);
 ``GET /fleet/breakers`` the open circuit breakers, ``POST /fleet/breakers/{scope}/resume``
 resumes automation there (:mod:`fleet.breaker`).
 """
@@ -153,7 +155,10 @@ class HealthRuleDetailView(APIView):
         )
         form = HealthRuleFieldsSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        rule = health_rules.save_rule(key, form.validated_data, actor=_actor(request))
+        try:
+            rule = health_rules.save_rule(key, form.validated_data, actor=_actor(request))
+        except health_rules.UnwiredSignal as exc:
+            raise InvalidInput(str(exc), code="unwired_signal", field="signal") from exc
         return Response(rule.as_dict())
 
     @extend_schema(responses={200: HealthRuleSerializer, 204: None})
@@ -183,6 +188,12 @@ class HealthRuleDryRunView(APIView):
                 signal, xid = health_rules.parse_key(values.pop("key"))
             except ValueError as exc:
                 raise InvalidInput(str(exc), code="unknown_rule", field=f"rules[{i}].key") from exc
+            if signal in health_rules.UNWIRED_SIGNALS:
+                raise InvalidInput(
+                    str(health_rules.UnwiredSignal(signal)),
+                    code="unwired_signal",
+                    field=f"rules[{i}].key",
+                )
             row = health_rules.HealthRule(signal=signal, xid=xid, version=0, **values)
             overrides.append(health_rules.rule_from_row(row))
         rules = health_rules.with_overrides(health_rules.effective_rules(), overrides)

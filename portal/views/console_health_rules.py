@@ -42,9 +42,11 @@ class HealthRuleForm(forms.Form):
     def clean_key(self) -> str:
         key = self.cleaned_data["key"]
         try:
-            health_rules.parse_key(key)
+            signal, _ = health_rules.parse_key(key)
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
+        if signal in health_rules.UNWIRED_SIGNALS:  # the API's 400: no rule that does nothing
+            raise forms.ValidationError(str(health_rules.UnwiredSignal(signal)))
         return key
 
     def clean(self):
