@@ -414,6 +414,49 @@ def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime
     return fired
 
 
+def handle_flags(host: Host, turned_on: list[tuple[str, str]], now: datetime) -> list[Any]:
+    """An inventory report turned flags on (``(gpu_uuid, signal)``: row remap pending /
+    failed, :func:`fleet.health_rules.flag_turned_on`): log each turn-on (the host event the
+    dry run and later priming read), then run them through the enabled rules on them, as
+    :func:`handle_samples` does. Returns the firings."""
+    if not turned_on:
+        return []
+    HostEvent.objects.bulk_create(
+        [
+            HostEvent(
+                host=host,
+                ts=now,
+                kind=HostEventKind.INVENTORY,
+                actor="agent",
+                message=f"{uuid}: {health_rules.FLAG_SIGNALS[signal]} turned on",
+                data={"gpu_uuid": uuid, "signal": signal},
+            )
+            for uuid, signal in turned_on
+        ]
+    )
+    rules = health_rules.sample_rules(health_rules.FLAG_SIGNALS)
+    engine = health_rules.RuleEngine()
+    fired: list[health_rules.Firing] = []
+    for uuid, signal in turned_on:
+        rule = rules.get(signal)
+        if rule is None:
+            continue
+        last = _last_firing(rule, uuid)
+        start = now - timedelta(seconds=rule.window_s or health_rules.MAX_WINDOW_S)
+        if last is not None:
+            start = max(start, last.fired_at)
+        before = [
+            ts
+            for _, ts, data in health_rules.flag_events([signal], start, now, host_id=host.pk)
+            if data.get("gpu_uuid") == uuid
+        ][:-1]  # the turn-on just logged is fed, not primed
+        engine.prime(rule, uuid, before, last)
+        fired.extend(health_rules.feed_count(engine, rule, uuid, host.pk, now, 1))
+    if fired:
+        _apply_rule_firings(host, fired, rules, now)
+    return fired
+
+
 def _last_firing(rule: health_rules.Rule, gpu_uuid: str) -> health_rules.Firing | None:
     from .rule_models import HealthRuleFiring
 

@@ -45,16 +45,22 @@ auto-repair does about it — data an operator tunes, defaulting to the catalog'
   stored samples, so both agree; a sample the store already had (a resent report) is not fed
   twice.
 
+* ``row_remap_pending`` / ``row_remap_failed`` (flag signals): an inventory report in which
+  the GPU's ``remapped_rows_pending`` / ``remapped_rows_failure`` health fact (NVML
+  ``nvmlDeviceGetRemappedRows``) is true when the stored one (``Gpu.health_counters``, the
+  previous report's) was not: one occurrence; later reports still showing it are none.
+  Ingestion logs each turn-on as a host event (kind ``inventory``, ``data.signal``), the
+  record the live priming and the dry run read (:func:`flag_events`). Without a rule the
+  agent check (:mod:`fleet.hygiene`) still FAILS a GPU with either flag (``check_failed``,
+  needs the operator); a rule on the flag is evaluated before that check, so its interval
+  (with its ladder step) is the one the GPU gets.
+
 **Not wired** (:data:`UNWIRED_SIGNALS`; a rule on them is refused, 400 naming ``signal``,
-rather than stored to do nothing): ``row_remap_pending`` / ``row_remap_failed`` — the agent
-reports them as inventory facts (``Gpu.health_counters``, latest only, no history the dry
-run could replay); today the agent check (:mod:`fleet.hygiene`) FAILS a GPU with either flag
-(``check_failed`` interval, needs the operator), and that stays their one truth until they
-are wired here. ``nvml_init_failure`` — the agent reports only a host-wide ``source_error``
-(NVML/DCGM does not initialise), which is *unknown*, never unhealthy
-(:func:`fleet.health.apply_source_health`), and names no GPU. ``fallen_off_bus`` — the agent
-sends no per-GPU NVML_ERROR_GPU_IS_LOST; a GPU that vanishes shows as missing from the
-inventory (``gpu_missing`` interval) or as Xid 79, which Xid rules decide.
+rather than stored to do nothing): ``nvml_init_failure`` — the agent reports only a
+host-wide ``source_error`` (NVML/DCGM does not initialise), which is *unknown*, never
+unhealthy (:func:`fleet.health.apply_source_health`), and names no GPU. ``fallen_off_bus``
+— the agent sends no per-GPU NVML_ERROR_GPU_IS_LOST; a GPU that vanishes shows as missing
+from the inventory (``gpu_missing`` interval) or as Xid 79, which Xid rules decide.
 """
 
 from __future__ import annotations
@@ -94,8 +100,13 @@ SAMPLE_SIGNALS = (
     HealthSignal.THERMAL_SLOWDOWN,
     HealthSignal.POWER_SLOWDOWN,
 )
+#: signals counted from the inventory's health facts: the fact's key per signal
+FLAG_SIGNALS = {
+    HealthSignal.ROW_REMAP_PENDING: "remapped_rows_pending",
+    HealthSignal.ROW_REMAP_FAILED: "remapped_rows_failure",
+}
 #: signals a rule can be saved on: evaluated live and in the dry run
-WIRED_SIGNALS = frozenset({HealthSignal.XID, *SAMPLE_SIGNALS})
+WIRED_SIGNALS = frozenset({HealthSignal.XID, *SAMPLE_SIGNALS, *FLAG_SIGNALS})
 #: signals the agent's reports cannot evaluate yet (module docstring says why)
 UNWIRED_SIGNALS = frozenset(set(HealthSignal.values) - WIRED_SIGNALS)
 
@@ -139,6 +150,13 @@ def series_occurrences(
         out.extend((ts, s, n) for s, n in sample_occurrences(prev, reading).items())
         prev = reading
     return out
+
+
+def flag_turned_on(prev: Mapping[str, Any] | None, cur: Mapping[str, Any]) -> list[str]:
+    """The flag signals that turned on between a GPU's stored health facts ``prev`` and the
+    reported ``cur`` (module docstring)."""
+    prev = prev or {}
+    return [s for s, f in FLAG_SIGNALS.items() if cur.get(f) is True and prev.get(f) is not True]
 
 
 @dataclass(frozen=True)
@@ -455,8 +473,35 @@ def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None
     on_samples = {r.signal: r for r in rules.values() if r.enabled and r.signal in SAMPLE_SIGNALS}
     if on_samples:
         firings.extend(_dry_run_samples(engine, on_samples, since, now))
-        firings.sort(key=lambda f: f.fired_at)
+    on_flags = {r.signal: r for r in rules.values() if r.enabled and r.signal in FLAG_SIGNALS}
+    for host_id, ts, data in flag_events(list(on_flags), since, now):
+        rule, uuid = on_flags[data["signal"]], data["gpu_uuid"]
+        firings.extend(feed_count(engine, rule, uuid, host_id, ts, 1))
+    firings.sort(key=lambda f: f.fired_at)
     return firings
+
+
+def flag_events(
+    signals: list[str], since: datetime, until: datetime, **filters: Any
+) -> Iterable[tuple[Any, datetime, dict[str, Any]]]:
+    """``(host_id, ts, data)`` of the logged turn-ons of ``signals`` in ``[since, until]``,
+    in time order (:func:`fleet.ingest` logs them)."""
+    from .choices import HostEventKind
+    from .models import HostEvent
+
+    if not signals:
+        return []
+    return (
+        HostEvent.objects.filter(
+            kind=HostEventKind.INVENTORY,
+            ts__gte=since,
+            ts__lte=until,
+            data__signal__in=signals,
+            **filters,
+        )
+        .order_by("ts", "id")
+        .values_list("host_id", "ts", "data")
+    )
 
 
 def _dry_run_samples(
@@ -519,12 +564,13 @@ def feed_count(
     return out
 
 
-def sample_rules() -> dict[str, Rule]:
-    """The enabled rules on sample signals, by signal: stored rows only (no catalog default
-    exists for them), so the live path's common case is one query that finds none."""
+def sample_rules(signals: Iterable[str] = SAMPLE_SIGNALS) -> dict[str, Rule]:
+    """The enabled rules on ``signals`` (sample signals by default), by signal: stored rows
+    only (no catalog default exists for them), so the live path's common case is one query
+    that finds none."""
     return {
         row.signal: rule_from_row(row)
-        for row in HealthRule.objects.filter(signal__in=SAMPLE_SIGNALS, enabled=True)
+        for row in HealthRule.objects.filter(signal__in=list(signals), enabled=True)
     }
 
 

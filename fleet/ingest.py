@@ -75,6 +75,7 @@ from . import (
     conf,
     formats,
     health,
+    health_rules,
     host_warnings,
     hygiene,
     metrics,
@@ -1042,6 +1043,7 @@ def _apply_inventory(
         )
     }
     mig_changed = []
+    turned_on: list[tuple[str, str]] = []
     for g in listed:
         uuid = g.get("uuid")
         if uuid not in gpus.uuids:
@@ -1061,6 +1063,13 @@ def _apply_inventory(
             if isinstance(serial, str) and serial:
                 fields["serial"] = serial[:64]
         current = stored.get(uuid, {})
+        if "health_counters" in fields:  # row remap flags turning on (fleet.health_rules)
+            turned_on += [
+                (uuid, s)
+                for s in health_rules.flag_turned_on(
+                    current.get("health_counters"), fields["health_counters"]
+                )
+            ]
         fields = {k: v for k, v in fields.items() if current.get(k, object()) != v}
         if fields:
             Gpu.objects.filter(host=host, uuid=uuid).update(**fields)
@@ -1071,6 +1080,7 @@ def _apply_inventory(
         transaction.on_commit(
             lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
         )
+    health.handle_flags(host, turned_on, now)  # before the check: a rule's interval wins
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released instances the agent confirms scrubbed
         shared_hosts.confirm_scrubs(host, now=now)

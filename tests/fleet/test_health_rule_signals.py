@@ -123,9 +123,52 @@ def test_sample_occurrences_follow_the_documented_definitions():
     assert occ((0, 0, 0x20), (0, 0, 0x40)) == {}  # thermal was already on
 
 
-@pytest.mark.parametrize(
-    "key", ["row-remap-failed", "row-remap-pending", "nvml-init-failure", "fallen-off-bus"]
-)
+def test_a_row_remap_failed_rule_fires_once_on_the_turn_on(agent):  # noqa: F811
+    client, host_id = agent
+    rule = {
+        **ECC_RULE,
+        "threshold_count": 1,
+        "condition": "RowRemapFailure",
+        "ladder": ["replace", "hardware_ticket"],
+    }
+    health_rules.save_rule("row-remap-failed", rule, actor="user:ops")
+
+    def inventory(seq, failed):
+        health = {"remapped_rows_failure": failed, "remapped_rows_pending": False}
+        gpus = [{"uuid": A10G, "index": 0, "health": health}]
+        assert report(client, host_id, seq, [], inventory={"gpus": gpus}).status_code == 200
+
+    inventory(1, False)
+    assert firings() == []
+    inventory(2, True)
+    inventory(3, True)  # still failed: no second occurrence
+    inventory(4, True)
+    assert firings() == [("row-remap-failed", A10G, 1, 0, "replace")]
+    # the rule ran before the agent check, so its interval (with its step) is the GPU's
+    interval = GpuHealthInterval.objects.get(gpu_uuid=A10G)
+    assert (interval.reason, interval.rule_action, interval.needs_operator) == (
+        "health_rule",
+        "replace",
+        True,
+    )
+    assert interval.detail == "RowRemapFailure: rule row-remap-failed fired (1x)"
+    dry = health_rules.dry_run(health_rules.effective_rules(), days=1)
+    assert [(f.rule_key, f.gpu_uuid, f.count, f.action) for f in dry] == [
+        ("row-remap-failed", A10G, 1, "replace")
+    ]
+
+
+def test_flag_turn_ons_follow_the_documented_definition():
+    on = health_rules.flag_turned_on
+    assert on({}, {"remapped_rows_failure": True}) == ["row_remap_failed"]
+    assert on({"remapped_rows_failure": True}, {"remapped_rows_failure": True}) == []
+    assert on({"remapped_rows_pending": None}, {"remapped_rows_pending": True}) == [
+        "row_remap_pending"
+    ]
+    assert on({"remapped_rows_pending": True}, {"remapped_rows_pending": False}) == []
+
+
+@pytest.mark.parametrize("key", ["nvml-init-failure", "fallen-off-bus"])
 def test_a_rule_on_an_unwired_signal_is_refused_naming_signal(operator, catalog, key):
     response = operator.put(f"{URL}/{key}", ECC_RULE, format="json")
     assert response.status_code == 400
