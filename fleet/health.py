@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from catalog.services import get_xid_code
@@ -381,32 +381,25 @@ def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime
         return []
     lookback = max(r.window_s or health_rules.MAX_WINDOW_S for r in rules.values())
     since = min(new.values()) - timedelta(seconds=lookback) - timedelta(days=1)
-    rows = (
-        GpuSample.objects.filter(host_id=host.pk, gpu_uuid__in=list(new), ts__gte=since)
-        .order_by("host_id", "gpu_uuid", "ts", "report_seq")
-        .values_list(*health_rules.SAMPLE_READ, "report_seq")
+    until = GpuSample.objects.filter(host_id=host.pk, report_seq=seq).aggregate(m=Max("ts"))["m"]
+    occurrences = health_rules.stored_occurrences(
+        since, until, host_id=host.pk, gpu_uuids=list(new)
     )
-    fresh: dict[tuple[str, datetime], bool] = {}
-    plain = []
-    for *cols, report_seq in rows:
-        fresh.setdefault((cols[1], cols[2]), report_seq == seq)
-        plain.append(tuple(cols))
     engine = health_rules.RuleEngine()
     fired: list[health_rules.Firing] = []
-    for (_, uuid), series in health_rules.samples_by_gpu(plain):
-        occurrences = health_rules.series_occurrences(series)
+    for uuid in sorted(new):
+        mine = [o for o in occurrences if o[1] == uuid]
         for signal, rule in rules.items():
-            last = _last_firing(rule, uuid)
             start = new[uuid] - timedelta(seconds=rule.window_s or health_rules.MAX_WINDOW_S)
             times = [
                 ts
-                for ts, s, n in occurrences
-                if s == signal and not fresh[(uuid, ts)] and ts >= start
+                for _, _, ts, report_seq, s, n in mine
+                if s == signal and report_seq != seq and ts >= start
                 for _ in range(n)
             ]
-            engine.prime(rule, uuid, times, last)
-        for ts, signal, count in occurrences:
-            if fresh[(uuid, ts)] and signal in rules:
+            engine.prime(rule, uuid, times, _last_firing(rule, uuid))
+        for _, _, ts, report_seq, signal, count in mine:
+            if report_seq == seq and signal in rules:
                 rule = rules[signal]
                 fired.extend(health_rules.feed_count(engine, rule, uuid, host.pk, ts, count))
     if fired:

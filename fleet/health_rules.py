@@ -41,9 +41,9 @@ auto-repair does about it — data an operator tunes, defaulting to the catalog'
   power cap, that is no fault, and HwSlowdown 0x8 says neither which).
 * One physical GPU is one series: the samples of its MIG instances at one time count once.
   Live (:func:`fleet.health.handle_samples`, run for each report's newly stored samples) and
-  the dry run compute occurrences with the same function (:func:`sample_occurrences`) over the
-  stored samples, so both agree; a sample the store already had (a resent report) is not fed
-  twice.
+  the dry run read occurrences through one function (:func:`stored_occurrences`, which decides
+  with :func:`sample_occurrences`) over the stored samples, so both agree; a sample the store
+  already had (a resent report) is not fed twice.
 
 * ``row_remap_pending`` / ``row_remap_failed`` (flag signals): an inventory report in which
   the GPU's ``remapped_rows_pending`` / ``remapped_rows_failure`` health fact (NVML
@@ -65,7 +65,7 @@ from the inventory (``gpu_missing`` interval) or as Xid 79, which Xid rules deci
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -133,22 +133,6 @@ def sample_occurrences(prev: Reading | None, cur: Reading) -> dict[str, int]:
         ):
             if now & bits and not before & bits:
                 out[signal] = 1
-    return out
-
-
-def series_occurrences(
-    samples: Iterable[tuple[datetime, Reading]], prev: Reading | None = None
-) -> list[tuple[datetime, str, int]]:
-    """``(ts, signal, count)`` of one GPU's samples in time order (one per ``ts`` read: the
-    rows of its MIG instances repeat it), after ``prev``."""
-    out: list[tuple[datetime, str, int]] = []
-    last_ts = None
-    for ts, reading in samples:
-        if ts == last_ts:
-            continue
-        last_ts = ts
-        out.extend((ts, s, n) for s, n in sample_occurrences(prev, reading).items())
-        prev = reading
     return out
 
 
@@ -504,52 +488,62 @@ def flag_events(
     )
 
 
+#: one reading per GPU and time (its MIG instances' rows repeat it), with the previous one;
+#: only rows where a sample signal may have occurred come back (a superset of
+#: :func:`sample_occurrences`, which decides): the scan stays in PostgreSQL
+_OCCURRENCE_SQL = """
+WITH s AS (
+  SELECT DISTINCT ON (host_id, gpu_uuid, ts) host_id, gpu_uuid, ts, report_seq,
+         ecc_volatile_uncorrected AS u, ecc_volatile_corrected AS c, clocks_event_reasons AS r
+  FROM fleet_gpusample WHERE ts >= %(since)s AND ts <= %(until)s {where}
+  ORDER BY host_id, gpu_uuid, ts, report_seq
+), l AS (
+  SELECT s.*, LAG(u) OVER w AS pu, LAG(c) OVER w AS pc, LAG(r) OVER w AS pr
+  FROM s WINDOW w AS (PARTITION BY host_id, gpu_uuid ORDER BY ts)
+)
+SELECT host_id, gpu_uuid, ts, report_seq, pu, pc, pr, u, c, r FROM l
+WHERE u > pu OR c > pc OR ((r & %(bits)s) <> 0 AND (pr & %(bits)s) <> (r & %(bits)s))
+ORDER BY ts, host_id, gpu_uuid
+"""
+
+
+def stored_occurrences(
+    since: datetime, until: datetime, *, host_id: Any = None, gpu_uuids: Iterable[str] = ()
+) -> list[tuple[Any, str, datetime, int, str, int]]:
+    """``(host_id, gpu_uuid, ts, report_seq, signal, count)`` of the sample signals in the
+    stored samples of ``[since, until]`` (of one host's ``gpu_uuids`` when given), in time
+    order; each GPU's first sample there is its baseline. Live and dry run read this."""
+    from django.db import connection
+
+    params: dict[str, Any] = {
+        "since": since,
+        "until": until,
+        "bits": THERMAL_SLOWDOWN_BITS | POWER_SLOWDOWN_BITS,
+    }
+    where = ""
+    if host_id is not None:
+        where = "AND host_id = %(host)s AND gpu_uuid = ANY(%(uuids)s)"
+        params.update(host=host_id, uuids=list(gpu_uuids))
+    out = []
+    with connection.cursor() as cursor:
+        cursor.execute(_OCCURRENCE_SQL.format(where=where), params)
+        for host, uuid, ts, seq, pu, pc, pr, u, c, r in cursor.fetchall():
+            for signal, n in sample_occurrences((pu, pc, pr), (u, c, r)).items():
+                out.append((host, uuid, ts, seq, signal, n))
+    return out
+
+
 def _dry_run_samples(
     engine: RuleEngine, rules: Mapping[str, Rule], since: datetime, until: datetime
 ) -> list[Firing]:
     """The firings of the sample-signal ``rules`` (by signal) over the stored samples in
     ``[since, until]``; each GPU's first sample there is its baseline."""
-    from .models import GpuSample
-
     out: list[Firing] = []
-    rows = (
-        GpuSample.objects.filter(ts__gte=since, ts__lte=until)
-        .order_by("host_id", "gpu_uuid", "ts")
-        .values_list(*SAMPLE_READ)
-        .iterator()
-    )
-    for (host_id, gpu_uuid), samples in samples_by_gpu(rows):
-        for ts, signal, count in series_occurrences(samples):
-            rule = rules.get(signal)
-            if rule is not None:
-                out.extend(feed_count(engine, rule, gpu_uuid, host_id, ts, count))
+    for host_id, gpu_uuid, ts, _, signal, count in stored_occurrences(since, until):
+        rule = rules.get(signal)
+        if rule is not None:
+            out.extend(feed_count(engine, rule, gpu_uuid, host_id, ts, count))
     return out
-
-
-#: the sample columns the rules read (:func:`samples_by_gpu`)
-SAMPLE_READ = (
-    "host_id",
-    "gpu_uuid",
-    "ts",
-    "ecc_volatile_uncorrected",
-    "ecc_volatile_corrected",
-    "clocks_event_reasons",
-)
-
-
-def samples_by_gpu(
-    rows: Iterable[tuple],
-) -> Iterator[tuple[tuple[Any, str], list[tuple[datetime, Reading]]]]:
-    """Rows of :data:`SAMPLE_READ` ordered by host, GPU, ts -> per GPU its ``(ts, reading)``."""
-    key, series = None, []
-    for host_id, gpu_uuid, ts, unc, cor, reasons in rows:
-        if (host_id, gpu_uuid) != key:
-            if key is not None:
-                yield key, series
-            key, series = (host_id, gpu_uuid), []
-        series.append((ts, (unc, cor, reasons)))
-    if key is not None:
-        yield key, series
 
 
 def feed_count(
