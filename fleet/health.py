@@ -334,17 +334,8 @@ def handle_xids(host: Host, events: list[XidEvent], now: datetime) -> list[str]:
     if also:
         HostEvent.objects.bulk_create(also)
     if cordon is not None:
-        from .services import change_host_state
-
         event, kind = events[cordon], classes[events[cordon].xid]
-        change_host_state(
-            host.pk,
-            to=HostState.CORDONED,
-            allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
-            reason=f"{kind.what} on {event.gpu_uuid}: {kind.action}",
-            actor=CORDON_ACTOR,
-            now=now,
-        )
+        _cordon_for_fault(host, f"{kind.what} on {event.gpu_uuid}: {kind.action}", now)
         for j, outcome in enumerate(outcomes):
             if outcome == "unhealthy" and takes_host(j):
                 outcomes[j] = "cordoned"
@@ -371,17 +362,21 @@ def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime
     uuids = sorted(set(gpu_uuids))
     if not rules or not uuids:
         return []
-    new = dict(
-        GpuSample.objects.filter(host_id=host.pk, gpu_uuid__in=uuids, report_seq=seq)
+    spans = {
+        uuid: (first, last)
+        for uuid, first, last in GpuSample.objects.filter(
+            host_id=host.pk, gpu_uuid__in=uuids, report_seq=seq
+        )
         .values("gpu_uuid")
-        .annotate(first=Min("ts"))
-        .values_list("gpu_uuid", "first")
-    )
-    if not new:
+        .annotate(first=Min("ts"), last=Max("ts"))
+        .values_list("gpu_uuid", "first", "last")
+    }
+    if not spans:
         return []
+    new = {uuid: first for uuid, (first, _) in spans.items()}
     lookback = max(r.window_s or health_rules.MAX_WINDOW_S for r in rules.values())
     since = min(new.values()) - timedelta(seconds=lookback) - timedelta(days=1)
-    until = GpuSample.objects.filter(host_id=host.pk, report_seq=seq).aggregate(m=Max("ts"))["m"]
+    until = max(last for _, last in spans.values())
     occurrences = health_rules.stored_occurrences(
         since, until, host_id=host.pk, gpu_uuids=list(new)
     )
@@ -397,7 +392,7 @@ def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime
                 if s == signal and report_seq != seq and ts >= start
                 for _ in range(n)
             ]
-            engine.prime(rule, uuid, times, _last_firing(rule, uuid))
+            engine.prime(rule, uuid, times, health_rules.last_firing(rule, uuid))
         for _, _, ts, report_seq, signal, count in mine:
             if report_seq == seq and signal in rules:
                 rule = rules[signal]
@@ -434,7 +429,7 @@ def handle_flags(host: Host, turned_on: list[tuple[str, str]], now: datetime) ->
         rule = rules.get(signal)
         if rule is None:
             continue
-        last = _last_firing(rule, uuid)
+        last = health_rules.last_firing(rule, uuid)
         start = now - timedelta(seconds=rule.window_s or health_rules.MAX_WINDOW_S)
         if last is not None:
             start = max(start, last.fired_at)
@@ -448,29 +443,6 @@ def handle_flags(host: Host, turned_on: list[tuple[str, str]], now: datetime) ->
     if fired:
         _apply_rule_firings(host, fired, rules, now)
     return fired
-
-
-def _last_firing(rule: health_rules.Rule, gpu_uuid: str) -> health_rules.Firing | None:
-    from .rule_models import HealthRuleFiring
-
-    row = (
-        HealthRuleFiring.objects.filter(rule_key=rule.key, gpu_uuid=gpu_uuid)
-        .order_by("-fired_at")
-        .first()
-    )
-    if row is None:
-        return None
-    return health_rules.Firing(
-        rule_key=row.rule_key,
-        rule_version=row.rule_version,
-        gpu_uuid=row.gpu_uuid,
-        host_id=row.host_id,
-        fired_at=row.fired_at,
-        xid=row.xid,
-        count=row.count,
-        step=row.step,
-        action=row.action,
-    )
 
 
 def _apply_rule_firings(
@@ -515,16 +487,24 @@ def _apply_rule_firings(
         if f.action == LadderStep.HARDWARE_TICKET and cordon is None:
             cordon = f
     if cordon is not None:
-        from .services import change_host_state
-
-        change_host_state(
-            host.pk,
-            to=HostState.CORDONED,
-            allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
-            reason=f"rule {cordon.rule_key} on {cordon.gpu_uuid}: {cordon.action}",
-            actor=CORDON_ACTOR,
-            now=now,
+        _cordon_for_fault(
+            host, f"rule {cordon.rule_key} on {cordon.gpu_uuid}: {cordon.action}", now
         )
+
+
+def _cordon_for_fault(host: Host, reason: str, now: datetime) -> None:
+    """Cordon ``host`` for a GPU fault (a schedulable or NOT_READY host; any other state is
+    left alone), as :data:`CORDON_ACTOR`: the cordon a verified repair lifts."""
+    from .services import change_host_state
+
+    change_host_state(
+        host.pk,
+        to=HostState.CORDONED,
+        allowed_from=(*SCHEDULABLE_HOST_STATES, HostState.NOT_READY),
+        reason=reason,
+        actor=CORDON_ACTOR,
+        now=now,
+    )
 
 
 def mark_silent_hosts_not_ready(now: datetime) -> int:

@@ -365,6 +365,29 @@ class RuleEngine:
         return len(track.times) if track else 0
 
 
+def last_firing(rule: Rule, gpu_uuid: str) -> Firing | None:
+    """The latest stored firing of ``rule`` on ``gpu_uuid`` (escalation counts from it), or
+    None."""
+    row = (
+        HealthRuleFiring.objects.filter(rule_key=rule.key, gpu_uuid=gpu_uuid)
+        .order_by("-fired_at")
+        .first()
+    )
+    if row is None:
+        return None
+    return Firing(
+        rule_key=row.rule_key,
+        rule_version=row.rule_version,
+        gpu_uuid=row.gpu_uuid,
+        host_id=row.host_id,
+        fired_at=row.fired_at,
+        xid=row.xid,
+        count=row.count,
+        step=row.step,
+        action=row.action,
+    )
+
+
 def prime_from_store(
     engine: RuleEngine,
     host_id: Any,
@@ -379,24 +402,7 @@ def prime_from_store(
 
     excluded = list(exclude_ids)
     for rule, gpu_uuid in pairs:
-        row = (
-            HealthRuleFiring.objects.filter(rule_key=rule.key, gpu_uuid=gpu_uuid)
-            .order_by("-fired_at")
-            .first()
-        )
-        last = None
-        if row is not None:
-            last = Firing(
-                rule_key=row.rule_key,
-                rule_version=row.rule_version,
-                gpu_uuid=row.gpu_uuid,
-                host_id=row.host_id,
-                fired_at=row.fired_at,
-                xid=row.xid,
-                count=row.count,
-                step=row.step,
-                action=row.action,
-            )
+        last = last_firing(rule, gpu_uuid)
         events = XidEvent.objects.filter(
             host_id=host_id, gpu_uuid=gpu_uuid, xid=rule.xid, ts__lte=before
         ).exclude(pk__in=excluded)

@@ -180,11 +180,9 @@ def step_repair(
         )
         # the host cordon the fault placed is lifted when nothing else holds the host (also
         # on a step run again after the intervals were closed: then it names the node)
-        for host_id in set(
-            Gpu.objects.filter(uuid__in=node.gpu_uuids).values_list("host_id", flat=True)
-        ):
+        if node.host_id is not None:
             lift_repaired_cordon(
-                host_id, repaired=", ".join(closed) or f"node {node.name}", now=now
+                node.host_id, repaired=", ".join(closed) or f"node {node.name}", now=now
             )
         node_repaired.send_robust(sender=Node, node=node, action="reboot", reason=reason)
     else:  # replace: release the node; the reconciler places a new one on healthy GPUs
