@@ -125,6 +125,14 @@ class DrainResult:
     def drained(self) -> bool:
         return self.outcome == DRAINED
 
+    def held(self, node_name: str) -> list[str]:
+        """What holds this WAITING drain of ``node_name``, as a caller's progress names it: each
+        gate's reason (``"n: waiting for checkpoint (deadline …)"``), or the pods waited for
+        until the drain timeout (``"n: draining, waiting for default/web-1 (…)"``)."""
+        if self.gated:
+            return [f"{node_name}: {reason}" for reason in self.blockers]
+        return [f"{node_name}: draining, waiting for {', '.join(self.blockers)}"]
+
 
 class NodeBackend(Protocol):
     """What the drain needs from the tenant's cluster."""

@@ -232,10 +232,7 @@ def step_moves(
             blocked.append(f"{node.name}: {', '.join(result.blockers)}")
         else:
             waiting = True
-            if result.gated:
-                held.extend(f"{node.name}: {reason}" for reason in result.blockers)
-            else:  # pods waited for until the drain timeout: named meanwhile
-                held.append(f"{node.name}: draining, waiting for {', '.join(result.blockers)}")
+            held.extend(result.held(node.name))  # a gate's reasons, or the pods waited for
     if released:
         for node in released:
             node.move_state = MOVED

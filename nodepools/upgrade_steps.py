@@ -144,10 +144,7 @@ def _step_node(
         if result.outcome in (disruption.BLOCKED, disruption.FAILED):
             return _pause(pool, node, "drain blocked", result.blockers, now)
         if result.outcome == disruption.WAITING:
-            if result.gated:
-                held.extend(f"{node.name}: {reason}" for reason in result.blockers)
-            else:  # pods waited for until the drain timeout: named meanwhile
-                held.append(f"{node.name}: draining, waiting for {', '.join(result.blockers)}")
+            held.extend(result.held(node.name))  # a gate's reasons, or the pods waited for
             return DRAIN_POLL_S
         observed_gates.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
