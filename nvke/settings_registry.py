@@ -1060,6 +1060,26 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _s("NVKE_SOAK_AGENTS", "int", 5, "Agents of the soak test.", TESTS, audience=DEV, django=False),
     _s(
+        "NVKE_BENCH_SIZE",
+        "str",
+        "full",
+        "The size benchmarks run at: `full` (`make bench`: DESIGN's sizes and targets, judged) or "
+        "`ci` (`make bench-ci`: every benchmark at a small size, targets printed, not judged).",
+        TESTS,
+        audience=DEV,
+        django=False,
+    ),
+    _s(
+        "NVKE_BENCH_PROFILE_DIR",
+        "str",
+        "",
+        "A folder: the reconcile benchmark's Celery workers run under cProfile and write their "
+        "profiles there, merged and printed after the table (empty: no profiling).",
+        TESTS,
+        audience=DEV,
+        django=False,
+    ),
+    _s(
         "NVKE_BENCH_HOSTED_CLUSTERS",
         "int",
         0,

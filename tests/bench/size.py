@@ -5,12 +5,13 @@ figures are printed but targets are not judged — only correctness is)."""
 
 from __future__ import annotations
 
-import os
 from typing import TypeVar
+
+from nvke.settings_registry import read
 
 T = TypeVar("T")
 
-SIZE = os.environ.get("NVKE_BENCH_SIZE", "full")
+SIZE = read("NVKE_BENCH_SIZE")
 if SIZE not in ("full", "ci"):
     raise ValueError(f"NVKE_BENCH_SIZE must be 'full' or 'ci', not {SIZE!r}")
 CI = SIZE == "ci"

@@ -19,7 +19,6 @@ the merged profile is printed after the table.
 
 from __future__ import annotations
 
-import os
 import pstats
 import socket
 import statistics
@@ -32,6 +31,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from nvke.settings_registry import read
 from tests.bench.size import pick
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
 from tests.helpers import broker_client, database_url
@@ -135,7 +135,7 @@ def run_bench(
             "warning",
         ],
     )
-    profile_dir = os.environ.get("NVKE_BENCH_PROFILE_DIR")
+    profile_dir = read("NVKE_BENCH_PROFILE_DIR")
     celery = [str(BIN / "celery")]
     if profile_dir:
         celery = [sys.executable, "-m", "tests.bench.profiled_celery"]
