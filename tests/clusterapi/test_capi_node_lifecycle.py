@@ -96,6 +96,15 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "upg-trainer"}}},
         },
     )
+    # the Eviction API ignores budgets for a Pending pod (canIgnorePDB in kube-apiserver's
+    # eviction handler): until the simulated kubelet has the pod Running, a drain would evict
+    # it and the rollout would go through instead of pausing (CI failed so once under load)
+    wait_for(
+        "the trainer pod Running",
+        lambda: apis.core.read_namespaced_pod("upg-trainer", "default").status.phase == "Running",
+        lambda: None,
+        timeout=120,
+    )
     url = f"/api/v1/clusters/{cluster.id}/nodepools/{pool_id}"
     response = owner.post(f"{url}/upgrade", {"kubernetes_version": "1.36", "drain_timeout_s": 0})
     assert response.status_code == 202, response.content
@@ -104,7 +113,7 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
         "the rollout paused",
         lambda: NodePool.objects.get(pk=pool_id).upgrade.get("state") == "paused",
         lambda: drive(cluster.id, pool_id),
-        timeout=180,  # 60 s timed out once with CI and two test runs sharing the 2 cores
+        timeout=180,
     )
     blocked = NodePool.objects.get(pk=pool_id).upgrade["blocked"]
     assert blocked == {
