@@ -29,6 +29,21 @@ app.steps["worker"].add(WorkerHeartbeat)
 broker.install()
 
 
+@app.on_after_configure.connect
+def _redbeat_names(sender: Celery, **kwargs) -> None:
+    """Give celery-redbeat its settings under the bare names it looks for.
+
+    ``redbeat.schedulers.RedBeatConfig.is_key_in_conf`` compares the configuration's raw keys,
+    which under the ``CELERY`` namespace are ``CELERY_REDBEAT_*``: it reads the right URL but
+    believes none was set, so every beat start logged "RedBeat will stop falling back to
+    broker_url" (and to broker_transport_options), and 2.5.0 drops that fallback. Options are
+    ``{}``, which is what redbeat used for the connection before (it never forwarded the
+    broker's transport options to its Redis client)."""
+    sender.conf.update(
+        redbeat_redis_url=sender.conf.first("redbeat_redis_url"), redbeat_redis_options={}
+    )
+
+
 @signals.worker_process_init.connect
 def _tracing(**kwargs) -> None:
     """OpenTelemetry per worker process, after the fork (a no-op unless NVKE_TRACING=1)."""

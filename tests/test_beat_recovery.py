@@ -66,3 +66,19 @@ def test_a_tick_while_redis_is_unreachable_is_skipped_not_fatal(scheduler, monke
     monkeypatch.setattr(sched.lock, "extend", unreachable)
     assert sched.tick() == 1.0  # RETRY_S
     assert sched._outage
+
+
+def test_redbeat_finds_its_own_settings_without_falling_back_to_the_broker():
+    """RedBeat's configuration names its Redis itself: no "falling back to broker_url" or
+    "broker_transport_options" deprecation (celery-redbeat 2.4.2 warns on each beat start
+    when it cannot find ``redbeat_redis_url`` / ``redbeat_redis_options``)."""
+    import warnings
+
+    from django.conf import settings
+    from redbeat.schedulers import RedBeatConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        conf = RedBeatConfig(app)
+    assert conf.redis_url == settings.CELERY_REDBEAT_REDIS_URL == settings.REDIS_URL
+    assert conf.redbeat_redis_options == {}
