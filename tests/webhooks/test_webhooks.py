@@ -98,6 +98,13 @@ def test_a_public_https_target_is_accepted_and_its_secret_shown_once(admin):
 def test_unknown_event_types_name_the_field(admin, loopback_allowed):
     resp = register(admin, types=["cluster.exploded"])
     assert (resp.status_code, resp.json()["field"]) == (400, "event_types.0")
+    # the refusal names every accepted type (webhooks.choices.EventType, 12 of them)
+    detail = resp.json()["detail"]
+    assert detail.startswith(
+        'event_types.0: "cluster.exploded" is not an event type; valid: operation.finished,'
+    )
+    assert detail.endswith("reservation.ending, reservation.ended")
+    assert detail.count(", ") == 11
 
 
 def test_only_admins_manage_webhooks_and_other_tenants_see_nothing(

@@ -19,7 +19,16 @@ class WebhookEndpointCreateSerializer(serializers.Serializer):
     # parsers reading one URL differently is the SSRF this replaced
     url = serializers.CharField(max_length=2000, trim_whitespace=False)
     event_types = serializers.ListField(
-        child=serializers.ChoiceField(choices=EventType.choices), min_length=1, max_length=20
+        child=serializers.ChoiceField(
+            choices=EventType.choices,
+            # the refusal lists what is accepted, so nobody has to look it up
+            error_messages={
+                "invalid_choice": '"{input}" is not an event type; valid: '
+                + ", ".join(EventType.values)
+            },
+        ),
+        min_length=1,
+        max_length=20,
     )
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
