@@ -5,6 +5,8 @@ File: ``$NVKECTL_CONFIG`` or ``~/.config/nvkectl/config.yaml``::
     current-context: prod
     contexts:
       prod: {server: https://nvke.example.com, api_key: "<prefix>.<secret>"}
+    merged-contexts:        # what get-credentials merged, so clusters delete can remove it
+      <cluster id>: {kubeconfig: /home/me/.kube/config, context: nvke_acme_us-east-1_train}
 """
 
 from __future__ import annotations
@@ -85,3 +87,21 @@ def resolve(name: str | None) -> Context:
     if entry is None:
         raise ConfigError(f"no context named {name!r} in {config_path()}")
     return Context(name=name, server=entry["server"], api_key=entry["api_key"])
+
+
+def remember_merged(cluster_id: str, *, kubeconfig: Path, context: str) -> None:
+    """Record that ``get-credentials`` merged ``context`` for ``cluster_id`` into ``kubeconfig``."""
+    data = load()
+    merged = data.setdefault("merged-contexts", {}) or {}
+    merged[cluster_id] = {"kubeconfig": str(kubeconfig), "context": context}
+    data["merged-contexts"] = merged
+    save(data)
+
+
+def forget_merged(cluster_id: str) -> dict[str, str] | None:
+    """Drop and return the record of :func:`remember_merged` for ``cluster_id`` (None: none)."""
+    data = load()
+    found = (data.get("merged-contexts") or {}).pop(cluster_id, None)
+    if found is not None:
+        save(data)
+    return found

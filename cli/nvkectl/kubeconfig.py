@@ -1,7 +1,11 @@
-"""Merge a downloaded kubeconfig into the user's, replacing entries of the same name.
+"""Merge a downloaded kubeconfig into the user's, replacing entries of the same name, and
+take a deleted cluster's entries out again.
 
 The API names the cluster, user and context of each kubeconfig ``nvke_<tenant>_<region>_<cluster>``
-(unique per cluster), so merging never touches another cluster's entries.
+(unique per cluster), so merging never touches another cluster's entries. ``get-credentials``
+records which context it merged for which cluster id (``merged-contexts`` in nvkectl's own
+config, :mod:`nvkectl.config`), and ``clusters delete`` removes that context, as ``gcloud
+container clusters delete`` removes its kubeconfig entry.
 """
 
 from __future__ import annotations
@@ -43,3 +47,36 @@ def merge_into(path: Path, text: str) -> str:
     existing = yaml.safe_load(path.read_text()) if path.exists() else {}
     write_private(path, yaml.safe_dump(merge(existing or {}, new), sort_keys=False))
     return new["current-context"]
+
+
+def remove(existing: dict[str, Any], context: str) -> dict[str, Any]:
+    """``existing`` without the context named ``context`` and the cluster and user entries it
+    names (unless another context still names them); ``current-context`` becomes ``""`` when it
+    was that context. Unchanged when there is no such context."""
+    contexts = existing.get("contexts") or []
+    gone = next((c for c in contexts if c.get("name") == context), None)
+    if gone is None:
+        return existing
+    out = dict(existing)
+    out["contexts"] = [c for c in contexts if c is not gone]
+    still = [c.get("context") or {} for c in out["contexts"]]
+    for section, key in (("clusters", "cluster"), ("users", "user")):
+        name = (gone.get("context") or {}).get(key)
+        if name and not any(c.get(key) == name for c in still):
+            out[section] = [e for e in out.get(section) or [] if e.get("name") != name]
+    if out.get("current-context") == context:
+        out["current-context"] = ""
+    return out
+
+
+def remove_from(path: Path, context: str) -> bool:
+    """Remove ``context`` (and its cluster and user) from the kubeconfig at ``path``; whether
+    it was there."""
+    if not path.exists():
+        return False
+    existing = yaml.safe_load(path.read_text()) or {}
+    after = remove(existing, context)
+    if after is existing:
+        return False
+    write_private(path, yaml.safe_dump(after, sort_keys=False))
+    return True

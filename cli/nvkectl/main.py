@@ -31,8 +31,10 @@ app.add_typer(clusters_app, name="clusters")
 app.add_typer(pools_app, name="nodepools")
 app.add_typer(reservations_cli.app, name="reservations")
 
-err = Console(stderr=True)
-out = Console()
+# soft_wrap: a message is one line however narrow the terminal, and off a terminal (where rich
+# assumes 80 columns) a long kubeconfig path is never broken in two
+err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 Output = Annotated[Format, typer.Option("--output", "-o", help="table, json or csv")]
 Wait = Annotated[bool, typer.Option("--wait", help="follow the operation until it finishes")]
@@ -181,10 +183,15 @@ def clusters_upgrade(
 def clusters_delete(
     ctx: typer.Context, cluster: str, wait: Wait = False, timeout: Timeout = 600
 ) -> None:
-    """Delete a cluster and its node pools."""
+    """Delete a cluster and its node pools; the kubeconfig context get-credentials merged for
+    it is removed once the deletion is accepted."""
     client = _client(ctx)
     found = _cluster(client, cluster)
-    _accepted(client, client.json("DELETE", f"clusters/{found['id']}"), wait, timeout)
+    op = client.json("DELETE", f"clusters/{found['id']}")
+    merged = config.forget_merged(found["id"])
+    if merged and kubeconfig.remove_from(Path(merged["kubeconfig"]), merged["context"]):
+        out.print(f"context {merged['context']} removed from {merged['kubeconfig']}")
+    _accepted(client, op, wait, timeout)
 
 
 # ------------------------------------------------------------------ node pools
@@ -354,6 +361,7 @@ def get_credentials(
     text = client.request("GET", f"clusters/{found['id']}/kubeconfig").text
     path = kubeconfig_path or kubeconfig.default_path()
     name = kubeconfig.merge_into(path, text)
+    config.remember_merged(found["id"], kubeconfig=path.absolute(), context=name)
     out.print(f"context {name} merged into {path} (now current)")
 
 

@@ -161,7 +161,14 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     assert len(yaml.safe_load(kube.read_text())["contexts"]) == 2
 
     nvkectl("nodepools", "delete", "train", "a10g", "--wait")
-    nvkectl("clusters", "delete", "train", "--wait")
+    said = nvkectl("clusters", "delete", "train", "--wait").stdout
+    # the context get-credentials merged goes with the cluster; the other one stays
+    assert f"context nvke_acme_us-east-1_train removed from {kube.absolute()}" in said
+    left = yaml.safe_load(kube.read_text())
+    assert [
+        [e["name"] for e in left[section]] for section in ("clusters", "users", "contexts")
+    ] == [["other"], ["other"], ["other"]]
+    assert left["current-context"] == ""
     assert (
         json.loads(nvkectl("clusters", "get", cluster["id"], "-o", "json").stdout)["phase"]
         == "DELETED"
