@@ -123,25 +123,13 @@ def set_autoscaling(*, principal: Principal, pool: NodePool, autoscaling: Any):
 
     from clusters.choices import OperationType
     from clusters.operations import start_operation
-    from tenants import audit
 
     from .scaling import set_node_pool_size
+    from .services import set_pool_setting
 
     config = validate_autoscaling(autoscaling, pool.node_count)
     with transaction.atomic():
-        locked = NodePool.objects.select_for_update().get(pk=pool.pk)
-        before = locked.autoscaling
-        locked.autoscaling = config
-        locked.save(update_fields=["autoscaling", "updated_at"])
-        audit.record(
-            actor=principal.label,
-            action="nodepool.autoscaling",
-            target_type="nodepool",
-            target_id=locked.id,
-            tenant_id=locked.tenant_id,
-            before={"autoscaling": before},
-            after={"autoscaling": config},
-        )
+        locked = set_pool_setting(principal, pool, "autoscaling", config)
         if config.get("enabled"):
             clamped = min(
                 max(locked.node_count, config["min_node_count"]), config["max_node_count"]

@@ -72,7 +72,7 @@ def set_disruption_hook(
     None: :data:`DEFAULT_DEADLINE_S` (at most the operator's maximum). InvalidInput
     ``checkpoint_deadline_too_long`` above ``NVKE_CHECKPOINT_DEADLINE_MAX_S``. Audited
     (``nodepool.disruption_hook``). Requests already asked keep their deadline."""
-    from tenants import audit
+    from .services import set_pool_setting
 
     limit = max_deadline_s()
     if checkpoint_deadline_s is None:
@@ -85,34 +85,16 @@ def set_disruption_hook(
             field="checkpoint_deadline_s",
         )
     hook = {"checkpoint_deadline_s": int(checkpoint_deadline_s)}
-    _save_hook(principal, pool, hook, audit)
+    set_pool_setting(principal, pool, "disruption_hook", hook)
     return hook
 
 
 def remove_disruption_hook(*, principal: Principal, pool: NodePool) -> None:
     """Detach the pool's hook: planned disruptions stop asking; a drain waiting for a
     checkpoint goes on at its next look (its request is released). Audited."""
-    from tenants import audit
+    from .services import set_pool_setting
 
-    _save_hook(principal, pool, {}, audit)
-
-
-def _save_hook(principal, pool: NodePool, hook: dict, audit) -> None:
-    with transaction.atomic():
-        locked = NodePool.objects.select_for_update().get(pk=pool.pk)
-        before = locked.disruption_hook
-        locked.disruption_hook = hook
-        locked.save(update_fields=["disruption_hook", "updated_at"])
-        audit.record(
-            actor=principal.label,
-            action="nodepool.disruption_hook",
-            target_type="nodepool",
-            target_id=locked.id,
-            tenant_id=locked.tenant_id,
-            before={"disruption_hook": before},
-            after={"disruption_hook": hook},
-        )
-    pool.disruption_hook = hook
+    set_pool_setting(principal, pool, "disruption_hook", {})
 
 
 def waiting_text(request: DisruptionRequest) -> str:

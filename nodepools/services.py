@@ -38,6 +38,32 @@ from .models import NodePool
 MAX_NODES_PER_POOL = 1000
 
 
+def set_pool_setting(principal: Principal, pool: NodePool, field: str, value: Any) -> NodePool:
+    """Write one tenant-set setting of ``pool`` (``autoscaling``, ``disruption_hook`` …) under
+    the pool's row lock, audited as ``nodepool.<field>`` with its value before and after.
+
+    Returns the locked row (a caller inside its own ``transaction.atomic`` keeps the lock and
+    decides on it, as autoscaling does); ``pool`` gets the new value too."""
+    from tenants import audit
+
+    with transaction.atomic():
+        locked = NodePool.objects.select_for_update().get(pk=pool.pk)
+        before = getattr(locked, field)
+        setattr(locked, field, value)
+        locked.save(update_fields=[field, "updated_at"])
+        audit.record(
+            actor=principal.label,
+            action=f"nodepool.{field}",
+            target_type="nodepool",
+            target_id=locked.id,
+            tenant_id=locked.tenant_id,
+            before={field: before},
+            after={field: value},
+        )
+    setattr(pool, field, value)
+    return locked
+
+
 def pool_spec_of(pool: NodePool) -> dict:
     """The spec fields of a node pool, for audit diffs."""
     return {

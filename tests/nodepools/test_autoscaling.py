@@ -56,6 +56,20 @@ def test_bounds_are_validated_and_applied(owner, pool):
     done = owner.put(url, {"min_node_count": 1, "max_node_count": 4}).json()
     assert (done["type"], done["status"]) == ("SET_NODE_POOL_SIZE", "DONE")
     assert done["created_at"] == done["started_at"] == done["finished_at"]
+    # each accepted change audited with the setting before and after (the refused one: none)
+    from tenants.models import AuditEvent
+
+    audits = AuditEvent.objects.filter(action="nodepool.autoscaling", target_id=pool_id)
+    assert [(a.before, a.after) for a in audits.order_by("ts", "id")] == [
+        (
+            {"autoscaling": {}},
+            {"autoscaling": {"enabled": True, "min_node_count": 3, "max_node_count": 4}},
+        ),
+        (
+            {"autoscaling": {"enabled": True, "min_node_count": 3, "max_node_count": 4}},
+            {"autoscaling": {"enabled": True, "min_node_count": 1, "max_node_count": 4}},
+        ),
+    ]
 
 
 def test_busy_gpus_add_a_node_and_idle_gpus_remove_one_within_bounds(owner, pool):
