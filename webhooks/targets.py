@@ -111,8 +111,13 @@ def _split_netloc(netloc: str, default_port: int) -> tuple[str, int]:
         if end < 0:
             raise _refuse("the webhook URL's IPv6 address lacks its closing ]")
         host, rest = netloc[1:end], netloc[end + 1 :]
+        if "%" in host:  # Python's IPv6Address takes a zone id; the HTTP clients read it apart
+            raise _refuse(
+                "the webhook URL's IPv6 address carries a zone id (%…): zones name this "
+                "machine's own interfaces, so such an address is never a webhook target"
+            )
         try:
-            ipaddress.IPv6Address(host)  # refuses zone ids (fe80::1%eth0) and IPv4 in brackets
+            ipaddress.IPv6Address(host)  # refuses IPv4 in brackets
         except ValueError:
             raise _refuse("the webhook URL's [...] is not an IPv6 address") from None
     else:

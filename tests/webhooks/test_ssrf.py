@@ -279,3 +279,15 @@ def test_malformed_urls_are_a_400_naming_the_field(admin, url):
         "webhook_target_not_allowed",
         "url",
     ), body
+
+
+def test_a_zone_id_is_refused_saying_so(admin):
+    """``[fe80::1%25eth0]``: Python's IPv6Address accepts the zone id, the HTTP clients parse
+    it differently, and the refusal said only "ambiguous" (a fresh-user trial)."""
+    resp = admin.post(
+        "/api/v1/webhooks",
+        {"url": "https://[fe80::1%25eth0]/", "event_types": ["quota.80"]},
+        format="json",
+    )
+    assert resp.status_code == 400
+    assert "carries a zone id" in resp.json()["detail"]
