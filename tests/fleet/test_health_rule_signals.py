@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from clusters.providers import simhosts
 from fleet import health_rules
 from fleet.models import Gpu, GpuHealthInterval, HealthRule, HealthRuleFiring, Host, HostEvent
 from fleet.placeable import placeable_gpus_q
@@ -286,6 +287,21 @@ def test_a_fallen_off_bus_rule_3_in_10_min_fires_on_the_third_loss_not_the_secon
         ("fallen-off-bus", A10G, 3, "node_reboot")
     ]
     assert dry[0].fired_at == HealthRuleFiring.objects.get().fired_at
+
+
+def test_a_simulated_gpu_that_falls_off_the_bus_is_reported_lost_like_a_real_one(make_host):
+    host = make_host("h100-sxm5-80gb", gpus=2, hostname="lost-01")
+    lost, other = Gpu.objects.filter(host=host).order_by("index")
+    simhosts.change(host, lambda state: simhosts.lose_gpu(state, lost.uuid))
+    assert simhosts.report_in_process(host)
+    lost.refresh_from_db()
+    assert (lost.health_counters["gpu_is_lost"], lost.health) == (True, "UNHEALTHY")
+    assert lost.missing_since is not None
+    assert Gpu.objects.get(pk=other.pk).health == "HEALTHY"
+    simhosts.change(host, simhosts.reboot)
+    assert simhosts.report_in_process(host)
+    lost.refresh_from_db()
+    assert (lost.missing_since, lost.health) == (None, "HEALTHY")
 
 
 NVML_DOWN = {
