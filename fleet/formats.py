@@ -129,6 +129,7 @@ HEALTH_FLAGS = frozenset(
         "retired_pages_pending",
         "remapped_rows_pending",
         "remapped_rows_failure",
+        "gpu_is_lost",  # NVML_ERROR_GPU_IS_LOST: fallen off the bus (agent/README.md)
     }
 )
 HEALTH_COUNTS = frozenset(

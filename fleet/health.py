@@ -17,6 +17,9 @@
   (ECC counts, thermal/power slowdowns; occurrences defined in :mod:`fleet.health_rules`): a
   firing opens a ``health_rule`` interval with the rule's condition and ladder step, as an Xid
   rule's does.
+* :func:`handle_flags` / :func:`handle_nvml_init_failure` do the same for the signals of
+  inventory reports: a health fact turning on (row remap pending/failed, GPU lost) and a
+  report saying NVML cannot be initialised (one occurrence on each of the host's GPUs).
 * :func:`mark_silent_hosts_not_ready`: a registered host without a report for
   ``NVKE_HOST_HEARTBEAT_TIMEOUT_S`` becomes NOT_READY and its GPUs get an interval with reason
   ``host_not_ready``; the next report brings it back (:func:`host_reported`).
@@ -41,6 +44,7 @@ from .choices import (
     SCHEDULABLE_HOST_STATES,
     GpuHealth,
     HealthReason,
+    HealthSignal,
     HostEventKind,
     HostState,
     LadderStep,
@@ -404,25 +408,41 @@ def handle_samples(host: Host, seq: int, gpu_uuids: Iterable[str], now: datetime
 
 def handle_flags(host: Host, turned_on: list[tuple[str, str]], now: datetime) -> list[Any]:
     """An inventory report turned flags on (``(gpu_uuid, signal)``: row remap pending /
-    failed, :func:`fleet.health_rules.flag_turned_on`): log each turn-on (the host event the
-    dry run and later priming read), then run them through the enabled rules on them, as
-    :func:`handle_samples` does. Returns the firings."""
+    failed, GPU lost, :func:`fleet.health_rules.flag_turned_on`), or said NVML cannot be
+    initialised (``signal`` ``nvml_init_failure``, one pair per GPU of the host:
+    :func:`handle_nvml_init_failure`): log each occurrence (the host event the dry run and
+    later priming read: one per flag turn-on, one per report for the host's GPUs), then run
+    them through the enabled rules on them, as :func:`handle_samples` does. Returns the
+    firings."""
     if not turned_on:
         return []
-    HostEvent.objects.bulk_create(
-        [
+    init = HealthSignal.NVML_INIT_FAILURE
+    logged = [
+        HostEvent(
+            host=host,
+            ts=now,
+            kind=HostEventKind.INVENTORY,
+            actor="agent",
+            message=f"{uuid}: {health_rules.FLAG_SIGNALS[signal]} turned on",
+            data={"gpu_uuid": uuid, "signal": signal},
+        )
+        for uuid, signal in turned_on
+        if signal != init
+    ]
+    failed = [uuid for uuid, signal in turned_on if signal == init]
+    if failed:
+        logged.append(
             HostEvent(
                 host=host,
                 ts=now,
                 kind=HostEventKind.INVENTORY,
                 actor="agent",
-                message=f"{uuid}: {health_rules.FLAG_SIGNALS[signal]} turned on",
-                data={"gpu_uuid": uuid, "signal": signal},
+                message=f"NVML init failure: one occurrence on each of {len(failed)} GPU(s)",
+                data={"gpu_uuids": failed, "signal": init},
             )
-            for uuid, signal in turned_on
-        ]
-    )
-    rules = health_rules.sample_rules(health_rules.FLAG_SIGNALS)
+        )
+    HostEvent.objects.bulk_create(logged)
+    rules = health_rules.sample_rules(health_rules.REPORT_SIGNALS)
     engine = health_rules.RuleEngine()
     fired: list[health_rules.Firing] = []
     for uuid, signal in turned_on:
@@ -436,13 +456,23 @@ def handle_flags(host: Host, turned_on: list[tuple[str, str]], now: datetime) ->
         before = [
             ts
             for _, ts, data in health_rules.flag_events([signal], start, now, host_id=host.pk)
-            if data.get("gpu_uuid") == uuid
-        ][:-1]  # the turn-on just logged is fed, not primed
+            if uuid in health_rules.event_gpus(data)
+        ][:-1]  # the occurrence just logged is fed, not primed
         engine.prime(rule, uuid, before, last)
         fired.extend(health_rules.feed_count(engine, rule, uuid, host.pk, now, 1))
     if fired:
         _apply_rule_firings(host, fired, rules, now)
     return fired
+
+
+def handle_nvml_init_failure(host: Host, gpu_uuids: Iterable[str], now: datetime) -> list[Any]:
+    """A report says NVML cannot be initialised on ``host`` (``source_error_code`` in
+    :data:`fleet.health_rules.NVML_INIT_ERROR_CODES`): one ``nvml_init_failure`` occurrence
+    on each of its GPUs (:func:`handle_flags`). Runs before :func:`apply_source_health`, so
+    the GPUs a rule fired on are UNHEALTHY (evidence, with the rule's step) and only the
+    others become UNKNOWN; with no rule on the signal nothing but the log line happens."""
+    signal = HealthSignal.NVML_INIT_FAILURE
+    return handle_flags(host, [(uuid, signal) for uuid in sorted(gpu_uuids)], now)
 
 
 def _apply_rule_firings(
@@ -451,7 +481,7 @@ def _apply_rule_firings(
     rules: dict[str, health_rules.Rule],
     now: datetime,
 ) -> None:
-    """Record sample-signal firings, log each, open their GPUs' intervals, cordon for a
+    """Record sample/flag/report-signal firings, log each, open their GPUs' intervals, cordon for a
     hardware ticket (see :func:`handle_samples`)."""
     fired.sort(key=lambda f: f.fired_at)
     health_rules.record_firings(fired)

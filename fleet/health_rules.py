@@ -45,22 +45,32 @@ auto-repair does about it — data an operator tunes, defaulting to the catalog'
   with :func:`sample_occurrences`) over the stored samples, so both agree; a sample the store
   already had (a resent report) is not fed twice.
 
-* ``row_remap_pending`` / ``row_remap_failed`` (flag signals): an inventory report in which
-  the GPU's ``remapped_rows_pending`` / ``remapped_rows_failure`` health fact (NVML
-  ``nvmlDeviceGetRemappedRows``) is true when the stored one (``Gpu.health_counters``, the
-  previous report's) was not: one occurrence; later reports still showing it are none.
+* ``row_remap_pending`` / ``row_remap_failed`` / ``fallen_off_bus`` (flag signals): an
+  inventory report in which the GPU's ``remapped_rows_pending`` / ``remapped_rows_failure``
+  health fact (NVML ``nvmlDeviceGetRemappedRows``) / ``gpu_is_lost`` fact (the agent's NVML
+  source met ``NVML_ERROR_GPU_IS_LOST`` on the GPU: fallen off the bus; it keeps listing the
+  GPU under the UUID it read before) is true when the stored one (``Gpu.health_counters``,
+  the previous report's) was not: one occurrence; later reports still showing it are none.
   Ingestion logs each turn-on as a host event (kind ``inventory``, ``data.signal``), the
   record the live priming and the dry run read (:func:`flag_events`). Without a rule the
-  agent check (:mod:`fleet.hygiene`) still FAILS a GPU with either flag (``check_failed``,
-  needs the operator); a rule on the flag is evaluated before that check, so its interval
-  (with its ladder step) is the one the GPU gets.
+  agent check (:mod:`fleet.hygiene`) still FAILS a GPU with a row remap flag
+  (``check_failed``, needs the operator), and a lost GPU is *missing* as one the agent no
+  longer lists (``Gpu.missing_since``, a ``gpu_missing`` interval: not placeable, never
+  present and healthy); a rule on the flag is evaluated before both, so its interval (with
+  its ladder step) is the one the GPU gets.
+* ``nvml_init_failure`` (a report signal): a report whose ``source_error_code`` is one of
+  :data:`NVML_INIT_ERROR_CODES` (NVML cannot be used on the host at all: the agent's
+  node-level NVML errors, ``Uninitialized``, ``DriverNotLoaded``, ``LibRmVersionMismatch``,
+  ``LibraryNotFound``) is one occurrence on each GPU of the host, at the report's receive
+  time (a spooled backlog counts when it arrives). Ingestion logs one host event per such
+  report (kind ``inventory``, ``data.signal`` and ``data.gpu_uuids``), read like the flag
+  turn-ons. Without a rule nothing else happens: the GPUs are *unknown*, never unhealthy
+  (:func:`fleet.health.apply_source_health`); a rule's firing is evidence, so its interval
+  (with its ladder step; the step's scope — GPU reset, node reboot … — is the action's)
+  makes the GPU unhealthy and auto-repair follows it.
 
-**Not wired** (:data:`UNWIRED_SIGNALS`; a rule on them is refused, 400 naming ``signal``,
-rather than stored to do nothing): ``nvml_init_failure`` — the agent reports only a
-host-wide ``source_error`` (NVML/DCGM does not initialise), which is *unknown*, never
-unhealthy (:func:`fleet.health.apply_source_health`), and names no GPU. ``fallen_off_bus``
-— the agent sends no per-GPU NVML_ERROR_GPU_IS_LOST; a GPU that vanishes shows as missing
-from the inventory (``gpu_missing`` interval) or as Xid 79, which Xid rules decide.
+Every :class:`~fleet.choices.HealthSignal` is wired: :data:`UNWIRED_SIGNALS` is empty, and
+:class:`UnwiredSignal` stays the refusal for a signal added to the choices before it is.
 """
 
 from __future__ import annotations
@@ -104,9 +114,22 @@ SAMPLE_SIGNALS = (
 FLAG_SIGNALS = {
     HealthSignal.ROW_REMAP_PENDING: "remapped_rows_pending",
     HealthSignal.ROW_REMAP_FAILED: "remapped_rows_failure",
+    HealthSignal.FALLEN_OFF_BUS: "gpu_is_lost",
 }
+#: ``source_error_code`` values of a report that make it an NVML init failure: the agent's
+#: node-level NVML errors (agent/nvke_agent/sources/nvml.py ``_NODE_ERROR_NAMES``)
+NVML_INIT_ERROR_CODES = frozenset(
+    {
+        "NVML_ERROR_UNINITIALIZED",
+        "NVML_ERROR_DRIVER_NOT_LOADED",
+        "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+        "NVML_ERROR_LIBRARY_NOT_FOUND",
+    }
+)
+#: signals counted from inventory reports, logged as host events (:func:`flag_events`)
+REPORT_SIGNALS = (*FLAG_SIGNALS, HealthSignal.NVML_INIT_FAILURE)
 #: signals a rule can be saved on: evaluated live and in the dry run
-WIRED_SIGNALS = frozenset({HealthSignal.XID, *SAMPLE_SIGNALS, *FLAG_SIGNALS})
+WIRED_SIGNALS = frozenset({HealthSignal.XID, *SAMPLE_SIGNALS, *REPORT_SIGNALS})
 #: signals the agent's reports cannot evaluate yet (module docstring says why)
 UNWIRED_SIGNALS = frozenset(set(HealthSignal.values) - WIRED_SIGNALS)
 
@@ -434,10 +457,10 @@ def record_firings(firings: list[Firing]) -> None:
 
 
 def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None) -> list[Firing]:
-    """What ``rules`` would have done over the stored Xid events and GPU samples (the sample
-    signals) of the last ``days`` days (1 .. :data:`MAX_DRY_RUN_DAYS`): the firings, in time
-    order, from a fresh start (no firing before the window counts for escalation). Changes
-    nothing."""
+    """What ``rules`` would have done over the stored Xid events, GPU samples (the sample
+    signals) and logged flag turn-ons / NVML init failures of the last ``days`` days
+    (1 .. :data:`MAX_DRY_RUN_DAYS`): the firings, in time order, from a fresh start (no
+    firing before the window counts for escalation). Changes nothing."""
     from catalog.models import XidCode
 
     from .models import XidEvent
@@ -463,10 +486,11 @@ def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None
     on_samples = {r.signal: r for r in rules.values() if r.enabled and r.signal in SAMPLE_SIGNALS}
     if on_samples:
         firings.extend(_dry_run_samples(engine, on_samples, since, now))
-    on_flags = {r.signal: r for r in rules.values() if r.enabled and r.signal in FLAG_SIGNALS}
+    on_flags = {r.signal: r for r in rules.values() if r.enabled and r.signal in REPORT_SIGNALS}
     for host_id, ts, data in flag_events(list(on_flags), since, now):
-        rule, uuid = on_flags[data["signal"]], data["gpu_uuid"]
-        firings.extend(feed_count(engine, rule, uuid, host_id, ts, 1))
+        rule = on_flags[data["signal"]]
+        for uuid in event_gpus(data):
+            firings.extend(feed_count(engine, rule, uuid, host_id, ts, 1))
     firings.sort(key=lambda f: f.fired_at)
     return firings
 
@@ -474,8 +498,9 @@ def dry_run(rules: Mapping[str, Rule], *, days: int, now: datetime | None = None
 def flag_events(
     signals: list[str], since: datetime, until: datetime, **filters: Any
 ) -> Iterable[tuple[Any, datetime, dict[str, Any]]]:
-    """``(host_id, ts, data)`` of the logged turn-ons of ``signals`` in ``[since, until]``,
-    in time order (:func:`fleet.ingest` logs them)."""
+    """``(host_id, ts, data)`` of the logged occurrences of ``signals`` (flag turn-ons, NVML
+    init failures) in ``[since, until]``, in time order (:func:`fleet.health.handle_flags`
+    logs them; :func:`event_gpus` reads their GPUs)."""
     from .choices import HostEventKind
     from .models import HostEvent
 
@@ -492,6 +517,14 @@ def flag_events(
         .order_by("ts", "id")
         .values_list("host_id", "ts", "data")
     )
+
+
+def event_gpus(data: Mapping[str, Any]) -> list[str]:
+    """The GPUs of a logged occurrence (:func:`flag_events`): a flag turn-on names one
+    (``gpu_uuid``), an NVML init failure the host's (``gpu_uuids``)."""
+    if isinstance(data.get("gpu_uuids"), list):
+        return [u for u in data["gpu_uuids"] if isinstance(u, str)]
+    return [data["gpu_uuid"]] if isinstance(data.get("gpu_uuid"), str) else []
 
 
 #: one reading per GPU and time (its MIG instances' rows repeat it), with the previous one;

@@ -32,16 +32,21 @@ inventory, and the results of commands. In one transaction:
    before the host's newest sample already received (any GPU) is ``late`` and credits from
    that sample (:func:`_flag_late_xids`). An Xid naming a GPU the host does not own refuses
    the whole report (400, field ``events[i].gpu_uuid``): nothing is stored.
-4. The inventory is compared with the host: a GPU the agent no longer lists is flagged
-   (``Gpu.missing_since``, a host warning, an unhealthy interval) — the host is never shrunk;
+4. The inventory is compared with the host: a GPU the agent no longer lists, or lists lost
+   (``health.gpu_is_lost``: NVML_ERROR_GPU_IS_LOST, fallen off the bus; only its health is
+   read), is flagged (``Gpu.missing_since``, a host warning, an unhealthy interval) — the
+   host is never shrunk; health facts turning on (row remap, lost) are run through the
+   health rules first (:func:`fleet.health.handle_flags`);
    a GPU it lists that the host does not have is a warning. NVML health facts re-verify the
    host (:func:`fleet.hygiene.check_from_inventory`); a topology fills ``Host.topology``.
 5. Scrub results and DCGM diagnostics are applied; liveness, versions, the source's error
    (``source_error``: NVML does not initialise …, kept in ``Host.agent_source_error`` and
-   shown as a host warning) and the inventory clock (``inventory_at``/``inventory_count``:
-   reports that read the GPUs, or say why they could not; read by the observed-state gates)
-   are updated last, so the host row is locked only for
-   the end of the transaction.
+   shown as a host warning; with ``source_error_code`` an NVML init error, one
+   ``nvml_init_failure`` occurrence on each of the host's GPUs for the health rules,
+   :func:`fleet.health.handle_nvml_init_failure`, before the GPUs become unknown) and the
+   inventory clock (``inventory_at``/``inventory_count``: reports that read the GPUs, or say
+   why they could not; read by the observed-state gates) are updated last, so the host row
+   is locked only for the end of the transaction.
 
 The acknowledgement is ``{"seq", "duplicate", "samples_stored", "samples_rejected",
 "samples_deduplicated", "rejections": {reason: count}, "commands": [...]}``; ``commands``
@@ -60,6 +65,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -294,6 +300,9 @@ def ingest_report(host: Host, body: dict[str, Any], now: datetime | None = None)
         if isinstance(body.get("agent_status"), dict):
             warnings[host_warnings.AGENT_SPOOL] = _spool_warning(body["agent_status"])
         host_warnings.set_host_warnings(host.id, warnings)
+        if source_error and body.get("source_error_code") in health_rules.NVML_INIT_ERROR_CODES:
+            # before apply_source_health: a rule's firing is evidence, the rest is unknown
+            health.handle_nvml_init_failure(host, gpus.uuids, now)
         scrubs_pending = _update_host(
             host,
             body,
@@ -776,6 +785,10 @@ def _flag_late_xids(host: Host, events: list[XidEvent]) -> None:
             event.late, event.credit_from = True, seen
 
 
+#: ``source_error_code``: a return code's name as NVML spells it (``NVML_ERROR_UNINITIALIZED``)
+_ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+
+
 def _check_batches(body: dict[str, Any], inventory: Any, gpus: _HostGpus) -> None:
     """Types and bounds of the report's collections, before anything is written: a
     malformed inventory is refused whole (never half applied), so nothing stored can make
@@ -811,6 +824,11 @@ def _check_batches(body: dict[str, Any], inventory: Any, gpus: _HostGpus) -> Non
         value = body.get(key)
         if value is not None and not isinstance(value, str):
             raise InvalidReport(key, f"{key} must be a string")
+    code = body.get("source_error_code")
+    if code is not None and not (isinstance(code, str) and _ERROR_CODE.fullmatch(code)):
+        raise InvalidReport(
+            "source_error_code", "an NVML return code name (NVML_ERROR_…, at most 64) or null"
+        )
     if inventory is not None:
         try:
             formats.check_inventory(inventory, known_uuids=gpus.uuids)
@@ -974,11 +992,22 @@ def _apply_inventory(
         g for g in inventory["gpus"] if isinstance(g, dict) and isinstance(g.get("uuid"), str)
     ]
     reported = {g["uuid"] for g in listed}
+    # A GPU NVML calls lost (health ``gpu_is_lost``: fallen off the bus) is listed under the
+    # UUID read before, but only that and its health are facts: it is missing like a GPU the
+    # agent no longer lists (one truth: never present and healthy), its other facts are left
+    # as they were, and its gpu_is_lost turn-on is a fallen_off_bus occurrence for the rules
+    lost = sorted(
+        g["uuid"]
+        for g in listed
+        if g["uuid"] in gpus.uuids and (g.get("health") or {}).get("gpu_is_lost") is True
+    )
     missing = sorted(gpus.uuids - reported)
     unknown = sorted(u for u in reported - gpus.uuids if isinstance(u, str) and u)
     problems = []
     if missing:
         problems.append(f"GPU(s) not reported: {', '.join(missing)}")
+    if lost:
+        problems.append(f"GPU(s) lost (NVML: fallen off the bus): {', '.join(lost)}")
     if unknown:
         problems.append(f"GPU(s) not in the host record: {', '.join(unknown)}")
     warnings: dict[str, str | None] = {
@@ -988,25 +1017,8 @@ def _apply_inventory(
     }
     by_uuid = {r["uuid"]: r for r in gpus.rows}
     for uuid in missing:
-        row = by_uuid[uuid]
-        if row["missing_since"] is None:
-            Gpu.objects.filter(pk=row["id"]).update(missing_since=now)
-            HostEvent.objects.create(
-                host=host,
-                ts=now,
-                kind=HostEventKind.INVENTORY,
-                actor="agent",
-                message=f"GPU {uuid} (index {row['index']}) is not in the agent's inventory",
-                data={"gpu_uuid": uuid},
-            )
-            health.open_unhealthy(
-                Gpu.objects.get(pk=row["id"]),
-                reason=HealthReason.GPU_MISSING,
-                at=now,
-                needs_operator=False,
-                detail="the agent no longer sees this GPU (NVML lists fewer GPUs)",
-            )
-    for uuid in sorted(gpus.uuids & reported):
+        _mark_missing(host, by_uuid[uuid], now, lost=False)
+    for uuid in sorted((gpus.uuids & reported) - set(lost)):
         row = by_uuid[uuid]
         if row["missing_since"] is not None:
             Gpu.objects.filter(pk=row["id"]).update(missing_since=None)
@@ -1049,6 +1061,9 @@ def _apply_inventory(
         if uuid not in gpus.uuids:
             continue
         fields: dict[str, Any] = {}
+        current = stored.get(uuid, {})
+        if uuid in lost:  # only its health is read (above), laid over the facts read before
+            g = {"health": {**(current.get("health_counters") or {}), **g["health"]}}
         if isinstance(g.get("mig_devices"), list):
             fields["mig_devices"] = [d for d in g["mig_devices"] if isinstance(d, dict)]
         if g.get("mig_mode") in ("enabled", "disabled", None) and "mig_mode" in g:
@@ -1062,8 +1077,7 @@ def _apply_inventory(
             serial = g["attributes"].get("serial")
             if isinstance(serial, str) and serial:
                 fields["serial"] = serial[:64]
-        current = stored.get(uuid, {})
-        if "health_counters" in fields:  # row remap flags turning on (fleet.health_rules)
+        if "health_counters" in fields:  # flags turning on: row remap, lost (fleet.health_rules)
             turned_on += [
                 (uuid, s)
                 for s in health_rules.flag_turned_on(
@@ -1081,6 +1095,9 @@ def _apply_inventory(
             lambda: gpu_facts_changed.send(sender=Gpu, host_id=host_id, gpu_uuids=mig_changed)
         )
     health.handle_flags(host, turned_on, now)  # before the check: a rule's interval wins
+    for uuid in lost:
+        _mark_missing(host, by_uuid[uuid], now, lost=True)
+    listed = [g for g in listed if g["uuid"] not in lost]  # the GPUs read this round
     hygiene.check_from_inventory(host, listed, now)
     if host.tenancy == HostTenancy.SHARED:  # released instances the agent confirms scrubbed
         shared_hosts.confirm_scrubs(host, now=now)
@@ -1095,6 +1112,40 @@ def _apply_inventory(
             Gpu.objects.filter(pk=row["id"]).update(nvlink_island=islands.get(row["index"]))
         host.topology = topo
     return warnings
+
+
+def _mark_missing(host: Host, row: dict[str, Any], now: datetime, *, lost: bool) -> None:
+    """The host's GPU ``row`` is not read by the agent (no longer listed, or listed ``lost``):
+    the first time, ``Gpu.missing_since``, a host event and a ``gpu_missing`` interval (no
+    operator needed; a rule's interval already open stays the GPU's)."""
+    if row["missing_since"] is not None:
+        return
+    uuid = row["uuid"]
+    Gpu.objects.filter(pk=row["id"]).update(missing_since=now)
+    what = (
+        "is lost (NVML_ERROR_GPU_IS_LOST: fallen off the bus)"
+        if lost
+        else "is not in the agent's inventory"
+    )
+    HostEvent.objects.create(
+        host=host,
+        ts=now,
+        kind=HostEventKind.INVENTORY,
+        actor="agent",
+        message=f"GPU {uuid} (index {row['index']}) {what}",
+        data={"gpu_uuid": uuid, **({"lost": True} if lost else {})},
+    )
+    health.open_unhealthy(
+        Gpu.objects.get(pk=row["id"]),
+        reason=HealthReason.GPU_MISSING,
+        at=now,
+        needs_operator=False,
+        detail=(
+            "NVML reports the GPU lost (NVML_ERROR_GPU_IS_LOST: fallen off the bus)"
+            if lost
+            else "the agent no longer sees this GPU (NVML lists fewer GPUs)"
+        ),
+    )
 
 
 def _signal_driver_change(host: Host, body: dict[str, Any], uuids: Any) -> None:

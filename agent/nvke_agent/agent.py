@@ -16,6 +16,8 @@ Report body (wire format, field names fixed with the server)::
      "driver_version", "cuda_version",
      "inventory": {"gpus": [...]} | null, "samples": [...], "events": [...],
      "source_error": str | null (the source failed this round: NVML does not initialise …),
+     "source_error_code": str (only with a source_error the source can name: NVML's return
+                          code, NVML_ERROR_DRIVER_NOT_LOADED …),
      "scrub_results": [...] (when some finished), "diagnostics": {...} (once, when run)}
 
 Commands on an acknowledgement (scrubs) run on a background thread
@@ -216,19 +218,21 @@ class Agent:
         """Collect once and spool the resulting report(s); returns their seqs."""
         now = self._clock()
         source_error: str | None = None
+        source_error_code: str | None = None
         try:
             samples: list[Sample] = self.source.collect(now)
             events: list[Event] = self.source.events()
         except SourceError as exc:
             log.error("collection failed: %s", exc)
             samples, events = [], []
-            source_error = str(exc)
+            source_error, source_error_code = str(exc), exc.code
         try:
             inventory = self.source.inventory()
         except SourceError as exc:
             log.error("inventory failed: %s", exc)
             inventory = None
-            source_error = source_error or str(exc)
+            if source_error is None:
+                source_error, source_error_code = str(exc), exc.code
         if inventory is not None:
             self._driver_version = inventory["driver_version"]
             self._cuda_version = inventory["cuda_version"]
@@ -247,6 +251,8 @@ class Agent:
                 events=events if position == 0 else [],
             )
             body["source_error"] = source_error
+            if source_error_code is not None:
+                body["source_error_code"] = source_error_code
             if position == 0 and scrub_results:
                 body["scrub_results"] = scrub_results
             if position == 0 and diagnostics is not None:

@@ -12,10 +12,13 @@ atomically (temp file + rename) under an exclusive ``flock`` of ``<host id>.lock
 workers never lose each other's change and an agent never reads half a file::
 
     {"simulated": "...", "host_id", "hostname", "gpu_model", "driver_version", "cuda_version",
-     "nvml_error": "" (NVML initialises) | NVML's message, "boot_count", "faults": [names],
+     "nvml_error": "" (NVML initialises) | NVML's message, "nvml_error_code": NVML's name of
+     that error ("NVML_ERROR_LIB_RM_VERSION_MISMATCH" …, "" when none; written with the file
+     from :data:`NVML_ERROR_CODES`), "boot_count", "faults": [names],
      "kubelet": {node_id: version},
      "gpus": [{"uuid", "index", "name", "pci_bus_id", "memory_total_bytes", "architecture",
-               "compute_capability", "mig_capable",
+               "compute_capability", "mig_capable", "lost": true (fallen off the bus:
+               :func:`lose_gpu`; absent otherwise),
                "mig_mode": "enabled" | "disabled" | null, "mig_mode_pending",
                "instances": [{"profile", "start", "size", "gpu_instance_id", "uuid",
                               "memory_total_bytes"}],
@@ -70,7 +73,12 @@ FAULTS = {
     "stays and its memory is not cleared (a shared host's GPU instance is never freed)",
 }
 NVML_MISMATCH = "Driver/library version mismatch (simulated)"
-NVML_FAILS = "Unknown Error (simulated: NVML does not initialise)"
+NVML_FAILS = "Driver Not Loaded (simulated: NVML does not initialise)"
+#: the simulated NVML errors as NVML names them (the agent's ``source_error_code``)
+NVML_ERROR_CODES = {
+    NVML_MISMATCH: "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    NVML_FAILS: "NVML_ERROR_DRIVER_NOT_LOADED",
+}
 SIMULATED_NOTE = "SIMULATED HOST: not real hardware (clusters/providers/simhosts.py)"
 #: report seqs of in-process agent reports start here, far above any agent process's own
 IN_PROCESS_SEQ_BASE = 2**62
@@ -110,6 +118,8 @@ def _locked(host_id: Any) -> Iterator[None]:
 
 
 def _write(host_id: Any, state: dict[str, Any]) -> None:
+    # the error's NVML name follows its message, whoever set it
+    state["nvml_error_code"] = NVML_ERROR_CODES.get(state.get("nvml_error") or "", "")
     path = state_path(host_id)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{host_id}.", suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
@@ -351,10 +361,19 @@ def reboot(state: dict[str, Any]) -> None:
     broken = "nvml-init-fails" in faults or "driver-breaks-nvml" in faults
     state["nvml_error"] = state["nvml_error"] if broken else ""
     for gpu in state["gpus"]:
+        gpu.pop("lost", None)  # a GPU that fell off the bus is back after a reboot
         pending = gpu["health"]["remapped_rows_pending"]
         reset_gpus(state, [gpu["uuid"]])
         if "reboot-leaves-remap-pending" in faults:
             gpu["health"]["remapped_rows_pending"] = pending
+
+
+def lose_gpu(state: dict[str, Any], gpu_uuid: str) -> None:
+    """The GPU falls off the bus (NVML_ERROR_GPU_IS_LOST, often with Xid 79): the agent can no
+    longer read it and lists it as lost (``nvke_agent.sources.simulated``) until the machine
+    reboots (:func:`reboot`)."""
+    for gpu in _gpus(state, [gpu_uuid]):
+        gpu["lost"] = True
 
 
 def set_fault(state: dict[str, Any], name: str, on: bool = True) -> None:
@@ -409,12 +428,12 @@ def simulated_report(host: Any, seq: int, *, events_after: int | None = None) ->
 
     ensure(host)
     source = SimulatedSource(state_path(host.id), events_after=events_after)
-    error = None
+    error = code = None
     try:
         inventory = source.inventory()
         events = source.events()
     except SourceError as exc:
-        inventory, events, error = None, [], str(exc)
+        inventory, events, error, code = None, [], str(exc), exc.code
     return {
         "host_id": str(host.id),
         "seq": seq,
@@ -426,6 +445,7 @@ def simulated_report(host: Any, seq: int, *, events_after: int | None = None) ->
         "samples": [],
         "events": events if events_after is not None else [],
         "source_error": error,
+        **({"source_error_code": code} if code else {}),
     }
 
 

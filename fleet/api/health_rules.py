@@ -6,9 +6,10 @@ dry run. Thin: validate, call :mod:`fleet.health_rules`, serialize.
 an override (versioned, audited), DELETE restores the catalog default;
 ``POST /fleet/health-rules/dry-run`` ``{"days": 1..90, "rules": [{"key", …fields}]}``: what
 the rules in effect, with ``rules`` laid over them unsaved, would have done over the stored
-Xid events and GPU samples of the last ``days`` days. A rule on a signal NVKE does not
-evaluate yet (:data:`fleet.health_rules.UNWIRED_SIGNALS`) is refused: 400, field ``signal``
-(PUT) or ``rules[i].key`` (dry run);
+Xid events, GPU samples and logged flag / NVML-init occurrences of the last ``days`` days.
+A rule on a signal NVKE does not evaluate (:data:`fleet.health_rules.UNWIRED_SIGNALS`: none
+today, every signal is wired) is refused: 400, field ``signal`` (PUT) or ``rules[i].key``
+(dry run);
 ``GET /fleet/breakers`` the open circuit breakers, ``POST /fleet/breakers/{scope}/resume``
 resumes automation there (:mod:`fleet.breaker`).
 """

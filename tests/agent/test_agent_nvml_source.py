@@ -470,15 +470,16 @@ def test_unsupported_or_forbidden_fields_are_null_and_the_rest_is_kept() -> None
     source.close()
 
 
-def test_a_lost_gpu_is_left_out_and_the_others_are_still_sampled(
+def test_a_lost_gpu_is_reported_lost_under_its_uuid_and_the_others_are_still_sampled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     healthy_before, lost, healthy_after = t4("GPU-a"), t4("GPU-b"), t4("GPU-c")
     sim = SimulatedNvml([healthy_before, lost, healthy_after])
     source = open_source(sim, xid_events=False)
+    assert [g["health"]["gpu_is_lost"] for g in source.inventory()["gpus"]] == [False] * 3
     assert [s["gpu_uuid"] for s in source.collect(NOW)] == ["GPU-a", "GPU-b", "GPU-c"]
 
-    lost.lost = True  # falls off the bus
+    lost.lost = True  # falls off the bus: every NVML call on it raises GpuIsLost
     with caplog.at_level("ERROR", logger="nvke_agent"):
         samples = source.collect(NOW)
     assert [s["gpu_uuid"] for s in samples] == ["GPU-a", "GPU-c"]
@@ -486,8 +487,42 @@ def test_a_lost_gpu_is_left_out_and_the_others_are_still_sampled(
 
     calls = lost.calls
     assert [s["gpu_uuid"] for s in source.collect(NOW)] == ["GPU-a", "GPU-c"]
-    assert lost.calls == calls  # not polled again
-    assert [g["uuid"] for g in source.inventory()["gpus"]] == ["GPU-a", "GPU-c"]
+    gpus = source.inventory()["gpus"]
+    assert lost.calls == calls  # not polled again, not even for the inventory
+    # still listed, under the UUID (and the name, bus, memory) read before it was lost
+    assert [g["uuid"] for g in gpus] == ["GPU-a", "GPU-b", "GPU-c"]
+    assert gpus[1] == {
+        "uuid": "GPU-b",
+        "index": 1,
+        "name": "Tesla T4",
+        "pci_bus_id": "00000000:00:1E.0",
+        "memory_total_bytes": 15360 * MiB,
+        "mig_mode": None,
+        "mig_devices": [],
+        "health": {"gpu_is_lost": True},
+    }
+    assert gpus[0]["health"]["gpu_is_lost"] is False
+    source.close()
+
+
+def test_a_gpu_lost_before_any_inventory_is_listed_lost_by_the_uuid_its_samples_read() -> None:
+    flaky = t4("GPU-b")
+    sim = SimulatedNvml([t4("GPU-a"), flaky])
+    source = open_source(sim, xid_events=False)
+    assert len(source.collect(NOW)) == 2  # its UUID is read here
+    flaky.lost = True
+    assert [s["gpu_uuid"] for s in source.collect(NOW)] == ["GPU-a"]
+    lost = source.inventory()["gpus"][1]
+    assert (lost["uuid"], lost["index"], lost["health"]) == ("GPU-b", 1, {"gpu_is_lost": True})
+    source.close()
+
+
+def test_a_gpu_lost_before_its_uuid_was_ever_read_cannot_be_named_and_is_left_out() -> None:
+    flaky = t4("GPU-b")
+    flaky.lost = True
+    sim = SimulatedNvml([t4("GPU-a"), flaky])
+    source = open_source(sim, xid_events=False)
+    assert [g["uuid"] for g in source.inventory()["gpus"]] == ["GPU-a"]
     source.close()
 
 
@@ -503,8 +538,14 @@ def test_a_node_level_error_fails_the_round_not_the_agent() -> None:
     sim = SimulatedNvml([t4()])
     source = open_source(sim, xid_events=False)
     sim.count_error = pynvml.NVMLError_DriverNotLoaded
-    with pytest.raises(SourceError, match="Driver Not Loaded"):
+    with pytest.raises(SourceError, match="Driver Not Loaded") as failed:
         source.collect(NOW)
+    # NVML's name of the error: the report's source_error_code (an NVML init failure)
+    assert failed.value.code == "NVML_ERROR_DRIVER_NOT_LOADED"
+    sim.count_error = pynvml.NVMLError_LibRmVersionMismatch
+    with pytest.raises(SourceError) as failed:
+        source.inventory()
+    assert failed.value.code == "NVML_ERROR_LIB_RM_VERSION_MISMATCH"
     sim.count_error = None
     assert len(source.collect(NOW)) == 1
     source.close()

@@ -99,10 +99,17 @@ def test_it_reports_mig_instances_with_profile_and_placement_and_the_health_coun
 def test_nvml_that_does_not_initialise_is_a_source_error_and_reaches_the_report(
     api_server, tmp_path
 ):
-    path = write(tmp_path / "h.json", state(nvml_error="Driver/library version mismatch"))
+    path = write(
+        tmp_path / "h.json",
+        state(
+            nvml_error="Driver/library version mismatch",
+            nvml_error_code="NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+        ),
+    )
     source = open_source("simulated", sim_state=str(path))
-    with pytest.raises(SourceError, match="NVML: Driver/library version mismatch"):
+    with pytest.raises(SourceError, match="NVML: Driver/library version mismatch") as failed:
         source.inventory()
+    assert failed.value.code == "NVML_ERROR_LIB_RM_VERSION_MISMATCH"
     store = StateStore(tmp_path / "state")
     host_id, credential = api_server.add_host()
     store.set_registration(host_id, credential, 10)
@@ -117,10 +124,29 @@ def test_nvml_that_does_not_initialise_is_a_source_error_and_reaches_the_report(
     (seq,) = agent.produce()
     body = agent.spool.load(seq)
     assert body["source_error"] == "NVML: Driver/library version mismatch"
+    assert body["source_error_code"] == "NVML_ERROR_LIB_RM_VERSION_MISMATCH"
     assert body["inventory"] is None and body["samples"] == []
     write(path, state())  # the driver is fixed: the next round reads the GPUs again
     (seq,) = agent.produce()
     assert agent.spool.load(seq)["source_error"] is None
+    assert "source_error_code" not in agent.spool.load(seq)
+
+
+def test_a_gpu_marked_lost_is_listed_lost_and_not_sampled_as_the_nvml_source_does(tmp_path):
+    lost = {**state()["gpus"][0], "lost": True}
+    source = open_source("simulated", sim_state=str(write(tmp_path / "h.json", state(gpus=[lost]))))
+    (gpu,) = source.inventory()["gpus"]
+    assert gpu == {
+        "uuid": "GPU-sim-1",
+        "index": 0,
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": "00000000:18:00.0",
+        "memory_total_bytes": 80 * 2**30,
+        "mig_mode": None,
+        "mig_devices": [],
+        "health": {"gpu_is_lost": True},
+    }
+    assert source.collect(NOW) == []
 
 
 def test_each_xid_is_handed_out_once_and_only_those_logged_after_it_opened(tmp_path):

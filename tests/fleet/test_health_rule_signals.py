@@ -1,6 +1,8 @@
 """Health rules on signals other than Xids (fleet/health_rules.py "Signals and their
 occurrences"): ECC counts and clock-event bits from the agent's samples, through real reports
-(HTTP, the real ingest path), the live engine and the dry run; unwired signals are refused."""
+(HTTP, the real ingest path), the live engine and the dry run; health facts from the
+inventory (row remap, a GPU lost: fallen off the bus) and reports saying NVML does not
+initialise."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from clusters.providers import simhosts
 from fleet import health_rules
-from fleet.models import GpuHealthInterval, HealthRule, HealthRuleFiring
+from fleet.models import Gpu, GpuHealthInterval, HealthRule, HealthRuleFiring, Host, HostEvent
+from fleet.placeable import placeable_gpus_q
 from tests.fleet.test_agent_ingest import A10G, agent, report  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.django_db
@@ -169,14 +173,198 @@ def test_flag_turn_ons_follow_the_documented_definition():
 
 
 @pytest.mark.parametrize("key", ["nvml-init-failure", "fallen-off-bus"])
-def test_a_rule_on_an_unwired_signal_is_refused_naming_signal(operator, catalog, key):
+def test_rules_on_nvml_init_failure_and_fallen_off_bus_are_stored_and_dry_run(
+    operator, catalog, key
+):
     response = operator.put(f"{URL}/{key}", ECC_RULE, format="json")
-    assert response.status_code == 400
-    assert response["Content-Type"] == "application/problem+json"
-    assert response.json()["field"] == "signal"
-    assert "does not evaluate" in response.json()["detail"]
-    assert not HealthRule.objects.exists()
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert (body["key"], body["source"], body["version"]) == (key, "operator", 1)
+    assert {k: body[k] for k in ECC_RULE} == ECC_RULE
+    row = HealthRule.objects.get()
+    assert (row.signal, row.threshold_count, row.window_s, row.ladder) == (
+        key.replace("-", "_"),
+        2,
+        600,
+        ["gpu_reset", "node_reboot"],
+    )
     dry = operator.post(
         f"{URL}/dry-run", {"days": 1, "rules": [{"key": key, **ECC_RULE}]}, format="json"
     )
-    assert (dry.status_code, dry.json()["field"]) == (400, "rules[0].key")
+    assert dry.status_code == 200, dry.json()
+    assert not health_rules.UNWIRED_SIGNALS
+
+
+LOST_RULE = {
+    **ECC_RULE,
+    "threshold_count": 3,
+    "condition": "FallenOffTheBus",
+    "ladder": ["node_reboot", "replace"],
+}
+
+
+def inventory(client, host_id, seq, *, lost):
+    """An inventory report of the A10G: lost (the agent's lost_gpu shape) or read."""
+    gpu = (
+        {"uuid": A10G, "index": 0, "mig_mode": None, "mig_devices": []}
+        | {"health": {"gpu_is_lost": True}}
+        if lost
+        else {"uuid": A10G, "index": 0, "health": {"gpu_is_lost": False}}
+    )
+    response = report(client, host_id, seq, [], inventory={"gpus": [gpu]})
+    assert response.status_code == 200, response.json()
+
+
+def test_a_lost_gpu_without_a_rule_is_missing_as_an_unlisted_one_and_back_when_read(agent):  # noqa: F811
+    client, host_id = agent
+    inventory(client, host_id, 1, lost=False)
+    facts = Gpu.objects.values("attributes", "serial", "mig_mode").get(uuid=A10G)
+    inventory(client, host_id, 2, lost=True)
+    gpu = Gpu.objects.get(uuid=A10G)
+    assert gpu.missing_since is not None and gpu.health == "UNHEALTHY"
+    interval = GpuHealthInterval.objects.get(gpu_uuid=A10G)
+    assert (interval.reason, interval.needs_operator, interval.ended_at) == (
+        "gpu_missing",
+        False,
+        None,
+    )
+    assert "NVML_ERROR_GPU_IS_LOST" in interval.detail
+    assert not Gpu.objects.filter(placeable_gpus_q(), uuid=A10G).exists()
+    assert any("lost (NVML: fallen off the bus)" in w for w in Host.objects.get().warnings)
+    # only its health is read: the facts read before it was lost stay
+    assert Gpu.objects.values("attributes", "serial", "mig_mode").get(uuid=A10G) == facts
+    inventory(client, host_id, 3, lost=True)  # still lost: nothing new
+    assert GpuHealthInterval.objects.count() == 1
+    assert firings() == []
+    inventory(client, host_id, 4, lost=False)  # reset/reboot: read again
+    gpu.refresh_from_db()
+    assert (gpu.missing_since, gpu.health) == (None, "HEALTHY")
+    assert GpuHealthInterval.objects.get().ended_at is not None
+
+
+def test_a_lost_gpus_earlier_facts_stay_so_its_return_turns_no_flag_on_again(agent):  # noqa: F811
+    client, host_id = agent
+
+    def send_inventory(seq, health):
+        gpus = [{"uuid": A10G, "index": 0, "health": health}]
+        assert report(client, host_id, seq, [], inventory={"gpus": gpus}).status_code == 200
+
+    send_inventory(1, {"remapped_rows_pending": True, "gpu_is_lost": False})
+    send_inventory(2, {"gpu_is_lost": True})
+    assert Gpu.objects.get(uuid=A10G).health_counters == {
+        "remapped_rows_pending": True,
+        "gpu_is_lost": True,
+    }
+    send_inventory(3, {"remapped_rows_pending": True, "gpu_is_lost": False})
+    logged = HostEvent.objects.filter(data__signal__isnull=False).order_by("ts", "id")
+    assert [e.data["signal"] for e in logged] == ["row_remap_pending", "fallen_off_bus"]
+
+
+def test_a_fallen_off_bus_rule_3_in_10_min_fires_on_the_third_loss_not_the_second(agent):  # noqa: F811
+    client, host_id = agent
+    health_rules.save_rule("fallen-off-bus", LOST_RULE, actor="user:ops")
+    # hand-worked: the turn-ons of gpu_is_lost are reports 2, 5 and 7 (3 stays lost: no new
+    # occurrence); all within 10 min, so the count is 1, 2, 3 and the rule fires at report 7
+    for seq, lost in enumerate([False, True, True, False, True, False, True], start=1):
+        inventory(client, host_id, seq, lost=lost)
+        if seq == 5:
+            assert firings() == []  # two occurrences of three
+            assert GpuHealthInterval.objects.filter(reason="health_rule").count() == 0
+    assert firings() == [("fallen-off-bus", A10G, 3, 0, "node_reboot")]
+    interval = GpuHealthInterval.objects.get(gpu_uuid=A10G, ended_at__isnull=True)
+    assert (interval.reason, interval.rule_action, interval.needs_operator) == (
+        "health_rule",
+        "node_reboot",
+        True,
+    )
+    assert interval.detail == "FallenOffTheBus: rule fallen-off-bus fired (3x)"
+    # one truth: missing (not placeable), never present and healthy; the rule's interval wins
+    gpu = Gpu.objects.get(uuid=A10G)
+    assert gpu.missing_since is not None and gpu.health == "UNHEALTHY"
+    # the dry run over the logged turn-ons reports the same firing
+    dry = health_rules.dry_run(health_rules.effective_rules(), days=1)
+    assert [(f.rule_key, f.gpu_uuid, f.count, f.action) for f in dry] == [
+        ("fallen-off-bus", A10G, 3, "node_reboot")
+    ]
+    assert dry[0].fired_at == HealthRuleFiring.objects.get().fired_at
+
+
+def test_a_simulated_gpu_that_falls_off_the_bus_is_reported_lost_like_a_real_one(make_host):
+    host = make_host("h100-sxm5-80gb", gpus=2, hostname="lost-01")
+    lost, other = Gpu.objects.filter(host=host).order_by("index")
+    simhosts.change(host, lambda state: simhosts.lose_gpu(state, lost.uuid))
+    assert simhosts.report_in_process(host)
+    lost.refresh_from_db()
+    assert (lost.health_counters["gpu_is_lost"], lost.health) == (True, "UNHEALTHY")
+    assert lost.missing_since is not None
+    assert Gpu.objects.get(pk=other.pk).health == "HEALTHY"
+    simhosts.change(host, simhosts.reboot)
+    assert simhosts.report_in_process(host)
+    lost.refresh_from_db()
+    assert (lost.missing_since, lost.health) == (None, "HEALTHY")
+
+
+NVML_DOWN = {
+    "source_error": "NVML: Driver Not Loaded",
+    "source_error_code": "NVML_ERROR_DRIVER_NOT_LOADED",
+}
+
+
+def test_nvml_init_failure_3_in_10_min_fires_on_the_third_failing_report(agent):  # noqa: F811
+    client, host_id = agent
+    rule = {**LOST_RULE, "condition": "NvmlInitFailure"}
+    health_rules.save_rule("nvml-init-failure", rule, actor="user:ops")
+    # hand-worked: each failing report is one occurrence on the host's one GPU; report 3
+    # reads the GPU (none), so the failing reports 1, 2, 4 count 1, 2, 3: fires at report 4
+    for seq, failing in enumerate([True, True, False, True], start=1):
+        response = report(client, host_id, seq, [], **(NVML_DOWN if failing else {}))
+        assert response.status_code == 200, response.json()
+        if seq == 2:
+            assert firings() == []
+            assert Gpu.objects.get(uuid=A10G).health == "UNKNOWN"  # unknown, not unhealthy
+            assert not GpuHealthInterval.objects.exists()
+    assert firings() == [("nvml-init-failure", A10G, 3, 0, "node_reboot")]
+    interval = GpuHealthInterval.objects.get(gpu_uuid=A10G)
+    assert (interval.reason, interval.rule_action, interval.detail) == (
+        "health_rule",
+        "node_reboot",
+        "NvmlInitFailure: rule nvml-init-failure fired (3x)",
+    )
+    assert Gpu.objects.get(uuid=A10G).health == "UNHEALTHY"  # the rule's evidence
+    dry = health_rules.dry_run(health_rules.effective_rules(), days=1)
+    assert [(f.rule_key, f.gpu_uuid, f.count, f.action) for f in dry] == [
+        ("nvml-init-failure", A10G, 3, "node_reboot")
+    ]
+
+
+def test_nvml_init_failure_without_a_rule_is_unknown_and_repairs_nothing(agent):  # noqa: F811
+    client, host_id = agent
+    for seq in range(1, 5):
+        assert report(client, host_id, seq, [], **NVML_DOWN).status_code == 200
+    assert Gpu.objects.get(uuid=A10G).health == "UNKNOWN"
+    assert not GpuHealthInterval.objects.exists() and firings() == []
+    logged = HostEvent.objects.filter(data__signal="nvml_init_failure")
+    assert [e.data["gpu_uuids"] for e in logged] == [[A10G]] * 4  # the dry run's record
+    # another source error (not NVML init) is no occurrence
+    other = {"source_error": "NVML: Unknown Error", "source_error_code": "NVML_ERROR_UNKNOWN"}
+    assert report(client, host_id, 5, [], **other).status_code == 200
+    assert logged.count() == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"source_error": "x", "source_error_code": "driver not loaded"}, "source_error_code"),
+        ({"source_error": "x", "source_error_code": 9}, "source_error_code"),
+        ({"source_error_code": "N" * 65}, "source_error_code"),
+        (
+            {"inventory": {"gpus": [{"uuid": A10G, "index": 0, "health": {"gpu_is_lost": 1}}]}},
+            "inventory.gpus[0].health.gpu_is_lost",
+        ),
+    ],
+)
+def test_bad_lost_or_error_code_input_is_a_400_naming_the_field(agent, extra, field):  # noqa: F811
+    client, host_id = agent
+    response = report(client, host_id, 1, [], **extra)
+    assert response.status_code == 400
+    assert response.json()["field"] == field

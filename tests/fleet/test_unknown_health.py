@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from billing.health import credit_intervals
 from clusters.providers import simhosts
+from fleet import health_rules
 from fleet.health import handle_xid
-from fleet.models import Gpu, GpuHealthInterval, Host, XidEvent
+from fleet.models import Gpu, GpuHealthInterval, HealthRuleFiring, Host, HostEvent, XidEvent
 from fleet.placeable import placeable_gpus_q
 from nodepools.models import Node
 from tenants.models import Tenant
@@ -55,6 +56,9 @@ def test_the_collector_failing_on_a_healthy_gpu_repairs_nothing_and_credits_noth
         f"(NVML: {simhosts.NVML_FAILS}); no repair and no SLA credit until it reads them again"
     ]
     assert credit_intervals(start=start, end=timezone.now() + timedelta(hours=1)) == []
+    # an nvml_init_failure occurrence is logged (the dry run's record), but no rule: no firing
+    assert HostEvent.objects.filter(host=host, data__signal="nvml_init_failure").count() == 1
+    assert not HealthRuleFiring.objects.exists()
 
     # the agent reads the GPUs again: HEALTHY, placeable, the warning gone
     fault(host, False)
@@ -81,3 +85,35 @@ def test_evidence_from_the_gpu_still_makes_an_unknown_gpu_unhealthy(make_host):
     # the next failing report does not turn it back to UNKNOWN
     fault(host, True)
     assert Gpu.objects.get(pk=gpu.pk).health == "UNHEALTHY"
+
+
+def test_an_operator_rule_on_nvml_init_failure_fires_on_each_gpu_at_the_third_report(make_host):
+    host = make_host("h100-sxm5-80gb", gpus=2, hostname="nvml-fails-03")
+    rule = {
+        "threshold_count": 3,
+        "window_s": 600,
+        "condition": "NvmlInitFailure",
+        "ladder": ["node_reboot", "replace"],
+        "escalation_window_s": 3600,
+        "needs_operator": False,
+        "enabled": True,
+    }
+    health_rules.save_rule("nvml-init-failure", rule, actor="user:ops")
+    fault(host, True)  # the simulated agent's source_error_code: NVML_ERROR_DRIVER_NOT_LOADED
+    fault(host, True)
+    # two failing reports: two of three, the GPUs unknown (not unhealthy), nothing repaired
+    assert set(Gpu.objects.filter(host=host).values_list("health", flat=True)) == {"UNKNOWN"}
+    assert not GpuHealthInterval.objects.exists() and not HealthRuleFiring.objects.exists()
+    fault(host, True)
+    uuids = sorted(Gpu.objects.filter(host=host).values_list("uuid", flat=True))
+    assert sorted(HealthRuleFiring.objects.values_list("gpu_uuid", "count", "action")) == [
+        (uuid, 3, "node_reboot") for uuid in uuids
+    ]
+    assert set(Gpu.objects.filter(host=host).values_list("health", flat=True)) == {"UNHEALTHY"}
+    assert set(GpuHealthInterval.objects.values_list("reason", "rule_action")) == {
+        ("health_rule", "node_reboot")
+    }
+    dry = health_rules.dry_run(health_rules.effective_rules(), days=1)
+    assert sorted((f.gpu_uuid, f.count, f.action) for f in dry) == [
+        (uuid, 3, "node_reboot") for uuid in uuids
+    ]

@@ -115,7 +115,14 @@ class SourceUnavailable(RuntimeError):
 
 
 class SourceError(RuntimeError):
-    """A collection round failed as a whole (e.g. the driver is being upgraded); try again later."""
+    """A collection round failed as a whole (e.g. the driver is being upgraded); try again later.
+
+    ``code``: the failure as NVML names its return code (``NVML_ERROR_DRIVER_NOT_LOADED`` …)
+    where the source knows it, else None; the agent sends it as ``source_error_code``."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @runtime_checkable
@@ -158,6 +165,23 @@ def parse_ts(text: str) -> datetime:
     if value.tzinfo is None:
         raise ValueError(f"timestamp without a timezone: {text!r}")
     return value.astimezone(UTC)
+
+
+def lost_gpu(known: GpuInventory) -> GpuInventory:
+    """A GPU NVML calls lost (``NVML_ERROR_GPU_IS_LOST``: fallen off the bus) as the inventory
+    lists it: the UUID, index, name, PCI bus id and memory read before it was lost (``known``),
+    no MIG devices, and ``health`` ``{"gpu_is_lost": true}`` — nothing else can be read (the
+    server reads only the UUID and the health of a lost GPU)."""
+    return GpuInventory(
+        uuid=known["uuid"],
+        index=known["index"],
+        name=known.get("name", ""),
+        pci_bus_id=known.get("pci_bus_id", ""),
+        memory_total_bytes=known.get("memory_total_bytes"),
+        mig_mode=None,
+        mig_devices=[],
+        health={"gpu_is_lost": True},
+    )
 
 
 def empty_sample(ts: str, gpu_uuid: str, mig_gpu_instance_id: int | None = None) -> Sample:

@@ -32,9 +32,14 @@ Calls, units and errors follow shared/catalog/nvml.md (rows cited as "nvml.md §
   an older driver, §1) give ``None`` for that field only; a function the installed
   nvidia-ml-py lacks (nvml.md §7: check ``hasattr``) is ``None`` too. ``GpuIsLost``
   ("fallen off the bus", §1) omits that GPU's sample, is logged, and the GPU is not polled
-  again (it needs a reset); the other GPUs are still sampled. Node-level errors
-  (``Uninitialized``, ``DriverNotLoaded``, ``LibRmVersionMismatch``, §1) abort the round with
-  :class:`SourceError`.
+  again (it needs a reset); the other GPUs are still sampled. The inventory keeps listing
+  the lost GPU under the UUID (name, PCI bus id, memory) read before it was lost, with
+  ``health`` ``{"gpu_is_lost": true}`` (:func:`~nvke_agent.sources.base.lost_gpu`); a
+  readable GPU's health says ``"gpu_is_lost": false``. A GPU lost before this process read
+  its UUID cannot be named and is left out. Node-level errors (``Uninitialized``,
+  ``DriverNotLoaded``, ``LibRmVersionMismatch``, ``LibraryNotFound``, §1) abort the round
+  with :class:`SourceError` whose ``code`` is NVML's name of the error
+  (``NVML_ERROR_DRIVER_NOT_LOADED`` …): the report's ``source_error_code``.
 * Xid events (§5): a daemon thread registers ``nvmlEventTypeXidCriticalError`` where
   ``nvmlDeviceGetSupportedEventTypes`` allows it and loops on ``nvmlEventSetWait_v2(set, ms)``;
   ``NVMLError_Timeout`` means no event. ``eventData`` is the Xid code; the GI/CI ids are
@@ -70,6 +75,7 @@ from nvke_agent.sources.base import (
     SourceUnavailable,
     empty_sample,
     format_ts,
+    lost_gpu,
 )
 
 log = logging.getLogger(__name__)
@@ -101,13 +107,15 @@ _FIELD_ERROR_NAMES = (
     "NVMLError_NoPermission",
     "NVMLError_FunctionNotFound",
 )
-# Node-level errors: nothing on this host can be read right now (nvml.md §1, agent guidance).
-_NODE_ERROR_NAMES = (
-    "NVMLError_Uninitialized",
-    "NVMLError_DriverNotLoaded",
-    "NVMLError_LibRmVersionMismatch",
-    "NVMLError_LibraryNotFound",
-)
+# Node-level errors: nothing on this host can be read right now (nvml.md §1, agent guidance),
+# with NVML's name of each (nvml.h ``nvmlReturn_t``): the report's ``source_error_code``
+_NODE_ERROR_CODES = {
+    "NVMLError_Uninitialized": "NVML_ERROR_UNINITIALIZED",
+    "NVMLError_DriverNotLoaded": "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVMLError_LibRmVersionMismatch": "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+    "NVMLError_LibraryNotFound": "NVML_ERROR_LIBRARY_NOT_FOUND",
+}
+_NODE_ERROR_NAMES = tuple(_NODE_ERROR_CODES)
 
 
 class _SkipGpu(Exception):
@@ -147,6 +155,8 @@ class NvmlSource:
             raise SourceUnavailable(str(exc)) from exc
         self._closed = False
         self._lost: set[int] = set()  # indexes of GPUs that raised GpuIsLost
+        #: index -> the GPU as last read (its UUID at least): how a lost GPU is still listed
+        self._known: dict[int, GpuInventory] = {}
         self._warned: set[tuple[str, str]] = set()
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -168,7 +178,8 @@ class NvmlSource:
     # --- inventory ----------------------------------------------------------------------------
 
     def inventory(self) -> Inventory:
-        """Current GPUs (lost ones left out) plus driver and CUDA driver versions."""
+        """Current GPUs plus driver and CUDA driver versions; a lost GPU whose UUID was read
+        before is listed as lost (:func:`~nvke_agent.sources.base.lost_gpu`)."""
         nvml = self._nvml
         gpus: list[GpuInventory] = []
         with self._round():
@@ -188,10 +199,11 @@ class NvmlSource:
                         raise
                     log.warning("GPU topology unavailable: %s", exc)
                     self._topology = {}
+        lost = [lost_gpu(self._known[i]) for i in sorted(self._lost) if i in self._known]
         inventory = Inventory(
             driver_version=_str(driver) if driver is not None else None,
             cuda_version=_cuda_version(cuda),
-            gpus=gpus,
+            gpus=sorted(gpus + lost, key=lambda g: g["index"]),
         )
         if self._topology:
             inventory["topology"] = self._topology
@@ -221,6 +233,7 @@ class NvmlSource:
             health=health,
             attributes=attributes,
         )
+        self._known[index] = inventory
         if self._slice_scrub_dir:
             inventory["slice_scrubs"] = read_records(self._slice_scrub_dir, uuid)
         if fabric is not None:
@@ -307,6 +320,7 @@ class NvmlSource:
             "remapped_rows_failure": bool(remapped[3]) if remapped is not None else None,
             "mig_mode_pending": self._mode_name(modes[1]) if modes is not None else None,
             "gpu_recovery_action": self._recovery_action(handle),
+            "gpu_is_lost": False,  # read just now (a lost GPU: base.lost_gpu)
         }
 
     def _recovery_action(self, handle: Any) -> int | None:
@@ -518,6 +532,16 @@ class NvmlSource:
         nvml = self._nvml
         with self._gpu(index):
             uuid = _str(nvml.nvmlDeviceGetUUID(handle))
+            if self._known.get(index, {}).get("uuid") != uuid:  # named, should it be lost
+                self._known[index] = GpuInventory(
+                    uuid=uuid,
+                    index=index,
+                    name="",
+                    pci_bus_id="",
+                    memory_total_bytes=None,
+                    mig_mode=None,
+                    mig_devices=[],
+                )
             sample = empty_sample(ts, uuid)
             utilization = self._field("utilization", nvml.nvmlDeviceGetUtilizationRates, handle)
             if utilization is not None:
@@ -820,7 +844,15 @@ class _Round:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is not None and isinstance(exc, self._node_errors):
-            raise SourceError(f"NVML: {exc}") from exc
+            code = next(
+                (
+                    code
+                    for name, code in _NODE_ERROR_CODES.items()
+                    if isinstance(exc, getattr(self._nvml, name, ()))
+                ),
+                None,
+            )
+            raise SourceError(f"NVML: {exc}", code=code) from exc
 
 
 class _PerGpu:

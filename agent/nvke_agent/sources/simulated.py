@@ -10,9 +10,13 @@ The provider changes that file when it applies a MIG config, installs a driver, 
 machine or resets a GPU; this source reads it on every round the way the ``nvml`` source reads
 NVML, and everything after it (spool, seq, sender, ingestion) is the same as for every source.
 
-NVML that does not initialise (the file's ``nvml_error``) is what the ``nvml`` source meets as
-a node-level NVML error: :meth:`inventory` and :meth:`collect` raise :class:`SourceError`, the
-agent sends its report without an inventory and with ``source_error`` set. Xid events are
+NVML that does not initialise (the file's ``nvml_error``, with NVML's name of the error in
+``nvml_error_code``) is what the ``nvml`` source meets as a node-level NVML error:
+:meth:`inventory` and :meth:`collect` raise :class:`SourceError` (its ``code`` from the file),
+the agent sends its report without an inventory and with ``source_error`` (and
+``source_error_code``) set. A GPU the file marks ``lost`` (fallen off the bus) is what the
+``nvml`` source meets as ``NVML_ERROR_GPU_IS_LOST``: no sample, and listed as lost
+(:func:`~nvke_agent.sources.base.lost_gpu`: ``health`` ``{"gpu_is_lost": true}``). Xid events are
 handed out once each: those logged after the source opened (``events_after`` overrides).
 """
 
@@ -36,6 +40,7 @@ from nvke_agent.sources.base import (
     SourceUnavailable,
     empty_sample,
     format_ts,
+    lost_gpu,
 )
 
 log = logging.getLogger(__name__)
@@ -75,7 +80,10 @@ class SimulatedSource:
         except (OSError, ValueError) as exc:
             log.error("cannot read simulated host state %s: %s", self._path, exc)
         if self._state.get("nvml_error"):
-            raise SourceError(f"NVML: {self._state['nvml_error']}")
+            raise SourceError(
+                f"NVML: {self._state['nvml_error']}",
+                code=self._state.get("nvml_error_code") or None,
+            )
         return self._state
 
     def inventory(self) -> Inventory:
@@ -84,7 +92,10 @@ class SimulatedSource:
         return Inventory(
             driver_version=state.get("driver_version") or None,
             cuda_version=state.get("cuda_version") or None,
-            gpus=[_gpu_inventory(gpu) for gpu in state["gpus"]],
+            gpus=[
+                lost_gpu(_gpu_inventory(gpu)) if gpu.get("lost") else _gpu_inventory(gpu)
+                for gpu in state["gpus"]
+            ],
         )
 
     def collect(self, now: datetime) -> list[Sample]:
@@ -93,6 +104,8 @@ class SimulatedSource:
         ts = format_ts(now)
         samples: list[Sample] = []
         for gpu in state["gpus"]:
+            if gpu.get("lost"):  # NVML: GpuIsLost, no sample
+                continue
             sample = empty_sample(ts, gpu["uuid"])
             mig = gpu.get("mig_mode") == "enabled"
             sample["utilization_gpu_pct"] = None if mig else 0.0  # NVML: N/A in MIG mode
@@ -136,6 +149,7 @@ def _gpu_inventory(gpu: dict[str, Any]) -> GpuInventory:
     mig = gpu.get("mig_mode") == "enabled"
     health = dict(gpu.get("health") or {})
     health["mig_mode_pending"] = gpu.get("mig_mode_pending")
+    health["gpu_is_lost"] = False  # read (a lost GPU is listed by base.lost_gpu)
     inventory = GpuInventory(
         uuid=gpu["uuid"],
         index=int(gpu["index"]),
