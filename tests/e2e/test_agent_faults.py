@@ -80,21 +80,29 @@ def test_an_agent_whose_state_dir_cannot_be_written_stays_up_and_delivers_its_sp
     acked = set(AgentReport.objects.values_list("seq", flat=True))
     looping = replay_file(tmp_path / "loop.jsonl", host["gpus"], [datetime.now(UTC)])
     spool_empty = fault == "full, spool empty"
+
+    def spooled_now() -> set[int]:
+        return {
+            json.loads(line)["seq"]
+            for segment in (state / "spool").glob("seg-*.jsonl")
+            for line in segment.read_text().splitlines()
+            if line.endswith("}")  # a line being written is read next time
+        } - acked
+
     if not spool_empty:
-        # an API outage: the agent spools batches for 1.5 s against a closed port
+        # an API outage: the agent spools batches against a closed port until it holds 3
+        # (waited for, not slept: under load the agent's start alone took over 1.5 s)
         dead = f"http://127.0.0.1:{free_port()}"
         outage = subprocess.Popen(
             agent_args(dead, state, looping, "--loop"), cwd=ROOT, env=service_env(),
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while len(spooled_now()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
         outage.send_signal(signal.SIGTERM)
         assert outage.wait(30) == 0
-    spooled = {
-        json.loads(line)["seq"]
-        for segment in (state / "spool").glob("seg-*.jsonl")
-        for line in segment.read_text().splitlines()
-    } - acked
+    spooled = spooled_now()
     # with an empty spool nothing is left to carry agent_status: status reports say it
     assert len(spooled) >= 3 if not spool_empty else spooled == set()
 
