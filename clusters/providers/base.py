@@ -145,6 +145,10 @@ class ReplacedMachine:
 #: (NVIDIA's k8s-dra-driver-gpu): ResourceSlice ``spec.driver``, DeviceClass name, and the
 #: domain of its attributes in CEL (``device.attributes["gpu.nvidia.com"].productName``)
 DRA_DRIVER = "gpu.nvidia.com"
+#: the GPU Operator's per-node switch every node whose GPUs are DRA devices carries with the
+#: value "false" (so a real node's device plugin does not advertise them too); on a hosted
+#: cluster, a Node without it never had a ResourceSlice of NVKE's
+DRA_NODE_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,11 @@ restart. NVKE mints them with its own client certificate (``system:masters``), n
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import urllib3
@@ -171,20 +173,26 @@ class HostedProvider(SimulatedProvider):
         """The cluster's API holds exactly ``nodes`` among NVKE's Nodes; its KWOK keeps them
         alive (:mod:`clusters.hosted.nodes`). Then the ResourceSlices of the DRA pools' nodes
         and their DeviceClass (:mod:`clusters.hosted.dra`): a node's slice is written after
-        the node, and goes with it."""
+        the node, and deleted before it. The slices are not even listed while no node given
+        publishes DRA devices and no Node in the API carries :data:`~.base.DRA_NODE_LABEL`
+        (then none of NVKE's can exist)."""
         from ..hosted import dra as hosted_dra
         from ..hosted import nodes as hosted_nodes
 
-        self._on_api(
-            cluster,
-            lambda api: hosted_nodes.sync(api, nodes),
-            refused="the cluster's API refused NVKE's Nodes",
-        )
-        self._on_api(
-            cluster,
-            lambda api: hosted_dra.sync(api, nodes),
-            refused="the cluster's API refused NVKE's ResourceSlices",
-        )
+        nodes_refused = "the cluster's API refused NVKE's Nodes"
+        slices_refused = "the cluster's API refused NVKE's ResourceSlices"
+
+        def sync(api) -> None:
+            with _refusal(nodes_refused):
+                existing = hosted_nodes.existing(api)
+            with _refusal(slices_refused):
+                kept = hosted_dra.prune(api, nodes, existing)
+            with _refusal(nodes_refused):
+                hosted_nodes.sync(api, nodes, existing)
+            with _refusal(slices_refused):
+                hosted_dra.publish(api, nodes, kept)
+
+        self._on_api(cluster, sync)
 
     # ---------------------------------------------------------------- disruption
     def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
@@ -325,6 +333,19 @@ class HostedProvider(SimulatedProvider):
             client=bundle.nvke_admin,
         )
         return row, config.new_client_from_config_dict(yaml.safe_load(text))
+
+
+@contextlib.contextmanager
+def _refusal(refused: str) -> Iterator[None]:
+    """The API's refusals inside as ``"<refused> (<status> <reason>)"`` ProviderErrors."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        raise ProviderError(
+            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
+        ) from exc
 
 
 def _create_ignoring_conflict(create, *args) -> None:
