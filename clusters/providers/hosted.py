@@ -11,6 +11,11 @@ Machines: SIMULATED hosts, exactly as the ``simulated`` provider places and boot
 methods are inherited); their kubelets are the cluster's KWOK, and their Nodes are written by
 :meth:`HostedProvider.sync_nodes` from the hosts' observed truth (:mod:`nodepools.tenant_nodes`).
 
+GPU add-ons: the pools' rendered GPU Operator inputs and ComputeDomains, with their upstream
+CRDs, applied by :meth:`HostedProvider.sync_addons` (:mod:`clusters.hosted.addons`) from the
+same render as the ``clusterapi`` provider's. Nothing runs the GPU Operator here: the objects
+are accepted and stored by the real API; the simulated hosts act on NVKE's desired state.
+
 Tenant credentials: a ServiceAccount ``nvke-system/tenant-admin`` bound to ``cluster-admin``
 by the ClusterRoleBinding ``nvke:tenant-admin`` (RBAC, not ``system:masters``: revocable), with
 a service-account token Secret per issued kubeconfig. A new kubeconfig deletes the previous
@@ -25,6 +30,7 @@ import contextlib
 import json
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -81,6 +87,7 @@ def endpoint(port: int) -> str:
 class HostedProvider(SimulatedProvider):
     name = "hosted"
     publishes_nodes = True
+    applies_addons = True
 
     # ---------------------------------------------------------------- control plane
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
@@ -193,6 +200,20 @@ class HostedProvider(SimulatedProvider):
                 hosted_dra.publish(api, nodes, kept)
 
         self._on_api(cluster, sync)
+
+    def sync_addons(self, cluster: ClusterSpec, pools: list[NodePoolSpec]) -> dict[uuid.UUID, str]:
+        """The pools' GPU Operator objects and ComputeDomains, with their CRDs, in the
+        cluster's API (:mod:`clusters.hosted.addons`); the API's refusals by pool id."""
+        from ..hosted import addons
+        from .clusterapi.client import ApiError, KubeApi
+
+        _, api = self._admin_client(cluster)
+        try:
+            return addons.sync(KubeApi(api, name="cluster's API"), pools)
+        except ApiError as exc:  # no answer, 409, 429, 5xx: try again
+            raise ProviderError(str(exc), code="cluster_api_error") from exc
+        finally:
+            api.close()
 
     # ---------------------------------------------------------------- disruption
     def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
