@@ -12,7 +12,7 @@ The pool spec's ``placement`` is ``{}`` or ``{"same_nvlink_domain": true}``. Wit
   the placement itself happens in the reconciler (:func:`fleet.nvlink_domains.claim_in_one_domain`);
 * rendering (:func:`compute_domain`): the pool's GPU config carries a ``ComputeDomain``
   (``resource.nvidia.com/v1beta1``, NVIDIA's DRA driver for GPUs, NVIDIA/k8s-dra-driver-gpu;
-  CRD vendored in ``clusters/providers/clusterapi/crds/``). Workloads of the pool reference
+  CRD vendored in ``clusters/providers/crds/``). Workloads of the pool reference
   the ResourceClaimTemplate the driver generates for it (``channel.resourceClaimTemplate``).
 """
 

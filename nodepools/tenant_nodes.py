@@ -39,7 +39,7 @@ from collections import Counter
 from typing import Any
 
 from clusters.providers import get_provider
-from clusters.providers.base import TenantNode
+from clusters.providers.base import DRA_NODE_LABEL, TenantNode
 from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 from fleet.models import GpuHealthInterval
 
@@ -165,6 +165,10 @@ def tenant_node(
     )
     if node.zone:
         labels["topology.kubernetes.io/zone"] = node.zone
+    if dra_devices is not None:
+        # the GPU Operator's switch (also rendered): the one mark of a Node whose GPUs are
+        # DRA devices, by which the provider knows whether to look for slices at all
+        labels[DRA_NODE_LABEL] = "false"
     if gpus:
         product = product_label(gpus[0].product_name or pool.gpu_model.name)
         shared = "-SHARED" if sharing != "none" else ""

@@ -10,7 +10,10 @@ second writer's create a 409, not a duplicate). It is replaced only when its dev
 (an annotation carries their digest: the API rewrites quantities, so the spec read back
 cannot be compared with the one written), with ``spec.pool.generation`` one higher, as the
 scheduler takes the highest generation of a pool as current. A node no longer given (gone, or
-of a device-plugin pool) loses its slice.
+of a device-plugin pool) loses its slice, before its Node is deleted or relabelled
+(:func:`prune` runs before the Nodes are written, :func:`publish` after). While no node has
+DRA devices and no Node of NVKE's carries :data:`~clusters.providers.base.DRA_NODE_LABEL`, the
+slices are not listed at all: none of NVKE's can exist then.
 
 While any slice is published the cluster has the driver's DeviceClass ``gpu.nvidia.com``
 (whole GPUs: ``device.driver == "gpu.nvidia.com"`` and attribute ``type`` ``gpu``); it is
@@ -23,7 +26,7 @@ import hashlib
 import json
 from typing import Any
 
-from ..providers.base import DRA_DRIVER, TenantNode
+from ..providers.base import DRA_DRIVER, DRA_NODE_LABEL, TenantNode
 from .nodes import MANAGED_LABEL
 
 GROUP, VERSION = "resource.k8s.io", "v1"
@@ -71,32 +74,68 @@ def resource_slice(node: TenantNode, generation: int = 1) -> dict[str, Any]:
     }
 
 
-def sync(api, nodes: list[TenantNode]) -> None:
-    """Make the API behind ``api`` hold exactly the slices of ``nodes`` with DRA devices
-    among those NVKE made, and the DeviceClass while there are any (see module doc).
-    Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
+def _publishes(node: dict[str, Any]) -> bool:
+    return ((node.get("metadata") or {}).get("labels") or {}).get(DRA_NODE_LABEL) == "false"
+
+
+def prune(
+    api, nodes: list[TenantNode], listed_nodes: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]] | None:
+    """Delete the slices of NVKE's that no node of ``nodes`` with DRA devices keeps (run before
+    the Nodes are written, so a slice goes before its Node); returns the others by name.
+
+    ``listed_nodes``: NVKE's Nodes in the API before this sync. A slice is only ever written
+    for a Node carrying :data:`~clusters.providers.base.DRA_NODE_LABEL` ``"false"`` (after it)
+    and deleted before that Node, or its label, goes: when no given node has DRA devices and no
+    listed Node carries the label, no slice of NVKE's can exist and none is listed (None)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
+    wanted = {slice_name(n.name) for n in nodes if n.dra_devices is not None}
+    if not wanted and not any(_publishes(n) for n in listed_nodes.values()):
+        return None
     objects = client.CustomObjectsApi(api)
-    wanted = [n for n in nodes if n.dra_devices is not None]
     try:
         listed = objects.list_cluster_custom_object(
             GROUP, VERSION, "resourceslices", label_selector=MANAGED_LABEL
         )
     except ApiException as exc:
         if exc.status == 404 and not wanted:
-            return  # an API without resource.k8s.io/v1 and no DRA pool: nothing to do
+            return None  # an API without resource.k8s.io/v1 and no DRA pool: nothing to do
         raise
-    existing = {s["metadata"]["name"]: s for s in listed["items"]}
-    if wanted:
+    kept = {}
+    for item in listed["items"]:
+        name = item["metadata"]["name"]
+        if name in wanted:
+            kept[name] = item
+            continue
         try:
-            objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class())
+            objects.delete_cluster_custom_object(GROUP, VERSION, "resourceslices", name)
         except ApiException as exc:
-            if exc.status != 409:
+            if exc.status != 404:
                 raise
+    return kept
+
+
+def publish(api, nodes: list[TenantNode], kept: dict[str, dict[str, Any]] | None) -> None:
+    """Write the slice of each node of ``nodes`` with DRA devices (after the Nodes): create
+    the missing (and the DeviceClass), replace those whose devices changed; ``kept``: what
+    :func:`prune` left. Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    wanted = [n for n in nodes if n.dra_devices is not None]
+    if not wanted:
+        return
+    objects = client.CustomObjectsApi(api)
+    existing = dict(kept or {})
+    try:
+        objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class())
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
     for node in wanted:
-        current = existing.pop(slice_name(node.name), None)
+        current = existing.get(slice_name(node.name))
         if current is None:
             objects.create_cluster_custom_object(
                 GROUP, VERSION, "resourceslices", resource_slice(node)
@@ -113,9 +152,3 @@ def sync(api, nodes: list[TenantNode]) -> None:
         objects.replace_cluster_custom_object(
             GROUP, VERSION, "resourceslices", body["metadata"]["name"], body
         )
-    for name in existing:
-        try:
-            objects.delete_cluster_custom_object(GROUP, VERSION, "resourceslices", name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise

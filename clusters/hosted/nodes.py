@@ -104,18 +104,26 @@ def _patches(current: dict[str, Any], node: TenantNode) -> tuple[dict, dict]:
     return obj, stat
 
 
-def sync(api, nodes: list[TenantNode]) -> None:
+def existing(api) -> dict[str, dict[str, Any]]:
+    """The Nodes NVKE made (label ``nvke.io/nodepool``) in the API behind ``api``, by name."""
+    from kubernetes import client
+
+    resp = client.CoreV1Api(api).list_node(label_selector=MANAGED_LABEL, _preload_content=False)
+    return {n["metadata"]["name"]: n for n in json.loads(resp.data)["items"]}
+
+
+def sync(api, nodes: list[TenantNode], listed: dict[str, dict[str, Any]] | None = None) -> None:
     """Make the API behind ``api`` (a ``kubernetes`` ApiClient with NVKE's credential) hold
-    exactly ``nodes`` among the Nodes labelled ``nvke.io/nodepool`` (see module doc).
+    exactly ``nodes`` among the Nodes labelled ``nvke.io/nodepool`` (see module doc);
+    ``listed``: :func:`existing`, when the caller read it already.
     Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     core = client.CoreV1Api(api)
-    resp = core.list_node(label_selector=MANAGED_LABEL, _preload_content=False)
-    existing = {n["metadata"]["name"]: n for n in json.loads(resp.data)["items"]}
+    remaining = dict(existing(api) if listed is None else listed)
     for node in nodes:
-        current = existing.pop(node.name, None)
+        current = remaining.pop(node.name, None)
         if current is None:
             core.create_node(_body(node))
             continue
@@ -124,7 +132,7 @@ def sync(api, nodes: list[TenantNode]) -> None:
             core.patch_node(node.name, obj, _content_type=STRATEGIC)
         if stat:
             core.patch_node_status(node.name, {"status": stat}, _content_type=STRATEGIC)
-    for name in existing:
+    for name in remaining:
         try:
             core.delete_node(name)
         except ApiException as exc:

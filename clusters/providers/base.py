@@ -145,6 +145,10 @@ class ReplacedMachine:
 #: (NVIDIA's k8s-dra-driver-gpu): ResourceSlice ``spec.driver``, DeviceClass name, and the
 #: domain of its attributes in CEL (``device.attributes["gpu.nvidia.com"].productName``)
 DRA_DRIVER = "gpu.nvidia.com"
+#: the GPU Operator's per-node switch every node whose GPUs are DRA devices carries with the
+#: value "false" (so a real node's device plugin does not advertise them too); on a hosted
+#: cluster, a Node without it never had a ResourceSlice of NVKE's
+DRA_NODE_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,8 @@ class Provider(abc.ABC):
     name: str
     #: whether :meth:`sync_nodes` writes Nodes (NVKE then derives them for it)
     publishes_nodes: bool = False
+    #: whether :meth:`sync_addons` applies the pools' GPU add-ons to the cluster's API
+    applies_addons: bool = False
 
     @abc.abstractmethod
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
@@ -241,6 +247,16 @@ class Provider(abc.ABC):
         with ``dra_devices`` (and that driver's DeviceClass while any exists), none for the
         others. Default: nothing (a provider whose kubelets and DRA driver publish it)."""
         return None
+
+    def sync_addons(self, cluster: ClusterSpec, pools: list[NodePoolSpec]) -> dict[uuid.UUID, str]:
+        """Make the cluster's API hold the GPU add-ons rendered for ``pools`` (every pool of
+        the cluster not being deleted): the GPU Operator inputs of their ``gpu_config``, the
+        ClusterPolicy, the ComputeDomains of pools kept in one NVLink domain, with their CRDs;
+        and none of other pools'. Returns the API's refusals by pool id (an object rendered
+        for several pools: each of them); raises :class:`ProviderError` when the API does not
+        answer. Default: nothing (the ``clusterapi`` provider applies a pool's add-ons as its
+        machines come up, in :meth:`machine_status`)."""
+        return {}
 
     def replaced_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[ReplacedMachine]:
         """Of ``nodes`` (READY), those whose machine the infrastructure replaced by itself

@@ -11,6 +11,11 @@ Machines: SIMULATED hosts, exactly as the ``simulated`` provider places and boot
 methods are inherited); their kubelets are the cluster's KWOK, and their Nodes are written by
 :meth:`HostedProvider.sync_nodes` from the hosts' observed truth (:mod:`nodepools.tenant_nodes`).
 
+GPU add-ons: the pools' rendered GPU Operator inputs and ComputeDomains, with their upstream
+CRDs, applied by :meth:`HostedProvider.sync_addons` (:mod:`clusters.hosted.addons`) from the
+same render as the ``clusterapi`` provider's. Nothing runs the GPU Operator here: the objects
+are accepted and stored by the real API; the simulated hosts act on NVKE's desired state.
+
 Tenant credentials: a ServiceAccount ``nvke-system/tenant-admin`` bound to ``cluster-admin``
 by the ClusterRoleBinding ``nvke:tenant-admin`` (RBAC, not ``system:masters``: revocable), with
 a service-account token Secret per issued kubeconfig. A new kubeconfig deletes the previous
@@ -21,9 +26,12 @@ restart. NVKE mints them with its own client certificate (``system:masters``), n
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import socket
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import urllib3
@@ -79,6 +87,7 @@ def endpoint(port: int) -> str:
 class HostedProvider(SimulatedProvider):
     name = "hosted"
     publishes_nodes = True
+    applies_addons = True
 
     # ---------------------------------------------------------------- control plane
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
@@ -171,20 +180,40 @@ class HostedProvider(SimulatedProvider):
         """The cluster's API holds exactly ``nodes`` among NVKE's Nodes; its KWOK keeps them
         alive (:mod:`clusters.hosted.nodes`). Then the ResourceSlices of the DRA pools' nodes
         and their DeviceClass (:mod:`clusters.hosted.dra`): a node's slice is written after
-        the node, and goes with it."""
+        the node, and deleted before it. The slices are not even listed while no node given
+        publishes DRA devices and no Node in the API carries :data:`~.base.DRA_NODE_LABEL`
+        (then none of NVKE's can exist)."""
         from ..hosted import dra as hosted_dra
         from ..hosted import nodes as hosted_nodes
 
-        self._on_api(
-            cluster,
-            lambda api: hosted_nodes.sync(api, nodes),
-            refused="the cluster's API refused NVKE's Nodes",
-        )
-        self._on_api(
-            cluster,
-            lambda api: hosted_dra.sync(api, nodes),
-            refused="the cluster's API refused NVKE's ResourceSlices",
-        )
+        nodes_refused = "the cluster's API refused NVKE's Nodes"
+        slices_refused = "the cluster's API refused NVKE's ResourceSlices"
+
+        def sync(api) -> None:
+            with _refusal(nodes_refused):
+                existing = hosted_nodes.existing(api)
+            with _refusal(slices_refused):
+                kept = hosted_dra.prune(api, nodes, existing)
+            with _refusal(nodes_refused):
+                hosted_nodes.sync(api, nodes, existing)
+            with _refusal(slices_refused):
+                hosted_dra.publish(api, nodes, kept)
+
+        self._on_api(cluster, sync)
+
+    def sync_addons(self, cluster: ClusterSpec, pools: list[NodePoolSpec]) -> dict[uuid.UUID, str]:
+        """The pools' GPU Operator objects and ComputeDomains, with their CRDs, in the
+        cluster's API (:mod:`clusters.hosted.addons`); the API's refusals by pool id."""
+        from ..hosted import addons
+        from .clusterapi.client import ApiError, KubeApi
+
+        _, api = self._admin_client(cluster)
+        try:
+            return addons.sync(KubeApi(api, name="cluster's API"), pools)
+        except ApiError as exc:  # no answer, 409, 429, 5xx: try again
+            raise ProviderError(str(exc), code="cluster_api_error") from exc
+        finally:
+            api.close()
 
     # ---------------------------------------------------------------- disruption
     def cordon_node(self, pool: NodePoolSpec, node: NodeSpec) -> None:
@@ -325,6 +354,19 @@ class HostedProvider(SimulatedProvider):
             client=bundle.nvke_admin,
         )
         return row, config.new_client_from_config_dict(yaml.safe_load(text))
+
+
+@contextlib.contextmanager
+def _refusal(refused: str) -> Iterator[None]:
+    """The API's refusals inside as ``"<refused> (<status> <reason>)"`` ProviderErrors."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        raise ProviderError(
+            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
+        ) from exc
 
 
 def _create_ignoring_conflict(create, *args) -> None:

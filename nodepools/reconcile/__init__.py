@@ -52,7 +52,9 @@ save status, return the requeue delay (None when converged):
 After every step on a RUNNING cluster, the cluster's Nodes are written from its hosts' latest
 reports (:func:`nodepools.tenant_nodes.sync_cluster_nodes`; a no-op unless the provider
 publishes Nodes: ``hosted``): a node placed and booted appears, a released one is deleted, a
-cordoned one is unschedulable.
+cordoned one is unschedulable. Then the pools' GPU add-ons (GPU Operator objects, ComputeDomains)
+are applied to its API (:func:`nodepools.addons.sync_cluster_addons`; ``hosted`` only) and the
+stepped pool's ``AddonsApplied`` condition says whether the API took those rendered for it.
 
 The package, one file per step: ``delete`` (1), ``ensure`` (2-8, in order), ``scale`` (3, 4:
 placing and removing nodes; removal through :mod:`nodepools.disruption`), ``nodes_up`` (5),
@@ -77,6 +79,7 @@ from clusters.models import progress_operation
 from clusters.providers.base import ProviderError
 from nvke.conditions import save_conditions
 
+from .. import addons
 from ..models import NodePool
 from ..step_result import delay_of
 from ..tenant_nodes import sync_cluster_nodes
@@ -105,6 +108,7 @@ log = logging.getLogger(__name__)
 
 WAIT_FOR_CLUSTER_S = 1.0
 SYNC_RETRY_S = 5.0  # the cluster's API refused or did not answer the Nodes: try again
+ADDONS_RETRY_S = 30.0  # the cluster's API refused an add-on of the pool: try again
 
 
 def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) -> float | None:
@@ -137,6 +141,25 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
         except ProviderError as exc:
             log.warning("node pool %s: the cluster's Nodes not written: %s", pool.id, exc)
             delay = min(delay if delay is not None else SYNC_RETRY_S, SYNC_RETRY_S)
+        delay = _sync_addons(pool, now, delay)
+    return delay
+
+
+def _sync_addons(pool: NodePool, now: datetime, delay: float | None) -> float | None:
+    """Apply the cluster's pools' add-ons; record the stepped pool's outcome; the delay,
+    shortened while the API did not answer or refused one of the pool's objects."""
+    try:
+        refused = addons.sync_cluster_addons(pool.cluster_id)
+    except ProviderError as exc:
+        log.warning("node pool %s: the cluster's GPU add-ons not applied: %s", pool.id, exc)
+        return min(delay if delay is not None else SYNC_RETRY_S, SYNC_RETRY_S)
+    if refused is None or pool.deletion_requested_at is not None:
+        return delay
+    refusal = refused.get(pool.id)
+    addons.record(pool.id, refusal, now)
+    if refusal:
+        log.warning("node pool %s: the cluster's API refused its add-ons: %s", pool.id, refusal)
+        return min(delay if delay is not None else ADDONS_RETRY_S, ADDONS_RETRY_S)
     return delay
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.clusterapi.real import NS, Apis
 
 ROOT = Path(__file__).resolve().parents[2]
-NVIDIA_CRDS = ROOT / "clusters" / "providers" / "clusterapi" / "crds"
+NVIDIA_CRDS = ROOT / "clusters" / "providers" / "crds"
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-CRDS = Path(__file__).resolve().parents[2] / "clusters" / "providers" / "clusterapi" / "crds"
+PROVIDERS = Path(__file__).resolve().parents[2] / "clusters" / "providers"
+#: Cluster API's CRDs, and the GPU add-ons' both providers share
+CRD_DIRS = (PROVIDERS / "clusterapi" / "crds", PROVIDERS / "crds")
 
 _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 QUALIFIED = re.compile(
@@ -63,7 +65,8 @@ def _strict(schema: Any) -> Any:
 def definitions() -> tuple[dict[str, Any], ...]:
     """The vendored CRDs, parsed (libyaml when available: they are 1.3 MB)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return tuple(yaml.load(path.read_text(), Loader=loader) for path in sorted(CRDS.glob("*.yaml")))
+    paths = sorted(p for folder in CRD_DIRS for p in folder.glob("*.yaml"))
+    return tuple(yaml.load(path.read_text(), Loader=loader) for path in paths)
 
 
 @functools.cache

@@ -1,8 +1,9 @@
 """Every object the ``clusterapi`` provider renders is valid against the real schemas.
 
 Cluster API and GPU Operator objects: the vendored CRDs' ``openAPIV3Schema``
-(clusters/providers/clusterapi/crds/, sources in its README) with unknown fields as errors
-(tests/clusterapi/crd_schema.py says exactly what is and is not checked). Core objects
+(clusters/providers/clusterapi/crds/ and clusters/providers/crds/, sources in their READMEs)
+with unknown fields as errors (tests/clusterapi/crd_schema.py says exactly what is and is not
+checked). Core objects
 (ConfigMaps): ``kubernetes-validate``, strict, Kubernetes 1.36. The negative cases show the
 validator catches what it claims to.
 """

@@ -4,7 +4,7 @@ carry it.
 
 Golden file ``golden/gb200-nvl72-compute-domain.json``: the whole rendering of a 4-GPU
 GB200 pool with ``placement.same_nvlink_domain``, checked by hand against the vendored CRD
-(``clusters/providers/clusterapi/crds/resource.nvidia.com_computedomains.yaml``, from
+(``clusters/providers/crds/resource.nvidia.com_computedomains.yaml``, from
 NVIDIA/k8s-dra-driver-gpu at commit 22407113…): ``spec.channel.resourceClaimTemplate.name``
 required, ``allocationMode`` ``Single`` | ``All``, ``numNodes`` >= 0 (0 recommended with the
 driver's default ``IMEXDaemonsWithDNSNames``). The object is validated against that CRD's

@@ -7,7 +7,8 @@ makes exactly the calls the provider uses:
   ``fieldManager=nvke``, ``force=true``: NVKE owns the fields it renders; a body carrying
   ``metadata.resourceVersion`` makes the apply conditional, 409 when the object changed);
 * ``get`` / ``list`` (label and field selectors) / ``delete`` of custom objects (Cluster API,
-  GPU Operator) and of ConfigMaps, Secrets, Nodes and Pods;
+  GPU Operator, CustomResourceDefinitions) and of ConfigMaps, Secrets, Namespaces, Nodes and
+  Pods;
 * ``merge_patch`` (``application/merge-patch+json``, RFC 7386) for small edits of objects
   other controllers own (a Machine's annotations, a Node's labels and ``unschedulable``);
 * ``evict`` (``POST pods/{name}/eviction``, policy/v1), which honours PodDisruptionBudgets.
@@ -59,6 +60,13 @@ _CORE = {
         "delete_namespaced_secret",
     ),
     "nodes": ("read_node", "patch_node", "list_node", "list_node", "delete_node"),
+    "namespaces": (
+        "read_namespace",
+        "patch_namespace",
+        "list_namespace",
+        "list_namespace",
+        "delete_namespace",
+    ),
     "services": (
         "read_namespaced_service",
         "patch_namespaced_service",

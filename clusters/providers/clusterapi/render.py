@@ -153,6 +153,14 @@ NVIDIA_DRIVER = Kind("nvidia.com", "v1alpha1", "NVIDIADriver", "nvidiadrivers", 
 #: NVIDIA DRA driver for GPUs (NVIDIA/k8s-dra-driver-gpu): a pool kept in one NVLink domain
 COMPUTE_DOMAIN = Kind("resource.nvidia.com", "v1beta1", "ComputeDomain", "computedomains")
 CONFIG_MAP = Kind("", "v1", "ConfigMap", "configmaps")
+NAMESPACE = Kind("", "v1", "Namespace", "namespaces", namespaced=False)
+CUSTOM_RESOURCE_DEFINITION = Kind(
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    namespaced=False,
+)
 SECRET = Kind("", "v1", "Secret", "secrets")
 NODE = Kind("", "v1", "Node", "nodes", namespaced=False)
 POD = Kind("", "v1", "Pod", "pods")
@@ -173,6 +181,8 @@ KINDS = {
         NVIDIA_DRIVER,
         COMPUTE_DOMAIN,
         CONFIG_MAP,
+        NAMESPACE,
+        CUSTOM_RESOURCE_DEFINITION,
         SECRET,
         NODE,
         POD,
