@@ -169,7 +169,7 @@ def _rss(cluster) -> dict[str, float]:
 
     pids = HostedControlPlane.objects.get(cluster=cluster).pids
     return {
-        c: psutil.Process(pids[c]).memory_info().rss / MIB
+        c: psutil.Process(pids[c]).memory_info().rss / MIB if c in pids else float("nan")
         for c in ("kube-apiserver", "kube-scheduler", "kwok")
     }
 
