@@ -1090,6 +1090,17 @@ SETTINGS: tuple[Setting, ...] = (
         django=False,
     ),
     _s(
+        "NVKE_BENCH_SCHEDULER_NODES",
+        "int",
+        0,
+        "Simulated GPU nodes of the hosted scheduler benchmark's pool (and CPU nodes of its "
+        "baseline); it places twice as many pods (0: 500 under `make bench`, 20 under "
+        "`make bench-ci`).",
+        TESTS,
+        audience=DEV,
+        django=False,
+    ),
+    _s(
         "NVKE_FAULT_CLUSTERS",
         "int",
         30,
