@@ -66,3 +66,12 @@ def test_the_step_that_makes_a_whole_gpu_node_ready_reads_no_gpu_instances_of_it
     assert _host_facts_reads(ready_step.captured_queries) == 2
     assert len(ready_step) <= 44
 
+
+def test_the_pool_reconciler_hands_the_cluster_row_to_the_nodes_writer(owner, cluster):
+    from clusters.models import Cluster
+    from nodepools.tenant_nodes import sync_cluster_nodes
+
+    row = Cluster.objects.get(pk=cluster)
+    with CaptureQueriesContext(connection) as sync:
+        assert sync_cluster_nodes(row.pk, row) == []  # simulated: publishes no Nodes
+    assert len(sync) == 0
