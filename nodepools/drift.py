@@ -59,7 +59,9 @@ def check_drift(pool: NodePool, live: list[Node], now: datetime) -> list[str]:
     desired = config_hash(pool.gpu_config)
     drifted = []
     for node in live:
-        if not steady(node, desired):
+        # a node made READY at this step passed the gate a moment ago, on the same report and
+        # in the same transaction: comparing it again would read the same facts twice
+        if not steady(node, desired) or node.ready_at == now:
             continue
         problems = node_drift(pool, node)
         prefix = f"{OBSERVED_STATE}{node.name} "

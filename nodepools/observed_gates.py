@@ -116,7 +116,7 @@ def differences(
     if facts.source_error:
         return [f"NVML does not initialise on {host} (agent: {facts.source_error})"]
     out = []
-    own = node_gpu_instances(node)  # a VM node of a shared host: its own GPU instances
+    own = node_gpu_instances(node, facts)  # a VM node of a shared host: its own GPU instances
     if not driver_matches(expected.driver, facts.driver_version):
         out.append(f"driver expected {expected.driver}, reported {facts.driver_version or 'none'}")
     for gpu_uuid in node.gpu_uuids:

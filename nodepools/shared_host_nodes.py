@@ -10,16 +10,28 @@ profile's fraction (billing/fractions.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleet.shared_hosts import instances_of
 
 from .models import Node
 
+if TYPE_CHECKING:
+    from fleet.agent_facts import HostFacts
 
-def node_gpu_instances(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
+
+def node_gpu_instances(
+    node: Node, facts: HostFacts | None = None
+) -> dict[str, tuple[tuple[str, int, int], ...]] | None:
     """``{gpu_uuid: sorted (profile, start, size)}`` of the node's instances; None when the
-    node holds no GPU instance (a whole-GPU node)."""
+    node holds no GPU instance (a whole-GPU node).
+
+    With the host's ``facts`` already read (:func:`fleet.agent_facts.host_facts`), a node that
+    holds each of its GPUs whole (``Gpu.holder_id`` is the node) is answered None without a
+    query: GPU instances are placed only on GPUs nobody holds whole (shared hosts).
+    """
+    if facts is not None and _holds_whole_gpus(node, facts):
+        return None
     rows = instances_of(node.id)
     if not rows:
         return None
@@ -27,6 +39,11 @@ def node_gpu_instances(node: Node) -> dict[str, tuple[tuple[str, int, int], ...]
     for row in rows:
         out.setdefault(row.gpu.uuid, []).append((row.profile, row.start, row.size))
     return {uuid: tuple(sorted(items)) for uuid, items in out.items()}
+
+
+def _holds_whole_gpus(node: Node, facts: HostFacts) -> bool:
+    gpus = [facts.gpus.get(uuid) for uuid in node.gpu_uuids]
+    return bool(gpus) and all(g is not None and g.holder_id == node.id for g in gpus)
 
 
 def allocations(node: Node) -> list[dict[str, Any]] | None:

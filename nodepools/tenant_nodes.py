@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusters.providers import get_provider
 from clusters.providers.base import DRA_NODE_LABEL, TenantNode
@@ -49,6 +49,9 @@ from .gpu_config import GPU_TAINT, label_safe, product_label, resource_suffix
 from .models import Node, NodePool
 from .observed_gates import expectation
 from .shared_host_nodes import node_gpu_instances
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster
 
 #: nodes that exist as machines (placed and booted): they are Nodes in the cluster's API
 IN_API = (
@@ -264,20 +267,25 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
                     node, cluster.control_plane_version or cluster.kubernetes_version
                 ),
                 xids=xids,
-                own=node_gpu_instances(node),
+                own=node_gpu_instances(node, facts),
             )
         )
     return out
 
 
-def sync_cluster_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
+def sync_cluster_nodes(
+    cluster_id: uuid.UUID | str, cluster: Cluster | None = None
+) -> list[TenantNode]:
     """The one writer of a cluster's Nodes: hands :func:`cluster_tenant_nodes` to the
     cluster's provider (which makes its API hold exactly them). Returns what it handed over.
+    ``cluster``: the row when the caller has it (the node pool reconciler: its provider is
+    all that is read before the provider says whether it publishes Nodes).
     Raises :class:`clusters.providers.base.ProviderError` when the API refuses."""
     from clusters.models import Cluster
     from clusters.specs import cluster_spec
 
-    cluster = Cluster.objects.get(pk=cluster_id)
+    if cluster is None:
+        cluster = Cluster.objects.get(pk=cluster_id)
     provider = get_provider(cluster.provider)
     if not provider.publishes_nodes:
         return []

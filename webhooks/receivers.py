@@ -34,7 +34,7 @@ def on_operation_finished(sender, operation_id, **kwargs) -> None:
             event_type=kind,
             source="/api/v1/operations",
             subject=str(op.id),
-            data=dict(OperationSerializer(op).data),
+            data=lambda: dict(OperationSerializer(op).data),
         )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -101,14 +102,23 @@ def signing_secrets(endpoint: WebhookEndpoint, now) -> list[str]:
 
 
 def emit(
-    *, tenant_id, event_type: str, source: str, subject: str, data: dict[str, Any]
+    *,
+    tenant_id,
+    event_type: str,
+    source: str,
+    subject: str,
+    data: dict[str, Any] | Callable[[], dict[str, Any]],
 ) -> list[WebhookDelivery]:
     """One delivery per endpoint of the tenant subscribed to ``event_type`` (in the caller's
-    transaction; tasks enqueued on commit)."""
+    transaction; tasks enqueued on commit). ``data`` may be a function that builds it: called
+    only when an endpoint is subscribed (every finished operation emits; most tenants have
+    no endpoint)."""
     endpoints = WebhookEndpoint.objects.filter(tenant_id=tenant_id)
     endpoints = [e for e in endpoints if event_type in e.event_types]
     if not endpoints:
         return []
+    if callable(data):
+        data = data()
     data = json.loads(json.dumps(data, cls=DjangoJSONEncoder))  # UUIDs, datetimes, Decimals
     event = build_event(event_type, source=source, subject=subject, data=data)
     deadline = timezone.now() + timedelta(seconds=settings.NVKE_WEBHOOK_DEADLINE_S)

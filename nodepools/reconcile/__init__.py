@@ -137,7 +137,7 @@ def reconcile_nodepool(pool_id: uuid.UUID | str, now: datetime | None = None) ->
     delay = delay_of(delay)
     if pool.cluster.phase == Phase.RUNNING and pool.cluster.deletion_requested_at is None:
         try:
-            sync_cluster_nodes(pool.cluster_id)
+            sync_cluster_nodes(pool.cluster_id, pool.cluster)
         except ProviderError as exc:
             log.warning("node pool %s: the cluster's Nodes not written: %s", pool.id, exc)
             delay = min(delay if delay is not None else SYNC_RETRY_S, SYNC_RETRY_S)

@@ -81,9 +81,8 @@ def observed_layout(node: Node, provider_layout: list[dict]) -> list[dict]:
 
     facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
     by_gpu = {g.get("gpu_uuid"): g for g in provider_layout}
-    own = shared_host_nodes.node_gpu_instances(
-        node
-    )  # shared host: never show other tenants' instances
+    # shared host: never show other tenants' instances
+    own = shared_host_nodes.node_gpu_instances(node, facts)
     out = []
     for gpu_uuid in node.gpu_uuids:
         gpu = facts.gpus.get(gpu_uuid) if facts else None

@@ -38,3 +38,36 @@ def test_a_repeated_inventory_updates_no_gpu_row(catalog, settings, tmp_path):
     updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "fleet_gpu"')]
     assert len(updates) == 1
     assert Gpu.objects.get(host=host, index=0).health_counters["retired_pages_sbe"] == 3
+
+
+def test_a_hosts_first_inventory_announces_no_gpu_facts_change_and_a_later_change_does(
+    make_host, django_capture_on_commit_callbacks
+):
+    """A host recorded without MIG facts (``make_host``, as the reconcile benchmark's hosts)
+    gets them from its first inventory; no node on it can be READY or in its cluster's API
+    before that report (the observed-state gate waits for it), so ``gpu_facts_changed``
+    stays silent: it woke every pool placed on the host for a step with nothing to do (the
+    reconcile benchmark: 125 first reports, ~330 of 2,846 steps)."""
+    from clusters.providers import simhosts
+    from fleet.models import Gpu
+    from fleet.signals import gpu_facts_changed
+
+    host = make_host("h100-sxm5-80gb", gpus=2)
+    assert Gpu.objects.get(host=host, index=0).mig_mode is None
+    sent = []
+
+    def record(sender, host_id, gpu_uuids, **kwargs):
+        sent.append(sorted(gpu_uuids))
+
+    gpu_facts_changed.connect(record)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert simhosts.report_in_process(host)
+        assert (sent, Gpu.objects.get(host=host, index=0).mig_mode) == ([], "disabled")
+        gpu0 = Gpu.objects.get(host=host, index=0).uuid
+        simhosts.change(host, lambda state: simhosts.apply_mig(state, [gpu0], True, []))
+        with django_capture_on_commit_callbacks(execute=True):
+            simhosts.report_in_process(host)
+        assert sent == [[gpu0]]
+    finally:
+        gpu_facts_changed.disconnect(record)
