@@ -207,6 +207,13 @@ def test_the_chart_requires_the_public_url_and_refuses_a_wildcard_host():
         "nvke.internal",
         "nvke.example.com",
     ]
+    # a plain string (--set allowedHosts=a,b, the first thing people type) is a list of names,
+    # and anything else is refused naming the value and the forms it takes
+    config = by(render("allowedHosts=a.example\\,b.example"), "ConfigMap", "nvke-config")
+    assert config["data"]["ALLOWED_HOSTS"].split(",")[3:] == ["a.example", "b.example"]
+    number = render("allowedHosts=5", check=False)
+    assert number.returncode != 0
+    assert "allowedHosts: a list of host names" in number.stderr, number.stderr
 
 
 def test_mail_is_never_console_mail_and_can_be_explicitly_off():
