@@ -180,8 +180,9 @@ def _release(request: DisruptionRequest, node: Node, now: datetime) -> None:
         if DisruptionRequest.objects.filter(pk=request.pk, released_at=None).update(
             released_at=now
         ):
-            node.drain_started_at = now
-            node.save(update_fields=["drain_started_at"])
+            from .disruption import restart_clock  # disruption asks this module's gate
+
+            restart_clock(node, now)
     request.released_at = request.released_at or now
 
 

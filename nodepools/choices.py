@@ -38,3 +38,40 @@ class GpuPublishing(models.TextChoices):
 LIVE_NODE_PHASES = tuple(
     p for p in NodePhase.values if p not in (NodePhase.DELETING, NodePhase.DELETED)
 )
+
+
+class Disruption(models.TextChoices):
+    """Why a node is being taken out of service (``Node.disruption``; "" when it is not): the
+    callers of :data:`nodepools.disruption.POLICIES`, a host drain's and a defragmentation
+    run's moves both ``move``."""
+
+    ISOLATION_CHANGE = "isolation-change"
+    UPGRADE = "upgrade"
+    REPAIR = "repair"
+    MOVE = "move"
+    SCALE_DOWN = "scale-down"
+    DELETION = "deletion"
+
+
+class DisruptionStep(models.TextChoices):
+    """How far a node's disruption got (``Node.disruption_step``), by disruption:
+
+    - ``isolation-change``: ``draining`` → ``validating`` (reconfigured, CORDONED);
+    - ``upgrade``: ``draining`` → ``verifying`` (installed), ``drain-blocked`` (paused on
+      pods that cannot be evicted), ``rolling-back`` (verification failed);
+    - ``repair``: ``requested`` → ``rebooting``, or ``replacing`` (released, on the DELETED row
+      until a READY node takes its place);
+    - ``move``: ``replacing`` (a replacement is placed first) → ``draining`` →
+      ``drain-blocked`` | ``moved`` (released, kept on the DELETED row for the count);
+    - ``scale-down``, ``deletion``: ``draining`` (the node is released once drained).
+    """
+
+    DRAINING = "draining"
+    DRAIN_BLOCKED = "drain-blocked"
+    VALIDATING = "validating"
+    VERIFYING = "verifying"
+    ROLLING_BACK = "rolling-back"
+    REQUESTED = "requested"
+    REBOOTING = "rebooting"
+    REPLACING = "replacing"
+    MOVED = "moved"

@@ -63,7 +63,7 @@ from nvke.conditions import get_condition
 from nvke.errors import Conflict
 
 from . import observed_gates
-from .choices import NodePhase
+from .choices import Disruption, NodePhase
 from .defrag_models import DefragRun
 from .gpu_config import config_hash
 from .host_moves import DRAIN_BLOCKED, MOVED
@@ -86,10 +86,7 @@ def movable_holders(holder_ids: Collection[uuid.UUID]) -> set[uuid.UUID]:
         Node.objects.filter(
             pk__in=list(holder_ids),
             phase=NodePhase.READY,
-            move_state="",
-            upgrade_state="",
-            repair_state="",
-            config_state="",
+            disruption="",
             nodepool__phase=Phase.RUNNING,
             nodepool__deletion_requested_at__isnull=True,
         )
@@ -308,7 +305,7 @@ def _start_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
         if (
             node is None
             or node.phase != NodePhase.READY
-            or node.move_state
+            or node.disruption == Disruption.MOVE
             or str(node.host_id) != move["from_host_id"]
         ):
             gone = f"{_what(move)} is no longer READY on {step['hostname']}"
@@ -425,7 +422,10 @@ def _watch_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
     old = {str(n.pk): n for n in Node.objects.filter(pk__in=[m["holder_id"] for m in moves])}
     for move in moves:
         node = old.get(move["holder_id"])
-        if node is not None and node.move_state == DRAIN_BLOCKED:
+        if node is not None and (node.disruption, node.disruption_step) == (
+            Disruption.MOVE,
+            DRAIN_BLOCKED,
+        ):
             pool = NodePool.objects.get(pk=node.nodepool_id)
             cond = get_condition(pool.conditions, "HostDrainBlocked") or {}
             if step["kind"] == planner.HOST:
@@ -441,7 +441,12 @@ def _watch_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
                 f"{_what(move)}: its drain is blocked ({cond.get('message') or 'pods'}); {then}",
                 now,
             )
-    released = [n for n in old.values() if n.move_state == MOVED or n.phase == NodePhase.DELETED]
+    released = [
+        n
+        for n in old.values()
+        if (n.disruption, n.disruption_step) == (Disruption.MOVE, MOVED)
+        or n.phase == NodePhase.DELETED
+    ]
     if len(released) < len(moves):
         waited = (now - (run.step_started_at or now)).total_seconds()
         if waited > settings.NVKE_DEFRAG_STEP_TIMEOUT_S:

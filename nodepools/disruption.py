@@ -37,6 +37,15 @@ the audit log (action ``node.pods_deleted``); DaemonSet and mirror pods stay, as
 still terminating are waited for), except for ``immediate`` drains, whose machine goes anyway.
 Every call is idempotent: a Celery task that runs twice asks again and finds less to do.
 
+The node's sub-state (``Node.disruption``: why, ``Node.disruption_step``: how far, and the drain
+clock ``Node.drain_started_at``) is written here and nowhere else: :func:`cordon` starts a
+disruption (the drain's caller names it), :func:`start` marks one that starts before any
+cordon (a repair requested, a move placing its replacement first) or replaces another under the
+overlap rule of ``Node``'s docstring (repair wins over everything, a move over planned
+disruptions), :func:`advance` records the next step, :func:`end` puts the node back in service
+or leaves the row as released; :func:`advance_all` / :func:`end_all` are their guarded bulk
+forms. Callers read the fields and decide; they never assign them.
+
 Which node leaves first (:func:`removal_order`): nodes out of service (NOT_READY,
 REPAIRING, marked for repair, GPUs in an unknown state) before healthy ones, then the newest
 first — Cluster API's MachineSet deletion policy ("Newest", with unhealthy machines first).
@@ -55,7 +64,7 @@ from django.conf import settings
 from clusters.providers.base import Evictions, NodePoolSpec, Provider
 
 from .checkpoints import checkpoint_gate
-from .choices import NodePhase
+from .choices import Disruption, DisruptionStep, NodePhase
 from .models import Node
 from .specs import node_spec
 
@@ -94,6 +103,20 @@ POLICIES: dict[str, tuple[float | str | None, OnTimeout, bool]] = {
     "repair": (0.0, "evict", True),  # a failing node: never waits (the emergency path)
     "deletion": (0.0, "evict", True),  # the machine is deleted: its pods go with it
 }
+
+
+#: the disruption (``Node.disruption``) each caller of :data:`POLICIES` records
+REASONS: dict[str, str] = {
+    "scale-down": Disruption.SCALE_DOWN,
+    "upgrade": Disruption.UPGRADE,
+    "isolation-change": Disruption.ISOLATION_CHANGE,
+    "host-maintenance": Disruption.MOVE,
+    "defrag-move": Disruption.MOVE,
+    "repair": Disruption.REPAIR,
+    "deletion": Disruption.DELETION,
+}
+#: the disruptions a move replaces (planned ones; never a repair or a deletion)
+PLANNED = (Disruption.UPGRADE, Disruption.ISOLATION_CHANGE, Disruption.SCALE_DOWN)
 
 
 def policy_for(caller: str, *, force: bool = False, timeout_s: float | None = None) -> DrainPolicy:
@@ -169,18 +192,107 @@ def backend_for(provider: Provider, spec: NodePoolSpec) -> NodeBackend:
 GATES: list[Callable[[Node, DrainPolicy, datetime], str | None]] = [checkpoint_gate]
 
 
-def cordon(node: Node, backend: NodeBackend, now: datetime) -> None:
+class _Keep:
+    """The drain clock is left as it is."""
+
+
+KEEP = _Keep()
+
+
+def _write(node: Node, fields: dict, save: tuple[str, ...] | list[str] = ()) -> None:
+    """Set ``fields`` on ``node`` and save them with the caller's own ``save`` fields."""
+    for name, value in fields.items():
+        setattr(node, name, value)
+    node.save(update_fields=[*fields, *save])
+
+
+def start(
+    node: Node,
+    why: str,
+    step: str,
+    *,
+    phase: str | None = None,
+    clock: datetime | _Keep | None = KEEP,
+    save: tuple[str, ...] | list[str] = (),
+) -> None:
+    """``node`` is disrupted for ``why`` (:class:`~nodepools.choices.Disruption`), at
+    ``step``, whatever it was doing before: the caller applies the overlap rule (``Node``'s
+    docstring) before calling. ``phase``/``clock`` where they change; ``save``: other fields
+    the caller set on ``node`` to save with it."""
+    fields: dict = {"disruption": why, "disruption_step": step}
+    if phase is not None:
+        fields["phase"] = phase
+    if not isinstance(clock, _Keep):
+        fields["drain_started_at"] = clock
+    _write(node, fields, save)
+
+
+def advance(
+    node: Node,
+    step: str,
+    *,
+    phase: str | None = None,
+    clock: datetime | _Keep | None = KEEP,
+    save: tuple[str, ...] | list[str] = (),
+) -> None:
+    """``node``'s disruption reached ``step`` (:class:`~nodepools.choices.DisruptionStep`);
+    ``clock``: the drain clock restarts (an upgrade's verification counts from its install)."""
+    start(node, node.disruption, step, phase=phase, clock=clock, save=save)
+
+
+def end(node: Node, *, phase: str | None = None, save: tuple[str, ...] | list[str] = ()) -> None:
+    """``node``'s disruption is over: no disruption, no drain clock; ``phase`` its phase now
+    (READY: back in service, uncordoned)."""
+    start(node, "", "", phase=phase, clock=None, save=save)
+
+
+def advance_all(nodes, step: str, *, clock: datetime | _Keep | None = KEEP) -> int:
+    """:func:`advance` for a queryset already filtered on its disruption and step (a guarded
+    UPDATE: a node that moved on meanwhile is not touched). Returns the count."""
+    fields: dict = {"disruption_step": step}
+    if not isinstance(clock, _Keep):
+        fields["drain_started_at"] = clock
+    return nodes.update(**fields)
+
+
+def end_all(nodes, *, phase: str | None = None) -> int:
+    """:func:`end` for a queryset already filtered on its disruption and step."""
+    fields: dict = {"disruption": "", "disruption_step": "", "drain_started_at": None}
+    if phase is not None:
+        fields["phase"] = phase
+    return nodes.update(**fields)
+
+
+def restart_clock(node: Node, now: datetime) -> None:
+    """The drain clock of ``node`` restarts at ``now`` (the tenant's checkpoint released the
+    drain: the pods' timeout counts from there)."""
+    _write(node, {"drain_started_at": now})
+
+
+def cordon(
+    node: Node, backend: NodeBackend, now: datetime, *, why: str = "", step: str = ""
+) -> None:
     """Start the disruption of ``node``: cordoned by the backend, then DRAINING (no new
     pods) with its drain clock started. Nothing is written when the backend raises (a
     provider that cannot drain leaves the node as it was). The backend is asked at every
-    call (a cordon is idempotent, and a caller may have set DRAINING itself); the clock of a
-    node already DRAINING is left alone."""
+    call (a cordon is idempotent).
+
+    ``why``: the disruption the caller records (:class:`~nodepools.choices.Disruption`), at
+    ``step`` (default ``draining``), on a node that has none; a node already disrupted keeps
+    its disruption (a repair's drain stays ``repair``, a released move stays ``move``), and
+    moves to ``step`` where the disruption is ``why`` and ``step`` is given (a move's
+    ``replacing`` → ``draining``). A new disruption or step starts the drain clock; otherwise
+    the clock of a node already DRAINING is left alone."""
     backend.cordon(node)
-    if node.phase == NodePhase.DRAINING and node.drain_started_at is not None:
-        return
-    node.phase = NodePhase.DRAINING
-    node.drain_started_at = now
-    node.save(update_fields=["phase", "drain_started_at"])
+    fields: dict = {}
+    if why and not node.disruption:
+        fields.update(disruption=why, disruption_step=step or DisruptionStep.DRAINING)
+    elif why and step and node.disruption == why and node.disruption_step != step:
+        fields["disruption_step"] = step
+    if fields or node.phase != NodePhase.DRAINING or node.drain_started_at is None:
+        fields.update(phase=NodePhase.DRAINING, drain_started_at=now)
+    if fields:
+        _write(node, fields)
 
 
 def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) -> DrainResult:
@@ -195,7 +307,7 @@ def drain(node: Node, policy: DrainPolicy, backend: NodeBackend, now: datetime) 
     (``pause``) or ``FAILED`` (``fail``) naming them. No caller-specific branch: the caller
     reads the outcome and records it in its own terms.
     """
-    cordon(node, backend, now)
+    cordon(node, backend, now, why=REASONS.get(policy.caller, ""))
     held = [] if policy.immediate else [r for gate in GATES if (r := gate(node, policy, now))]
     if held:
         return DrainResult(WAITING, held, gated=True)
@@ -241,7 +353,7 @@ def unhealthy(node: Node) -> bool:
 
     return (
         node.phase in (NodePhase.NOT_READY, NodePhase.REPAIRING)
-        or bool(node.repair_state)
+        or node.disruption == Disruption.REPAIR
         or node.applied_config == UNKNOWN_CONFIG
     )
 

@@ -39,7 +39,7 @@ def steady(node: Node, desired_config: str) -> bool:
     """A READY node nobody is changing, running the pool's current config."""
     return (
         node.phase == NodePhase.READY
-        and not (node.upgrade_state or node.repair_state or node.move_state or node.config_state)
+        and not node.disruption
         and node.applied_config in ("", desired_config)
     )
 

@@ -43,17 +43,21 @@ from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
 
 from . import disruption
-from .choices import LIVE_NODE_PHASES, NodePhase
+from .choices import LIVE_NODE_PHASES, Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .step_result import SHORT, STOP
 
-REPLACING, DRAINING, DRAIN_BLOCKED, MOVED = "replacing", "draining", "drain-blocked", "moved"
+#: the steps of a move (``Node.disruption`` ``move``)
+REPLACING, DRAINING = DisruptionStep.REPLACING, DisruptionStep.DRAINING
+DRAIN_BLOCKED, MOVED = DisruptionStep.DRAIN_BLOCKED, DisruptionStep.MOVED
 MOVING_STATES = (REPLACING, DRAINING, DRAIN_BLOCKED)
+#: a node moving (a queryset filter on the pool's nodes)
+MOVING = Q(disruption=Disruption.MOVE, disruption_step__in=MOVING_STATES)
 #: how often a pool that runs short for lack of capacity tries to place its missing nodes (s)
 SHORT_RETRY_S = 30.0
 #: host moves' resync clause (:func:`nodepools.reconcile.resync.nodepools_needing_reconcile`):
 #: a node moving, or a live node on a host being drained
-RESYNC = Q(nodes__move_state__in=MOVING_STATES) | Q(
+RESYNC = Q(nodes__disruption=Disruption.MOVE, nodes__disruption_step__in=MOVING_STATES) | Q(
     nodes__phase__in=LIVE_NODE_PHASES, nodes__host__drain_target__gt=""
 )
 #: how often a blocked drain is looked at again (s)
@@ -73,6 +77,8 @@ def draining_hosts(host_ids: set) -> dict:
 def mark_moving(pool: NodePool, live: list[Node], now: datetime) -> dict:
     """Nodes on a draining host (or moved by a defragmentation run, :mod:`nodepools.defrag`)
     start moving (``replacing``); nodes whose host's drain was cancelled stop (back to READY).
+    A move replaces a planned disruption (upgrade, isolation change, scale-down), never a
+    repair (the node moves once repaired): ``Node``'s overlap rule.
     Returns :func:`draining_hosts` of the live nodes."""
     from .defrag import requested_moves
 
@@ -81,16 +87,19 @@ def mark_moving(pool: NodePool, live: list[Node], now: datetime) -> dict:
     changed = False
     for node in live:
         on_draining = node.host_id in hosts or node.id in requested
-        if on_draining and not node.move_state and node.phase != NodePhase.PROVISIONING:
-            node.move_state = REPLACING
-            node.save(update_fields=["move_state"])
+        moving = node.disruption == Disruption.MOVE
+        if (
+            on_draining
+            and (not node.disruption or node.disruption in disruption.PLANNED)
+            and node.phase != NodePhase.PROVISIONING
+        ):
+            disruption.start(node, Disruption.MOVE, REPLACING)
             changed = True
-        elif not on_draining and node.move_state in MOVING_STATES:
-            node.move_state = ""
-            if node.phase == NodePhase.DRAINING:
-                node.phase = NodePhase.READY  # uncordoned: the drain was cancelled
-                node.drain_started_at = None
-            node.save(update_fields=["move_state", "phase", "drain_started_at"])
+        elif not on_draining and moving and node.disruption_step in MOVING_STATES:
+            # uncordoned where it was cordoned: the drain was cancelled
+            disruption.end(
+                node, phase=NodePhase.READY if node.phase == NodePhase.DRAINING else None
+            )
     if changed:
         ensure_operation(pool, now, requested_by="system:host-drain")
         if pool.phase == "RUNNING":
@@ -107,7 +116,7 @@ def ensure_operation(pool: NodePool, now: datetime, *, requested_by: str) -> Ope
         status__in=ACTIVE_OPERATION_STATUSES,
     ).first()
     if op is None:
-        pending = pool.nodes.filter(move_state__in=MOVING_STATES).count()
+        pending = pool.nodes.filter(MOVING).count()
         op = start_operation(
             **pool.operation_target(),
             type=OperationType.HOST_MAINTENANCE,
@@ -143,7 +152,7 @@ def capacity_short(
     the pool runs short (DEGRADED, ``CapacityShort``) instead of failing; moving nodes go on
     without a replacement (:func:`step_moves` drains them). ``live``: the nodes that count
     (not moving). Returns :data:`SHORT`."""
-    counted = [n for n in live if not n.move_state]
+    counted = [n for n in live if n.disruption != Disruption.MOVE]
     message = (
         f"runs {len(counted)} of {pool.node_count} node(s): no capacity for "
         f"{pool.node_count - len(counted)} replacement(s) of {cause} "
@@ -168,7 +177,7 @@ def runs_short(pool: NodePool) -> bool:
 def may_run_short(pool: NodePool, live: list[Node]) -> bool:
     """A scale-up without capacity makes the pool short (not ERROR) when a host drain is why
     it lacks nodes."""
-    return runs_short(pool) or any(n.move_state for n in live)
+    return runs_short(pool) or any(n.disruption == Disruption.MOVE for n in live)
 
 
 def clear_short(pool: NodePool, now: datetime) -> None:
@@ -201,7 +210,9 @@ def step_moves(
     from .defrag import run_moves
     from .reconcile import release_nodes
 
-    moving = [n for n in live if n.move_state in MOVING_STATES]
+    moving = [
+        n for n in live if n.disruption == Disruption.MOVE and n.disruption_step in MOVING_STATES
+    ]
     if not moving:
         finish(pool, now)
         return None
@@ -213,30 +224,26 @@ def step_moves(
     for node in moving:
         host = hosts.get(node.host_id) or {}
         forced = bool(host.get("drain_force"))
-        if node.move_state == DRAIN_BLOCKED and not forced:
+        if node.disruption_step == DRAIN_BLOCKED and not forced:
             blocked.append(_blocked_text(node, provider, spec))
             continue
-        if node.move_state == REPLACING:  # its replacement is READY: cordon and drain it
-            node.move_state = DRAINING
-            node.phase = NodePhase.DRAINING
-            node.drain_started_at = now
-            node.save(update_fields=["move_state", "phase", "drain_started_at"])
+        backend = disruption.backend_for(provider, spec)
+        if node.disruption_step == REPLACING:  # its replacement is READY: cordon and drain it
+            disruption.cordon(node, backend, now, why=Disruption.MOVE, step=DRAINING)
         caller = "defrag-move" if node.id in by_runs else "host-maintenance"
         policy = disruption.policy_for(caller, force=forced)
-        result = disruption.drain(node, policy, disruption.backend_for(provider, spec), now)
+        result = disruption.drain(node, policy, backend, now)
         if result.drained:
             released.append(node)
         elif result.outcome in (disruption.BLOCKED, disruption.FAILED):
-            node.move_state = DRAIN_BLOCKED
-            node.save(update_fields=["move_state"])
+            disruption.advance(node, DRAIN_BLOCKED)
             blocked.append(f"{node.name}: {', '.join(result.blockers)}")
         else:
             waiting = True
             held.extend(result.held(node.name))  # a gate's reasons, or the pods waited for
     if released:
         for node in released:
-            node.move_state = MOVED
-            node.save(update_fields=["move_state"])
+            disruption.advance(node, MOVED)
         release_nodes(pool, released, now)
     _report(pool, hosts, blocked, now, held)
     if released:
@@ -254,10 +261,10 @@ def _blocked_text(node: Node, provider: Provider, spec: NodePoolSpec) -> str:
 
 
 def _counts(pool: NodePool, op: Operation | None) -> tuple[int, list[Node]]:
-    done = pool.nodes.filter(move_state=MOVED)
+    done = pool.nodes.filter(disruption=Disruption.MOVE, disruption_step=MOVED)
     if op is not None:
         done = done.filter(released_at__gte=op.created_at)
-    pending = list(pool.nodes.filter(move_state__in=MOVING_STATES).order_by("name"))
+    pending = list(pool.nodes.filter(MOVING).order_by("name"))
     return done.count(), pending
 
 
@@ -280,7 +287,7 @@ def _report(
     names = sorted({h["hostname"] for h in hosts.values()})
     targets = sorted({h["drain_target"] for h in hosts.values()})
     what = f"moving nodes off {', '.join(names) or 'drained hosts'} ({', '.join(targets)})"
-    detail = ", ".join(f"{n.name} {n.move_state}" for n in pending)
+    detail = ", ".join(f"{n.name} {n.disruption_step}" for n in pending)
     stage = (
         f"{what}: {done} of {done + len(pending)} node(s) moved, {len(pending) or 'none'} pending"
         + (f" ({detail})" if detail else "")

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from clusters.choices import Phase, TargetType
 
-from .choices import GpuPublishing, NodePhase
+from .choices import Disruption, DisruptionStep, GpuPublishing, NodePhase
 from .querysets import NodeQuerySet
 
 
@@ -115,12 +115,61 @@ class NodePool(models.Model):
         }
 
 
+def _derived(disruption: str) -> models.GeneratedField:
+    """A read-only column: ``Node.disruption_step`` while the node's disruption is
+    ``disruption``, else ""."""
+    return models.GeneratedField(
+        expression=models.Case(
+            models.When(disruption=disruption, then=models.F("disruption_step")),
+            default=models.Value(""),
+        ),
+        output_field=models.CharField(max_length=16, blank=True),
+        db_persist=True,
+    )
+
+
 class Node(models.Model):
     """A Kubernetes node of a pool, placed on (part of) a physical host.
 
     ``gpu_uuids`` are the physical GPUs it holds (the fleet records the node id as their
     holder). ``ready_at``/``released_at`` bound its allocation (the billing ledger copies them).
     A deleted node keeps its row (phase DELETED) for history.
+
+    **Disruption** (:mod:`nodepools.disruption`, its only writer): one sub-state says why the
+    node is being taken out of service, ``disruption`` (:class:`~nodepools.choices.Disruption`:
+    ``isolation-change``, ``upgrade``, ``repair``, ``move``, ``scale-down``, ``deletion``; ""
+    when it is not), and how far it got, ``disruption_step``
+    (:class:`~nodepools.choices.DisruptionStep`), with ``drain_started_at`` the clock of its
+    drain (or of the verification that follows an upgrade's install). ``repair_action``,
+    ``repair_reason`` and ``repair_requested_at`` are a repair's details.
+
+    A node has at most one disruption. Where a second one is asked for while one runs:
+
+    - **repair wins over everything**: a repair requested on a node mid-upgrade, mid-isolation
+      change, moving off a host or drained by a scale-down replaces that disruption at once
+      (``repair``/``requested``); the repair is an emergency and never waits for a planned
+      drain. The one it replaced is not resumed half-way: it starts again from its first step
+      once the repair is done and the node is READY with no disruption (an upgrade or an
+      isolation change finds the node still on the old versions / GPU config and takes it
+      again; a host still draining marks it ``move``/``replacing`` again; a pool still too big
+      removes the repaired node's surplus as usual, unhealthy nodes first). A replaced node
+      leaves the pool, so nothing resumes for it. A repair already requested stands.
+    - **a move wins over planned disruptions** (upgrade, isolation change, scale-down): the
+      node leaves its host anyway, so what was planned for it is dropped (the upgrade and the
+      isolation change go on with the pool's other nodes; the replacement boots with the
+      pool's spec). A move never replaces a repair: a node being repaired starts moving once
+      its repair is done.
+    - the planned disruptions never replace one another: the reconcile step runs one at a time
+      (repair, isolation change, upgrade, in that order) and each takes only nodes with no
+      disruption; a scale-down that is no longer wanted (the pool grew back) uncordons its
+      nodes.
+    - ``deletion`` (the machine is deleted now) never waits and writes nothing over another
+      disruption: the node is released in the same step.
+
+    ``config_state``, ``upgrade_state``, ``repair_state`` and ``move_state`` are the former
+    per-caller fields, now read-only columns PostgreSQL derives from the one sub-state (the
+    step when ``disruption`` is that caller's, else ""), kept for the API, the portal and
+    queries that read them.
     """
 
     tenant_path = "tenant"
@@ -141,22 +190,19 @@ class Node(models.Model):
     #: :func:`nodepools.gpu_config.config_hash` of the GPU config the node runs ("" = the
     #: pool's config when the node was created, before this field existed)
     applied_config = models.CharField(max_length=16, blank=True)
-    #: where the node is in an isolation change: "" (steady), ``draining``,
-    #: ``repartitioning``, ``validating``
-    config_state = models.CharField(max_length=16, blank=True)
     #: what the node's GPUs run, as validated: ``[{"gpu_uuid", "mig_devices": [{"profile",
     #: "start", "size"}], "sharing": ...}]``
     gpu_layout = models.JSONField(default=list, blank=True)
     #: versions the node runs (status): Kubernetes (kubelet) and the NVIDIA driver
     kubernetes_version = models.CharField(max_length=16, blank=True)
     driver_version = models.CharField(max_length=32, blank=True)
-    #: where the node is in an upgrade: "" (steady), ``draining``, ``verifying``,
-    #: ``drain-blocked`` (paused: pods that cannot be evicted), plus when its drain started
-    upgrade_state = models.CharField(max_length=16, blank=True)
-    #: auto-repair: "" (healthy), ``requested`` (reboot|replace in ``repair_action``),
-    #: ``rebooting``, ``replacing`` (released, DELETED, until a READY node takes its place);
-    #: ``repair_reason`` says why (an Xid and its catalog action, NOT_READY)
-    repair_state = models.CharField(max_length=16, blank=True)
+    #: why the node is being disrupted ("" = it is not) and how far it got; the clock of its
+    #: drain (see the class docstring; written only by :mod:`nodepools.disruption`)
+    disruption = models.CharField(max_length=16, choices=Disruption.choices, blank=True)
+    disruption_step = models.CharField(max_length=16, choices=DisruptionStep.choices, blank=True)
+    drain_started_at = models.DateTimeField(null=True, blank=True)
+    #: a repair's details: ``reboot`` | ``replace``, why (an Xid and its catalog action,
+    #: NOT_READY), since when (also: since when the node is NOT_READY, before a repair)
     repair_action = models.CharField(max_length=16, blank=True)
     repair_reason = models.CharField(max_length=200, blank=True)
     repair_requested_at = models.DateTimeField(null=True, blank=True)
@@ -166,11 +212,12 @@ class Node(models.Model):
     replaces = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
-    #: moving off a draining host (nodepools/host_moves.py): "" (not moving), ``replacing``
-    #: (a replacement is placed elsewhere first), ``draining``, ``drain-blocked`` (pods that
-    #: cannot be evicted), ``moved`` (released; kept on the DELETED row for the count)
-    move_state = models.CharField(max_length=16, blank=True)
-    drain_started_at = models.DateTimeField(null=True, blank=True)
+    #: the former per-caller sub-states, derived by PostgreSQL from the one above (read-only:
+    #: the API's ``config_state`` / ``move_state``, the portal, the console)
+    config_state = _derived(Disruption.ISOLATION_CHANGE)
+    upgrade_state = _derived(Disruption.UPGRADE)
+    repair_state = _derived(Disruption.REPAIR)
+    move_state = _derived(Disruption.MOVE)
     #: the observed-state gate (nodepools/observed_gates.py): what the host's agent reports
     #: differently from what the node must run ("" = it agrees or nothing is waited for),
     #: since when the node waits, and the host's inventory count before the last action (a

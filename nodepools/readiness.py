@@ -32,7 +32,7 @@ from datetime import datetime
 from clusters.choices import Phase
 from nvke.conditions import set_condition
 
-from .choices import NodePhase
+from .choices import Disruption, NodePhase
 from .models import Node, NodePool
 
 #: node phases that mean the node is out of service without anyone having asked for it
@@ -126,6 +126,8 @@ def next_look_s(live: list[Node], now: datetime) -> float | None:
     waits = [
         timeout - (now - n.repair_requested_at).total_seconds()
         for n in live
-        if n.phase == NodePhase.NOT_READY and not n.repair_state and n.repair_requested_at
+        if n.phase == NodePhase.NOT_READY
+        and n.disruption != Disruption.REPAIR
+        and n.repair_requested_at
     ]
     return max(min(waits), 1.0) if waits else None

@@ -20,6 +20,8 @@ from nvke.queueing import enqueue_once, send_on_commit
 from reservations.signals import reservation_ended, reservation_ending
 from tenants.signals import collect_usage
 
+from . import disruption
+from .choices import Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .services import request_deletion
 
@@ -99,8 +101,12 @@ def cancel_pool_operation(sender, operation, **kwargs) -> bool:
         return True
     if operation.type == OperationType.UPGRADE_NODES:
         # nodes not yet upgraded go back into service; a node being verified finishes
-        pool.nodes.filter(upgrade_state__in=["draining", "drain-blocked"]).update(
-            upgrade_state="", phase="READY", drain_started_at=None
+        disruption.end_all(
+            pool.nodes.filter(
+                disruption=Disruption.UPGRADE,
+                disruption_step__in=[DisruptionStep.DRAINING, DisruptionStep.DRAIN_BLOCKED],
+            ),
+            phase=NodePhase.READY,
         )
         pool.upgrade = {**pool.upgrade, "state": "cancelled"}
         pool.generation += 1
@@ -193,7 +199,7 @@ def follow_host_readiness(sender, host_id, new_state, **kwargs) -> int:
         pool_ids = set(changed.values_list("nodepool_id", flat=True))
         count = changed.update(phase=NodePhase.NOT_READY, repair_requested_at=timezone.now())
     elif new_state in ("AVAILABLE", "ALLOCATED"):
-        changed = nodes.filter(phase=NodePhase.NOT_READY, repair_state="")
+        changed = nodes.filter(phase=NodePhase.NOT_READY).exclude(disruption=Disruption.REPAIR)
         pool_ids = set(changed.values_list("nodepool_id", flat=True))
         count = changed.update(phase=NodePhase.READY, repair_requested_at=None)
     else:

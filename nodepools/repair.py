@@ -19,7 +19,8 @@ repair the whole pool into (condition ``RepairsPaused``), and while the circuit 
 reason ``CircuitBreakerOpen``) until an operator resumes it.
 
 A replaced node is released first (its machine deleted, its healthy GPUs back to the fleet,
-the unhealthy ones fenced) and keeps ``repair_state`` ``replacing`` on its DELETED row until
+the unhealthy ones fenced) and keeps ``disruption`` ``repair`` at step ``replacing`` on its
+DELETED row until
 the pool has a READY node in its place; meanwhile the pool's condition ``RepairPending`` names
 it. When no capacity is free for the replacement the pool does not fail: it runs short
 (DEGRADED, ``CapacityShort`` and ``RepairPending`` saying what is missing and why), the
@@ -50,7 +51,7 @@ from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions
 
 from . import disruption, observed_gates
-from .choices import LIVE_NODE_PHASES, NodePhase
+from .choices import LIVE_NODE_PHASES, Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .signals import node_repaired
 
@@ -94,11 +95,11 @@ def step_repair(
     """One repair step; None when nothing needs repair (or repairs are paused)."""
     timeout = timedelta(seconds=settings.NVKE_NODE_REPAIR_TIMEOUT_S)
     for node in live:
-        if node.phase == NodePhase.NOT_READY and not node.repair_state:
+        if node.phase == NodePhase.NOT_READY and node.disruption != Disruption.REPAIR:
             since = node.repair_requested_at or now
             if now - since >= timeout:
                 _request(node, "replace", "NOT_READY beyond the repair timeout", since)
-    unhealthy = [n for n in live if n.repair_state]
+    unhealthy = [n for n in live if n.disruption == Disruption.REPAIR]
     # here the pool has all its nodes, none provisioning: a replacement placed is READY
     settled = settle_replacements(pool, now)
     if settled and not unhealthy:
@@ -112,15 +113,17 @@ def step_repair(
         )
         save_conditions(pool, now, ("RepairsPaused", True, "TooManyUnhealthy", message))
         return None
-    node = next((n for n in unhealthy if n.repair_state == "rebooting"), unhealthy[0])
-    if node.repair_state == "requested":
+    node = next(
+        (n for n in unhealthy if n.disruption_step == DisruptionStep.REBOOTING), unhealthy[0]
+    )
+    if node.disruption_step == DisruptionStep.REQUESTED:
         allowed, why = _breaker_allows(pool, node, now)
         if not allowed:
             save_conditions(pool, now, ("RepairsPaused", True, "CircuitBreakerOpen", why))
             return None
     save_conditions(pool, now, ("RepairsPaused", False, "WithinLimit", ""))
     _ensure_operation(pool, len(unhealthy), now)
-    if node.repair_action == "reboot" and node.repair_state == "requested":
+    if node.repair_action == "reboot" and node.disruption_step == DisruptionStep.REQUESTED:
         # the one path, as the emergency it is: no gate, nothing waited for
         backend = disruption.backend_for(provider, spec)
         disruption.drain(node, disruption.policy_for("repair"), backend, now)
@@ -134,16 +137,18 @@ def step_repair(
             node.repair_reason = f"{node.repair_reason}; cannot reboot: {exc}"[:200]
             node.save(update_fields=["repair_action", "repair_reason"])
             return 0.0
-        node.repair_state = "rebooting"
-        node.phase = NodePhase.REPAIRING
-        node.save(update_fields=["repair_state", "phase"])
+        disruption.advance(node, DisruptionStep.REBOOTING, phase=NodePhase.REPAIRING)
         _progress(pool, f"rebooting {node.name}", len(unhealthy), now)
         return REBOOT_S
     if node.repair_action == "reboot":
+        # mid-upgrade (the node's driver is not yet the pool's) a repair that replaced the
+        # upgrade (Node's overlap rule) may reboot either driver: the upgrade verifies it when
+        # it takes the node again; otherwise the pool's driver is expected
+        mid_upgrade = bool(pool.upgrade) and node.driver_version != pool.driver_version
         verdict, problem = observed_gates.gate(
             pool,
             node,
-            observed_gates.expectation(pool, clean=True),
+            observed_gates.expectation(pool, driver="" if mid_upgrade else None, clean=True),
             what="after its repair reboot",
             now=now,
         )
@@ -166,17 +171,12 @@ def step_repair(
         ]
         save_conditions(pool, now, ("NodesVerified", True, "AgentReportsAgree", ""))
         reason = node.repair_reason
-        node.repair_state = node.repair_action = node.repair_reason = ""
+        node.repair_action = node.repair_reason = ""
         node.repair_requested_at = None
-        node.phase = NodePhase.READY
-        node.save(
-            update_fields=[
-                "repair_state",
-                "repair_action",
-                "repair_reason",
-                "repair_requested_at",
-                "phase",
-            ]
+        disruption.end(
+            node,
+            phase=NodePhase.READY,
+            save=["repair_action", "repair_reason", "repair_requested_at"],
         )
         # the host cordon the fault placed is lifted when nothing else holds the host (also
         # on a step run again after the intervals were closed: then it names the node)
@@ -191,7 +191,7 @@ def step_repair(
         _release_for_replacement(pool, node, now)
         node_repaired.send_robust(sender=Node, node=node, action="replace", reason=reason)
         return 0.0  # the operation is DONE once the replacement is READY
-    if not [n for n in live if n.repair_state and n.pk != node.pk]:
+    if not [n for n in live if n.disruption == Disruption.REPAIR and n.pk != node.pk]:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     return 0.0
 
@@ -248,31 +248,32 @@ def _release_for_replacement(pool: NodePool, node: Node, now: datetime) -> None:
     from .reconcile import release_nodes
 
     release_nodes(pool, [node], now, caller="repair")  # an emergency drain, as for a reboot
-    node.repair_state = REPLACING
-    node.save(update_fields=["repair_state"])
+    disruption.advance(node, REPLACING)
     pending = pending_replacements(pool)
     save_conditions(
         pool, now, ("RepairPending", True, "ReplacementPending", _pending_text(pending))
     )
 
 
-#: ``Node.repair_state`` of a released node whose replacement is not READY yet
-REPLACING = "replacing"
+#: the repair step of a released node whose replacement is not READY yet
+REPLACING = DisruptionStep.REPLACING
+#: a released node waiting for its replacement (a queryset filter)
+WAITING_FOR_REPLACEMENT = Q(disruption=Disruption.REPAIR, disruption_step=REPLACING)
 
 #: auto-repair's resync clause (:func:`nodepools.reconcile.resync.nodepools_needing_reconcile`):
 #: a NOT_READY node (replaced after its timeout), a live node marked for repair, or a released
 #: one waiting for its replacement
 RESYNC = (
     Q(nodes__phase=NodePhase.NOT_READY)
-    | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__repair_state__gt="")
-    | Q(nodes__repair_state=REPLACING)
+    | Q(nodes__phase__in=LIVE_NODE_PHASES, nodes__disruption=Disruption.REPAIR)
+    | Q(nodes__disruption=Disruption.REPAIR, nodes__disruption_step=REPLACING)
 )
 
 
 def pending_replacements(pool: NodePool) -> list[Node]:
     """The pool's released nodes whose replacement is not READY yet, oldest first."""
     return list(
-        pool.nodes.filter(phase=NodePhase.DELETED, repair_state=REPLACING).order_by(
+        pool.nodes.filter(WAITING_FOR_REPLACEMENT, phase=NodePhase.DELETED).order_by(
             "released_at", "name"
         )
     )
@@ -329,15 +330,13 @@ def placed_replacements(pool: NodePool, live: list[Node]) -> tuple[list[Node], l
 
 def settle_replacements(pool: NodePool, now: datetime) -> list[str]:
     """The pool has all its nodes READY again: its pending replacements are done
-    (``repair_state`` cleared on their DELETED rows, ``RepairPending`` False). Returns the
+    (their ``repair`` disruption ended on their DELETED rows, ``RepairPending`` False). Returns the
     names of the nodes replaced."""
     pending = pending_replacements(pool)
     if not pending:
         return []
     names = [n.name for n in pending]
-    Node.objects.filter(pk__in=[n.pk for n in pending], repair_state=REPLACING).update(
-        repair_state=""
-    )
+    disruption.end_all(Node.objects.filter(WAITING_FOR_REPLACEMENT, pk__in=[n.pk for n in pending]))
     message = f"replaced {', '.join(names)}: the new node(s) are READY"
     save_conditions(pool, now, ("RepairPending", False, "ReplacementReady", message[:1000]))
     return names
@@ -350,19 +349,24 @@ def _spec(node: Node):
 
 
 def _request(node: Node, action: str, reason: str, at: datetime) -> None:
-    node.repair_state = "requested"
+    """Mark ``node`` for repair: the emergency replaces whatever disruption the node was in
+    (an upgrade, an isolation change, a move, a scale-down), which starts again once the
+    node is back in service (``Node``'s overlap rule)."""
     node.repair_action = action
     node.repair_reason = reason[:200]
     node.repair_requested_at = at
-    node.save(
-        update_fields=["repair_state", "repair_action", "repair_reason", "repair_requested_at"]
+    disruption.start(
+        node,
+        Disruption.REPAIR,
+        DisruptionStep.REQUESTED,
+        save=["repair_action", "repair_reason", "repair_requested_at"],
     )
 
 
 def request_repair(node_id, *, action: str, reason: str, at: datetime) -> bool:
     """Mark a node for repair (idempotent: an earlier request stands). True when marked."""
     node = Node.objects.live().filter(pk=node_id).first()
-    if node is None or node.repair_state:
+    if node is None or node.disruption == Disruption.REPAIR:
         return False
     _request(node, action, reason, at)
     return True

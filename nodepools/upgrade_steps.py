@@ -17,7 +17,7 @@ from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
 from . import disruption, observed_gates
-from .choices import NodePhase
+from .choices import Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
 from .step_result import STOP
@@ -48,14 +48,18 @@ def step_upgrade(
     if not pool.upgrade:
         return None
     target = _target(pool)
-    pending = [n for n in live if _current(n) != target and not n.upgrade_state]
-    busy = [n for n in live if n.upgrade_state]
+    # a node another disruption holds (a repair, a move: Node's overlap rule) is taken once
+    # it is back in service with no disruption; the rollout waits for it
+    pending = [n for n in live if _current(n) != target and not n.disruption]
+    busy = [n for n in live if n.disruption == Disruption.UPGRADE]
+    held_elsewhere = [n for n in live if _current(n) != target and n.disruption and n not in busy]
     total = len([n for n in live if _current(n) != target]) + int(pool.upgrade.get("done", 0))
-    if not pending and not busy:
+    if not pending and not busy and not held_elsewhere:
         return _finish(pool, now)
     if pool.upgrade.get("state") == "failed":
         if not busy:
             return _finish_failed(pool, live, target, now)
+        held_elsewhere = []
         pending = []  # finish the node rolling back, start none
     elif pool.upgrade.get("state") == "cancelled":
         if not busy:  # nodes already upgraded stay upgraded; the rest keep their versions
@@ -76,7 +80,7 @@ def step_upgrade(
                 ]
             )
             return None
-        pending = []  # finish the nodes in flight, start none
+        pending = held_elsewhere = []  # finish the nodes in flight, start none
     elif pool.upgrade.get("state") == "paused":
         return STOP
     # the policy is evaluated once per step: next_window_start answers "now" inside a window
@@ -91,12 +95,15 @@ def step_upgrade(
         progress_operation(pool.id, stage=message, done=_done(pool), total=total, now=now)
         return min((opens - now).total_seconds(), 60.0) if opens else 60.0
     slots = max(int(pool.upgrade.get("max_unavailable") or 0), 1)
+    backend = disruption.backend_for(provider, spec)
     for node in pending[: max(slots - len(busy), 0)]:
-        node.upgrade_state = "draining"
-        node.drain_started_at = now
-        node.phase = NodePhase.DRAINING  # cordoned: no new pods
-        node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
+        try:  # cordoned (DRAINING, no new pods), its drain clock started
+            disruption.cordon(node, backend, now, why=Disruption.UPGRADE)
+        except ProviderError as exc:
+            return _pause(pool, node, f"the infrastructure provider failed: {exc}", [], now)
         busy.append(node)
+    if not busy:  # only nodes another disruption holds are left: look again shortly
+        return DRAIN_POLL_S
     waits: list[float] = []
     held: list[str] = []  # "node: waiting for checkpoint (deadline …)": what holds a drain
     for node in busy:
@@ -132,9 +139,9 @@ def _step_node(
 ) -> float | None:
     """One transition of ``node``'s upgrade; what holds its drain (a gate's reason, or the
     pods waited for until the drain timeout) is added to ``held`` (``"node: reason"``)."""
-    if node.upgrade_state == "drain-blocked":
+    if node.disruption_step == DisruptionStep.DRAIN_BLOCKED:
         return STOP
-    if node.upgrade_state == "draining":
+    if node.disruption_step == DisruptionStep.DRAINING:
         policy = disruption.policy_for(
             "upgrade",
             timeout_s=int(pool.upgrade.get("drain_timeout_s", 600)),
@@ -150,11 +157,10 @@ def _step_node(
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]
         )
-        node.upgrade_state = "verifying"
-        node.drain_started_at = now  # from now: the verification clock
-        node.save(update_fields=["upgrade_state", "drain_started_at"])
+        # from now: the verification clock
+        disruption.advance(node, DisruptionStep.VERIFYING, clock=now)
         return 0.0
-    rolling_back = node.upgrade_state == "rolling-back"
+    rolling_back = node.disruption_step == DisruptionStep.ROLLING_BACK
     wanted = _previous(pool) if rolling_back else target
     what = "after rolling its upgrade back" if rolling_back else "after the upgrade"
     # the driver and NVML are the host agent's to report; the kubelet the provider's
@@ -171,17 +177,8 @@ def _step_node(
         return _rolled_back(pool, node, wanted, now)
     if verdict == observed_gates.OK:
         node.kubernetes_version, node.driver_version = target
-        node.upgrade_state = ""
-        node.drain_started_at = None
-        node.phase = NodePhase.READY  # uncordoned
-        node.save(
-            update_fields=[
-                "kubernetes_version",
-                "driver_version",
-                "upgrade_state",
-                "drain_started_at",
-                "phase",
-            ]
+        disruption.end(  # uncordoned
+            node, phase=NodePhase.READY, save=["kubernetes_version", "driver_version"]
         )
         pool.upgrade = {**pool.upgrade, "done": _done(pool) + 1}
         pool.save(update_fields=["upgrade", "updated_at"])
@@ -220,9 +217,7 @@ def _roll_back(
     provider.upgrade_node(
         spec, node_spec(node), kubernetes_version=previous[0], driver_version=previous[1]
     )
-    node.upgrade_state = "rolling-back"
-    node.drain_started_at = now
-    node.save(update_fields=["upgrade_state", "drain_started_at"])
+    disruption.advance(node, DisruptionStep.ROLLING_BACK, clock=now)
     progress_operation(
         pool.id, stage=f"rolling back {node.name}: {problem}", done=_done(pool),
         total=pool.node_count, now=now,
@@ -233,18 +228,7 @@ def _roll_back(
 def _rolled_back(pool: NodePool, node: Node, previous: tuple[str, str], now: datetime) -> None:
     """The node runs its previous versions again (verified): back in service."""
     node.kubernetes_version, node.driver_version = previous
-    node.upgrade_state = ""
-    node.drain_started_at = None
-    node.phase = NodePhase.READY
-    node.save(
-        update_fields=[
-            "kubernetes_version",
-            "driver_version",
-            "upgrade_state",
-            "drain_started_at",
-            "phase",
-        ]
-    )
+    disruption.end(node, phase=NodePhase.READY, save=["kubernetes_version", "driver_version"])
     return None
 
 
@@ -253,18 +237,14 @@ def _rollback_failed(pool: NodePool, node: Node, problem: str, now: datetime) ->
     replaced on healthy GPUs (auto-repair); the rollout stays failed."""
     from .repair import request_repair
 
-    node.upgrade_state = ""
-    node.drain_started_at = None
-    node.phase = NodePhase.NOT_READY
-    node.save(update_fields=["upgrade_state", "drain_started_at", "phase"])
+    disruption.end(node, phase=NodePhase.NOT_READY)
     request_repair(node.id, action="replace", reason=f"upgrade rollback failed: {problem}", at=now)
     return 0.0
 
 
 def _pause(pool: NodePool, node: Node, why: str, pods: list[str], now: datetime) -> float:
     """Stop the rollout on ``node`` and raise the alert condition ``UpgradeBlocked``."""
-    node.upgrade_state = "drain-blocked"
-    node.save(update_fields=["upgrade_state"])
+    disruption.start(node, Disruption.UPGRADE, DisruptionStep.DRAIN_BLOCKED)
     detail = f": {', '.join(pods)}" if pods else ""
     message = f"node {node.name}: {why}{detail}; resume with force or after fixing it"
     pool.upgrade = {

@@ -33,6 +33,8 @@ from nvke.errors import Conflict, InvalidInput
 from tenants import audit
 from tenants.principal import Principal
 
+from . import disruption
+from .choices import Disruption, DisruptionStep
 from .isolation import validate_driver
 from .models import NodePool
 from .services import enqueue_reconcile
@@ -154,8 +156,12 @@ def resume_upgrade(*, principal: Principal, pool: NodePool, force: bool = False)
         upgrade.update(state="rolling", force_node=blocked_node if force else "", blocked={})
         pool.upgrade = upgrade
         pool.save(update_fields=["upgrade", "updated_at"])
-        pool.nodes.filter(upgrade_state="drain-blocked").update(
-            upgrade_state="draining", drain_started_at=timezone.now()
+        disruption.advance_all(
+            pool.nodes.filter(
+                disruption=Disruption.UPGRADE, disruption_step=DisruptionStep.DRAIN_BLOCKED
+            ),
+            DisruptionStep.DRAINING,
+            clock=timezone.now(),
         )
         from nvke.conditions import set_condition
 

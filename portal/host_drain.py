@@ -18,7 +18,7 @@ from clusters.models import Operation
 from fleet.choices import HostEventKind
 from fleet.models import Host, HostEvent
 from fleet.services import holders_on
-from nodepools.choices import NodePhase
+from nodepools.choices import Disruption, NodePhase
 from nodepools.host_moves import MOVED
 from nodepools.models import Node, NodePool
 from nvke.conditions import get_condition
@@ -102,7 +102,9 @@ def drain_view(host: Host) -> DrainView:
     since = host.drain_requested_at or last_drain_at(host)
     if since is not None:
         moved = list(
-            Node.objects.filter(host=host, move_state=MOVED, released_at__gte=since)
+            Node.objects.filter(
+                host=host, disruption=Disruption.MOVE, disruption_step=MOVED, released_at__gte=since
+            )
             .select_related("tenant", "cluster", "nodepool")
             .order_by("released_at", "name")
         )

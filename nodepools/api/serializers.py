@@ -16,16 +16,24 @@ class NodeSerializer(serializers.ModelSerializer):
     """A node. ``kubernetes_version`` is the kubelet's (the version it booted with, replaced
     once an upgrade is verified against what the kubelet reports); ``driver_version`` is the
     NVIDIA driver its host's agent last reported (``fleet.Host.driver_version``: one place for
-    that fact, not the version the pool asked for), null before the node has a host."""
+    that fact, not the version the pool asked for), null before the node has a host.
+
+    ``disruption`` / ``disruption_step``: why the node is being taken out of service and how
+    far it got ("" when it is not; ``Node``'s docstring). ``config_state`` and ``move_state``
+    are derived from them (the step while the disruption is ``isolation-change`` / ``move``,
+    else ""), as documented before the one sub-state replaced them."""
 
     host = serializers.CharField(source="host.hostname", default=None, read_only=True)
     host_id = serializers.UUIDField(read_only=True)
     driver_version = serializers.CharField(
         source="host.driver_version", default=None, read_only=True
     )
+    config_state = serializers.CharField(read_only=True)
+    move_state = serializers.CharField(read_only=True)
 
     class Meta:
         model = Node
+        read_only_fields = ["disruption", "disruption_step"]
         fields = [
             "id",
             "name",
@@ -39,6 +47,8 @@ class NodeSerializer(serializers.ModelSerializer):
             "driver_version",
             "config_state",
             "move_state",
+            "disruption",
+            "disruption_step",
             "observed_problem",
             "created_at",
             "ready_at",

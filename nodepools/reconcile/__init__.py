@@ -28,10 +28,10 @@ save status, return the requeue delay (None when converged):
    ``NVKE_OBSERVED_STATE_TIMEOUT_S`` the operation FAILS with ``observed_state_mismatch``;
 6. an isolation change (``UPDATE_ISOLATION``): one node at a time whose applied GPU config
    (``Node.applied_config``) differs from the pool's is drained (``DRAINING``), reconfigured
-   (``CORDONED``, ``config_state`` ``validating``) and validated: the provider reports the
-   GPU Operator's state and sharing / vGPU devices, the host's agent what the GPUs run (MIG
-   mode and instances at their placements, a report after the change, waited for up to
-   ``NVKE_OBSERVED_STATE_TIMEOUT_S``); then ``READY`` with ``gpu_layout``. A node
+   (``CORDONED``, disruption ``isolation-change`` at ``validating``) and validated: the
+   provider reports the GPU Operator's state and sharing / vGPU devices, the host's agent what
+   the GPUs run (MIG mode and instances at their placements, a report after the change,
+   waited for up to ``NVKE_OBSERVED_STATE_TIMEOUT_S``); then ``READY`` with ``gpu_layout``. A node
    that fails validation starts a rollback: the pool's previous isolation and GPU config are
    restored and every changed node (the failed one first) goes back the same way, one at a
    time; the operation then FAILS with ``isolation_validation_failed``. A failure while

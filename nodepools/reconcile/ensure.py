@@ -13,7 +13,7 @@ from clusters.providers import get_provider
 from nvke.conditions import save_conditions, set_condition
 
 from .. import disruption, drift, host_moves, readiness
-from ..choices import NodePhase
+from ..choices import Disruption, NodePhase
 from ..models import NodePool
 from ..repair import step_repair
 from ..specs import nodepool_spec
@@ -33,7 +33,7 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return 0.0  # the next step creates their successors
     # nodes moving off a draining host do not count: their replacements are placed first
     hosts = host_moves.mark_moving(pool, live, now)
-    counted = [n for n in live if not n.move_state]
+    counted = [n for n in live if n.disruption != Disruption.MOVE]
     desired = pool.node_count + upgrade_surge(pool, counted)
     short = grow_short = False
     if len(counted) < pool.node_count:
@@ -54,6 +54,10 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         # (surge nodes at the end of an upgrade)
         surplus = disruption.removal_order(counted)[: len(counted) - desired]
         return _drain_then_release(pool, surplus, now)
+    # a scale-down no longer wanted (the pool grew back): its nodes go back into service
+    for node in counted:
+        if node.disruption == Disruption.SCALE_DOWN:
+            disruption.end(node, phase=NodePhase.READY)
     provider = get_provider(pool.cluster.provider)
     spec = nodepool_spec(pool)
     waits, unverified, failed = _bring_up(pool, live, provider, spec, now)

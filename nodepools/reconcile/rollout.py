@@ -14,7 +14,7 @@ from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
 from .. import disruption, observed_gates
-from ..choices import NodePhase
+from ..choices import Disruption, DisruptionStep, NodePhase
 from ..gpu_config import config_hash
 from ..models import Node, NodePool
 from ..specs import node_spec
@@ -33,11 +33,15 @@ def _step_rollout(
 ) -> float | None:
     """One step of an isolation change; None when every node runs the pool's config."""
     desired = config_hash(pool.gpu_config)
-    node = next((n for n in live if n.config_state), None) or next(
-        (n for n in live if n.phase == NodePhase.READY and n.applied_config not in ("", desired)),
-        None,
+    changing = [n for n in live if n.applied_config not in ("", desired)]
+    node = next((n for n in live if n.disruption == Disruption.ISOLATION_CHANGE), None) or next(
+        (n for n in changing if n.phase == NodePhase.READY and not n.disruption), None
     )
     if node is None:
+        # a node another disruption holds (a repair: Node's overlap rule) is taken once it is
+        # back in service; the change waits for it
+        if any(n.disruption for n in changing):
+            return HELD_ELSEWHERE_S
         return None
     stage_prefix = "rollback" if pool.rollout.get("state") == "rolling-back" else "update"
     total = sum(1 for n in live if n.applied_config not in ("", desired)) + _done(pool)
@@ -51,7 +55,8 @@ def _step_rollout(
             log.warning("pool %s: provider error on node %s: %s", pool.id, node.name, exc)
             return PROVIDER_RETRY_S
         message = f"the infrastructure provider failed: {exc}"
-        if not node.config_state and not _done(pool) and pool.rollout.get("state") == "rolling":
+        untouched = node.disruption != Disruption.ISOLATION_CHANGE
+        if untouched and not _done(pool) and pool.rollout.get("state") == "rolling":
             return _abort_rollout(pool, exc.code, message, now)  # no node was touched yet
         return _node_config_failed(pool, node, message, now)
 
@@ -84,6 +89,8 @@ def _abort_rollout(pool: NodePool, code: str, message: str, now: datetime) -> fl
 
 #: back-off after a retryable provider error during a rollout (s)
 PROVIDER_RETRY_S = 5.0
+#: how often a change waiting for a node another disruption holds looks again (s)
+HELD_ELSEWHERE_S = 2.0
 
 
 def _rollout_node(
@@ -98,13 +105,11 @@ def _rollout_node(
 ) -> float:
     """Drain -> reconfigure -> validate, one transition per call (see the module docstring)."""
     backend = disruption.backend_for(provider, spec)
-    if not node.config_state:  # 1. cordon
-        disruption.cordon(node, backend, now)
-        node.config_state = "draining"
-        node.save(update_fields=["config_state"])
+    if node.disruption != Disruption.ISOLATION_CHANGE:  # 1. cordon
+        disruption.cordon(node, backend, now, why=Disruption.ISOLATION_CHANGE)
         _progress(pool, f"{stage_prefix}: draining {node.name}", total, now)
         return 0.0
-    if node.config_state == "draining":  # 2. drain, then repartition / reconfigure
+    if node.disruption_step == DisruptionStep.DRAINING:  # 2. drain, then reconfigure
         policy = disruption.policy_for("isolation-change")
         result = disruption.drain(node, policy, backend, now)
         if not result.drained:
@@ -116,9 +121,7 @@ def _rollout_node(
             return 1.0  # pods that block it are waited for (no timeout: nothing is evicted)
         observed_gates.start_wait(node, now)  # validation needs a report after the change
         provider.apply_node_config(spec, node_spec(node))
-        node.phase = NodePhase.CORDONED
-        node.config_state = "validating"
-        node.save(update_fields=["phase", "config_state"])
+        disruption.advance(node, DisruptionStep.VALIDATING, phase=NodePhase.CORDONED)
         _progress(pool, f"{stage_prefix}: repartitioning {node.name}", total, now)
         return 0.0
     report = provider.node_config_status(spec, node_spec(node), now)  # 3. validate
@@ -140,11 +143,9 @@ def _rollout_node(
     if problem is not None:
         return _node_config_failed(pool, node, problem, now)
     save_conditions(pool, now, _verified([]))
-    node.phase = NodePhase.READY
-    node.config_state = ""
     node.applied_config = desired
     node.gpu_layout = layout
-    node.save(update_fields=["phase", "config_state", "applied_config", "gpu_layout"])
+    disruption.end(node, phase=NodePhase.READY, save=["applied_config", "gpu_layout"])
     pool.rollout["done"] = _done(pool) + 1
     pool.save(update_fields=["rollout", "updated_at"])
     _progress(pool, f"{stage_prefix}: {node.name} validated", total, now)
@@ -163,10 +164,8 @@ def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime)
     message = f"node {node.name} failed validation: {problem}"
     if pool.rollout.get("state") == "rolling-back" or not pool.rollout:
         # the previous config does not come back either: stop, keep the node out of service
-        node.phase = NodePhase.NOT_READY
-        node.config_state = ""
         node.applied_config = UNKNOWN_CONFIG
-        node.save(update_fields=["phase", "config_state", "applied_config"])
+        disruption.end(node, phase=NodePhase.NOT_READY, save=["applied_config"])
         pool.phase = Phase.DEGRADED
         pool.observed_generation = pool.generation
         error = {
@@ -201,8 +200,9 @@ def _node_config_failed(pool: NodePool, node: Node, problem: str, now: datetime)
     pool.save(update_fields=["isolation", "gpu_config", "rollout", "conditions", "updated_at"])
     # the failed node's GPUs are in an unknown state: it is reconfigured first (still drained)
     node.applied_config = UNKNOWN_CONFIG
-    node.config_state = "draining"
-    node.save(update_fields=["applied_config", "config_state"])
+    disruption.start(
+        node, Disruption.ISOLATION_CHANGE, DisruptionStep.DRAINING, save=["applied_config"]
+    )
     _progress(pool, f"rollback: {message}", 1, now)
     return 0.0
 

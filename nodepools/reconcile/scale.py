@@ -19,7 +19,7 @@ from clusters.providers.base import InsufficientCapacity
 from nvke.conditions import get_condition, save_conditions, set_condition
 
 from .. import disruption, host_moves, observed_gates
-from ..choices import NodePhase
+from ..choices import Disruption, NodePhase
 from ..gpu_config import config_hash
 from ..models import Node, NodePool
 from ..repair import (
@@ -179,7 +179,7 @@ def _release_replaced(pool: NodePool, live: list[Node], now: datetime) -> bool:
     go back to the fleet; the pool then scales back up with new nodes, placed afresh (maybe
     on another host), which take over the replacement machines. Condition
     ``MachinesReplaced`` says which and why. True when any was released."""
-    steady = [n for n in live if n.phase == NodePhase.READY and not n.upgrade_state]
+    steady = [n for n in live if n.phase == NodePhase.READY and n.disruption != Disruption.UPGRADE]
     if not steady:
         return False
     provider = get_provider(pool.cluster.provider)

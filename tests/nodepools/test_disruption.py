@@ -103,7 +103,7 @@ def test_removal_order_takes_unhealthy_nodes_first_then_the_newest(pool):
         newest.name,
         middle.name,
     ]
-    oldest.phase, middle.repair_state = "READY", "requested"
+    oldest.phase, middle.disruption, middle.disruption_step = "READY", "repair", "requested"
     assert removal_order([oldest, middle, newest])[0] is middle
 
 
