@@ -34,14 +34,17 @@ from .specs import nodepool_spec
 CONDITION = "AddonsApplied"
 
 
-def sync_cluster_addons(cluster_id: uuid.UUID | str) -> dict[uuid.UUID, str] | None:
+def sync_cluster_addons(cluster_id: uuid.UUID | str, cluster=None) -> dict[uuid.UUID, str] | None:
     """Apply the add-ons of every live pool of the cluster through its provider; returns the
-    API's refusals by pool id, or None where the provider applies none this way. Raises
-    :class:`clusters.providers.base.ProviderError` when the API does not answer."""
+    API's refusals by pool id, or None where the provider applies none this way. ``cluster``:
+    the Cluster row when the caller holds it (the node pool reconciler does: no query for a
+    provider that applies none). Raises :class:`clusters.providers.base.ProviderError` when
+    the API does not answer."""
     from clusters.models import Cluster
     from clusters.specs import cluster_spec
 
-    cluster = Cluster.objects.get(pk=cluster_id)
+    if cluster is None:
+        cluster = Cluster.objects.get(pk=cluster_id)
     provider = get_provider(cluster.provider)
     if not provider.applies_addons:
         return None

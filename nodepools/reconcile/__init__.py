@@ -149,7 +149,7 @@ def _sync_addons(pool: NodePool, now: datetime, delay: float | None) -> float | 
     """Apply the cluster's pools' add-ons; record the stepped pool's outcome; the delay,
     shortened while the API did not answer or refused one of the pool's objects."""
     try:
-        refused = addons.sync_cluster_addons(pool.cluster_id)
+        refused = addons.sync_cluster_addons(pool.cluster_id, pool.cluster)
     except ProviderError as exc:
         log.warning("node pool %s: the cluster's GPU add-ons not applied: %s", pool.id, exc)
         return min(delay if delay is not None else SYNC_RETRY_S, SYNC_RETRY_S)
