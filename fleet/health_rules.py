@@ -204,15 +204,23 @@ def key_of(signal: str, xid: int | None) -> str:
 
 
 def parse_key(key: str) -> tuple[str, int | None]:
-    """``(signal, xid)`` of a rule key; ValueError for a key naming no rule."""
+    """``(signal, xid)`` of a rule key; ValueError for a key naming no rule. One spelling per
+    rule (``fallen-off-bus``, ``xid-79``): ``fallen_off_bus`` or ``xid-079`` are refused naming
+    the key, so a PUT can never store under a key a GET does not find."""
     if key.startswith("xid-"):
         code = key[4:]
-        if not code.isdigit() or int(code) > MAX_XID:
+        if not code.isascii() or not code.isdigit() or int(code) > MAX_XID:
             raise ValueError(f"an Xid rule's key is xid-<code 0..{MAX_XID}>: {key!r}")
+        if code != str(int(code)):
+            raise ValueError(f"no such health rule: {key!r} (the rule's key is xid-{int(code)})")
         return HealthSignal.XID, int(code)
     signal = key.replace("-", "_")
     if signal not in HealthSignal.values or signal == HealthSignal.XID:
         raise ValueError(f"no such health rule: {key!r}")
+    if key != signal.replace("_", "-"):
+        raise ValueError(
+            f"no such health rule: {key!r} (the rule's key is {signal.replace('_', '-')})"
+        )
     return signal, None
 
 
@@ -652,8 +660,8 @@ def save_rule(key: str, values: Mapping[str, Any], *, actor: str) -> Rule:
     with transaction.atomic():
         before = effective_rules().get(key)
         row = HealthRule.objects.select_for_update().filter(signal=signal, xid=xid).first()
-        if row is None:
-            row = HealthRule(signal=signal, xid=xid, version=0)
+        if row is None:  # versions go on where a deleted rule's left off
+            row = HealthRule(signal=signal, xid=xid, version=_last_version(key))
         for name in RULE_FIELDS:
             setattr(row, name, list(values[name]) if name == "ladder" else values[name])
         row.version += 1
@@ -669,6 +677,18 @@ def save_rule(key: str, values: Mapping[str, Any], *, actor: str) -> Rule:
             after=_snapshot(after),
         )
     return after
+
+
+def _last_version(key: str) -> int:
+    """The highest version rule ``key`` ever had (0: never stored), from the audit log, which
+    keeps every save and delete with the rule before and after: a rule deleted and stored
+    again never reuses a version its firings (``HealthRuleFiring.rule_version``) may name."""
+    from tenants.models import AuditEvent
+
+    snapshots = AuditEvent.objects.filter(target_type="health_rule", target_id=key).values_list(
+        "before", "after"
+    )
+    return max((int((s or {}).get("version") or 0) for pair in snapshots for s in pair), default=0)
 
 
 def delete_rule(key: str, *, actor: str) -> Rule | None:

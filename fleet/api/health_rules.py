@@ -119,7 +119,7 @@ def _key(key: str) -> str:
     try:
         health_rules.parse_key(key)
     except ValueError as exc:
-        raise NotFound() from exc
+        raise NotFound(str(exc)) from exc
     return key
 
 

@@ -12,7 +12,15 @@ import pytest
 
 from clusters.providers import simhosts
 from fleet import health_rules
-from fleet.models import Gpu, GpuHealthInterval, HealthRule, HealthRuleFiring, Host, HostEvent
+from fleet.models import (
+    Gpu,
+    GpuHealthInterval,
+    HealthRule,
+    HealthRuleFiring,
+    Host,
+    HostEvent,
+    XidEvent,
+)
 from fleet.placeable import placeable_gpus_q
 from tests.fleet.test_agent_ingest import A10G, agent, report  # noqa: F401  (fixture)
 
@@ -302,6 +310,25 @@ def test_a_simulated_gpu_that_falls_off_the_bus_is_reported_lost_like_a_real_one
     assert simhosts.report_in_process(host)
     lost.refresh_from_db()
     assert (lost.missing_since, lost.health) == (None, "HEALTHY")
+
+
+def test_manage_py_simulate_xid_fall_off_bus_loses_the_gpu_until_the_host_reboots(make_host):
+    """What an operator types to try a ``fallen-off-bus`` rule (a fresh-user trial found no
+    way short of ``manage.py shell``): the Xid is logged and the GPU reported lost."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    host = make_host("h100-sxm5-80gb", gpus=2, hostname="lost-02")
+    lost, other = Gpu.objects.filter(host=host).order_by("index")
+    out = StringIO()
+    call_command("simulate", "xid", lost.uuid, "79", "--fall-off-bus", stdout=out)
+    assert "(fallen off the bus until the host reboots)" in out.getvalue()
+    lost.refresh_from_db()
+    assert (lost.health_counters["gpu_is_lost"], lost.missing_since is not None) == (True, True)
+    assert list(XidEvent.objects.filter(gpu_uuid=lost.uuid).values_list("xid", flat=True)) == [79]
+    assert simhosts.read(host.id)["gpus"][1].get("lost") is None  # only that GPU
+    assert Gpu.objects.get(pk=other.pk).health_counters.get("gpu_is_lost") is False
 
 
 NVML_DOWN = {

@@ -66,6 +66,23 @@ def test_an_override_is_stored_versioned_audited_and_deleting_it_restores_the_de
         .values_list("action", flat=True)
     ) == ["health_rule.save", "health_rule.save", "health_rule.delete"]
     assert operator.delete(f"{URL}/xid-48").status_code == 404  # nothing stored any more
+    # stored again: version 3, never a version the deleted rule (and its firings) had
+    assert operator.put(f"{URL}/xid-48", RULE, format="json").json()["version"] == 3
+
+
+def test_a_rule_has_one_key_spelling(operator, catalog):
+    """``fallen_off_bus`` (the signal's name) and ``xid-079`` are not rule keys: a PUT under
+    them stored the rule that ``fallen-off-bus`` / ``xid-79`` GETs read while a GET of the same
+    spelling answered 404 (a fresh-user trial)."""
+    rule = {**RULE, "condition": "GpuFellOffBus", "ladder": ["node_reboot"]}
+    for key, canonical in (("fallen_off_bus", "fallen-off-bus"), ("xid-079", "xid-79")):
+        response = operator.put(f"{URL}/{key}", rule, format="json")
+        assert response.status_code == 404, key
+        assert f"the rule's key is {canonical}" in response.json()["detail"]
+        assert operator.get(f"{URL}/{key}").status_code == 404
+    assert not HealthRule.objects.exists()
+    assert operator.put(f"{URL}/fallen-off-bus", rule, format="json").status_code == 200
+    assert operator.get(f"{URL}/fallen-off-bus").json()["condition"] == "GpuFellOffBus"
 
 
 @pytest.mark.parametrize(

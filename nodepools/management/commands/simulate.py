@@ -11,7 +11,10 @@ function of ``POST /api/v1/agent/reports``).
 * ``simulate fault HOST NAME`` (``--clear`` removes it) — the host disobeys from now on
   (``mig-manager-wedged``, ``driver-not-taken``, ``reboot-leaves-remap-pending`` …);
 * ``simulate xid GPU_UUID XID`` (``--remap-pending``: the error leaves a row remap pending,
-  which only a GPU reset clears) — the GPU's driver logs an Xid; the agent reports it;
+  which only a GPU reset clears; ``--fall-off-bus``: the GPU falls off the bus with it, as with
+  Xid 79 — NVML answers NVML_ERROR_GPU_IS_LOST for it and the agent lists it lost
+  (``health.gpu_is_lost``) until the host reboots) — the GPU's driver logs an Xid; the agent
+  reports it;
 * ``simulate drain-blockers NODE_NAME "default/trainer-0 (PDB trainer allows 0 disruptions)"``
   — pods on a node that cannot be evicted (``--clear`` removes them); a node upgrade then pauses
   on that node once its ``drain_timeout_s`` passes.
@@ -46,6 +49,11 @@ class Command(BaseCommand):
         xid.add_argument("gpu_uuid")
         xid.add_argument("xid", type=int)
         xid.add_argument("--remap-pending", action="store_true", help="leaves a row remap pending")
+        xid.add_argument(
+            "--fall-off-bus",
+            action="store_true",
+            help="the GPU falls off the bus with it (lost to NVML until the host reboots)",
+        )
         blockers = sub.add_parser("drain-blockers", help="pods that block a node's drain")
         blockers.add_argument("node")
         blockers.add_argument("pods", nargs="*")
@@ -66,13 +74,19 @@ class Command(BaseCommand):
             gpu = Gpu.objects.select_related("host").filter(uuid=options["gpu_uuid"]).first()
             if gpu is None:
                 raise CommandError(f"no GPU {options['gpu_uuid']!r}")
-            pending = options["remap_pending"]
-            event = simhosts.change(
-                gpu.host,
-                lambda s: simhosts.add_xid(s, gpu.uuid, options["xid"], remap_pending=pending),
-            )
-            done = f"Xid {options['xid']} on {gpu.uuid}" + (
-                " (row remap pending)" if pending else ""
+            pending, lost = options["remap_pending"], options["fall_off_bus"]
+
+            def xid(state):
+                event = simhosts.add_xid(state, gpu.uuid, options["xid"], remap_pending=pending)
+                if lost:
+                    simhosts.lose_gpu(state, gpu.uuid)
+                return event
+
+            event = simhosts.change(gpu.host, xid)
+            done = (
+                f"Xid {options['xid']} on {gpu.uuid}"
+                + (" (row remap pending)" if pending else "")
+                + (" (fallen off the bus until the host reboots)" if lost else "")
             )
             self._reported(gpu.host, done, events_after=event["id"] - 1)
         else:
