@@ -72,14 +72,23 @@ def record_cordon(
 
 
 def allow_automatic_cordon(
-    *, target: str, gpu_model: str, pool_id: Any, pool_size: int, actor: str, now: datetime
+    *,
+    target: str,
+    gpu_model: str,
+    pool_id: Any,
+    pool_size: int,
+    actor: str,
+    now: datetime,
+    pool_label: str = "",
 ) -> tuple[bool, str]:
     """May automation cordon ``target`` now? ``(True, "")`` — and the cordon is counted — or
     ``(False, why)`` when a breaker of its pool or GPU model is open or this cordon would
-    exceed a budget (which opens that breaker)."""
+    exceed a budget. Every budget it would exceed opens its breaker at once (so an operator
+    sees, and resumes, all of them together rather than one after another); ``why`` names
+    each. ``pool_label`` ("tenant/cluster/pool") names the pool in the reason."""
     scopes: list[tuple[str, Q, int, str]] = []
     if pool_id is not None:
-        what = f"node pool ({pool_size} nodes)"
+        what = f"node pool {pool_label + ' ' if pool_label else ''}({pool_size} nodes)"
         scopes.append((pool_scope(pool_id), Q(pool_id=pool_id), pool_size, what))
     if gpu_model:
         hosts = Host.objects.filter(gpu_model_id=gpu_model).exclude(state=HostState.RETIRED)
@@ -92,6 +101,7 @@ def allow_automatic_cordon(
             trip = open_trip(scope)
             if trip is not None:
                 return False, trip.reason
+        reasons = []
         for scope, filt, size, what in scopes:
             used, limit = _counted(scope, filt, now), budget(size)
             if used + 1 > limit:
@@ -106,7 +116,9 @@ def allow_automatic_cordon(
                         BreakerTrip.objects.create(scope=scope, tripped_at=now, reason=reason)
                 except IntegrityError:  # another worker opened it first
                     pass
-                return False, reason
+                reasons.append(reason)
+        if reasons:
+            return False, "; ".join(reasons)
         record_cordon(
             target=target, gpu_model=gpu_model, pool_id=pool_id, actor=actor, automatic=True,
             now=now,

@@ -213,6 +213,7 @@ def _breaker_allows(pool: NodePool, node: Node, now: datetime) -> tuple[bool, st
         pool_size=pool.node_count,
         actor="system:auto-repair",
         now=max(now, since),
+        pool_label=f"{pool.cluster.name}/{pool.name}",
     )
 
 

@@ -51,9 +51,11 @@ def test_the_second_automatic_cordon_in_a_20_node_pool_waits_for_the_operator(ma
     assert (second.phase, second.repair_state) == ("READY", "requested")  # not cordoned
     paused = condition(pool_id, "RepairsPaused")
     assert (paused["status"], paused["reason"]) == ("True", "CircuitBreakerOpen")
+    pool = NodePool.objects.select_related("cluster").get(pk=pool_id)
     assert paused["message"].startswith(
-        "circuit breaker open for the node pool (20 nodes): 1 cordon(s) by automation or "
-        "operators in the last 3600 s, the budget is 1 (max(1, floor(0.05 x 20)))"
+        f"circuit breaker open for the node pool {pool.cluster.name}/{pool.name} (20 nodes): "
+        "1 cordon(s) by automation or operators in the last 3600 s, the budget is 1 "
+        "(max(1, floor(0.05 x 20)))"
     )
     trip = BreakerTrip.objects.get()
     assert (trip.scope, trip.resumed_at) == (f"pool:{pool_id}", None)
@@ -91,3 +93,30 @@ def test_an_operator_drain_counts_against_the_budget_and_is_never_blocked(make_h
     )
     assert not allowed
     assert why.startswith("circuit breaker open for the a10g fleet (2 hosts): 1 cordon(s)")
+
+
+def test_a_cordon_over_both_budgets_opens_both_breakers_at_once(make_host):
+    """A pool of 2 nodes on a 2-host model fleet: each budget is max(1, floor(0.05 x 2)) = 1,
+    so the second automatic cordon exceeds both. Both breakers open with that one refusal,
+    which names both (a fresh-user trial resumed the pool's breaker and then found the model's
+    opened 20 s later)."""
+    now = timezone.now()
+    pool_id = "7a55e4a0-0000-4000-8000-000000000001"
+    make_host("a10g", gpus=1, hostname="both-1")
+    make_host("a10g", gpus=1, hostname="both-2")
+    args = dict(gpu_model="a10g", pool_id=pool_id, pool_size=2, actor="auto", now=now)
+    assert breaker.allow_automatic_cordon(target="node n1", **args) == (True, "")
+    allowed, why = breaker.allow_automatic_cordon(target="node n2", pool_label="c/p", **args)
+    assert not allowed
+    assert sorted(BreakerTrip.objects.values_list("scope", flat=True)) == [
+        "model:a10g",
+        f"pool:{pool_id}",
+    ]
+    first, second = why.split("; circuit breaker open for the ")
+    assert first.startswith("circuit breaker open for the node pool c/p (2 nodes): 1 cordon(s)")
+    assert second.startswith("a10g fleet (2 hosts): 1 cordon(s)")
+    # resuming both lets the next cordon through (the counts start afresh)
+    for scope in ("model:a10g", f"pool:{pool_id}"):
+        breaker.resume(scope, actor="user:ops", now=now)
+    later = timezone.now()
+    assert breaker.allow_automatic_cordon(target="node n2", **{**args, "now": later}) == (True, "")
