@@ -332,6 +332,79 @@ def pools_upgrade(
     _accepted(client, client.json("POST", path, json=body), wait, timeout)
 
 
+REQUEST_COLUMNS = ["id", "state", "reason", "nodes", "deadline", "acknowledged_via"]
+
+
+@pools_app.command("disruption-hook")
+def pools_disruption_hook(
+    ctx: typer.Context,
+    cluster: str,
+    pool: str,
+    deadline: Annotated[
+        int | None,
+        typer.Option(
+            "--deadline",
+            help="seconds a planned disruption waits for your checkpoint (default 600; the "
+            "operator sets the maximum)",
+        ),
+    ] = None,
+    remove: Annotated[bool, typer.Option("--remove", help="detach the hook")] = False,
+) -> None:
+    """Show, set (--deadline) or remove (--remove) the pool's disruption hook: before a planned
+    disruption NVKE cordons the node, asks (webhook event nodepool.disruption.requested) and
+    waits for an ack or the deadline."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    path = f"clusters/{found['cluster_id']}/nodepools/{found['id']}/disruption-hook"
+    if remove:
+        client.request("DELETE", path)
+        out.print(f"node pool {found['name']}: no disruption hook")
+        return
+    if deadline is not None:
+        hook = client.json("PUT", path, json={"checkpoint_deadline_s": deadline})
+    else:
+        hook = client.json("GET", path)
+    if hook:
+        out.print(
+            f"node pool {found['name']}: planned disruptions wait up to "
+            f"{hook['checkpoint_deadline_s']} s for a checkpoint ack"
+        )
+    else:
+        out.print(f"node pool {found['name']}: no disruption hook")
+
+
+@pools_app.command("disruption-requests")
+def pools_disruption_requests(
+    ctx: typer.Context, cluster: str, pool: str, output: Output = Format.table
+) -> None:
+    """The pool's disruption requests (the asks before planned disruptions), newest first."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    rows = client.list_all(
+        f"clusters/{found['cluster_id']}/nodepools/{found['id']}/disruption-requests"
+    )
+    shown = [{**r, "nodes": ",".join(r.get("nodes") or [])} for r in rows]
+    emit(shown, REQUEST_COLUMNS, output, raw=rows)
+
+
+@pools_app.command("ack")
+def pools_ack(
+    ctx: typer.Context,
+    cluster: str,
+    pool: str,
+    request_id: Annotated[str, typer.Argument(help="the disruption request's id")],
+) -> None:
+    """Acknowledge a disruption request: your workload has checkpointed, the drain goes on."""
+    client = _client(ctx)
+    found = _pool(client, _cluster(client, cluster), pool)
+    path = (
+        f"clusters/{found['cluster_id']}/nodepools/{found['id']}/disruption-requests/"
+        f"{request_id}/ack"
+    )
+    done = client.json("POST", path)
+    out.print(f"disruption request {done['id']}: {done['state']}")
+
+
 @pools_app.command("delete")
 def pools_delete(
     ctx: typer.Context, cluster: str, pool: str, wait: Wait = False, timeout: Timeout = 600

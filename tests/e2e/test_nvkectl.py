@@ -209,3 +209,65 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     ran = iter(nvkectl.history)
     for command in tour:
         assert any(done == command for done in ran), f"docs command not run: {command}"
+
+
+def test_the_checkpoint_flow_from_nvkectl(live_server, owner, make_host, tenant_a, nvkectl):
+    """A tenant attaches a disruption hook, lists the request a planned drain made and
+    acknowledges it, all with nvkectl (a fresh-user trial had to use curl for each): the
+    request is acknowledged through the API and the drain goes on at its next look."""
+    from django.utils import timezone
+
+    from nodepools import disruption
+    from nodepools.models import DisruptionRequest, Node, NodePool
+    from tenants.services import create_api_key
+    from tests.helpers import running_h100_pool
+    from tests.nodepools.test_checkpoints import Recording
+
+    running_h100_pool(owner, make_host, hosts=1, nodes=1)
+    key = create_api_key(tenant=tenant_a, name="ctl", role="owner")[1]
+    nvkectl("config", "set-context", "t", "--server", live_server.url, "--api-key", key)
+
+    assert "no disruption hook" in nvkectl("nodepools", "disruption-hook", "c1", "h100").stdout
+    said = nvkectl("nodepools", "disruption-hook", "c1", "h100", "--deadline", "300").stdout
+    assert "wait up to 300 s for a checkpoint ack" in said
+    pool = NodePool.objects.get(name="h100")
+    assert pool.disruption_hook == {"checkpoint_deadline_s": 300}
+    too_long = nvkectl(
+        "nodepools", "disruption-hook", "c1", "h100", "--deadline", "99999", expect=1
+    )
+    assert "checkpoint_deadline_s" in too_long.stderr
+
+    # a planned drain (scale-down's policy) asks first: one request, waiting
+    (node,) = Node.objects.filter(nodepool=pool)
+    held = disruption.drain(
+        node, disruption.policy_for("scale-down"), Recording(pool), timezone.now()
+    )
+    assert held.gated
+    (request,) = DisruptionRequest.objects.filter(nodepool=pool)
+    listed = json.loads(
+        nvkectl("nodepools", "disruption-requests", "c1", "h100", "-o", "json").stdout
+    )
+    assert [(r["id"], r["state"], r["nodes"]) for r in listed] == [
+        (str(request.id), "waiting", [node.name])
+    ]
+    table = nvkectl("nodepools", "disruption-requests", "c1", "h100").stdout
+    assert str(request.id) in table and "waiting" in table and node.name in table
+
+    said = nvkectl("nodepools", "ack", "c1", "h100", str(request.id)).stdout
+    assert f"disruption request {request.id}: acknowledged" in said
+    request.refresh_from_db()
+    assert (request.acknowledged_via, request.acknowledged_by.startswith("apikey:")) == (
+        "api",
+        True,
+    )
+    node.refresh_from_db()
+    assert not disruption.drain(
+        node, disruption.policy_for("scale-down"), Recording(pool), timezone.now()
+    ).gated  # the drain goes on
+
+    assert (
+        "no disruption hook"
+        in nvkectl("nodepools", "disruption-hook", "c1", "h100", "--remove").stdout
+    )
+    pool.refresh_from_db()
+    assert pool.disruption_hook == {}
