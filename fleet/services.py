@@ -716,9 +716,9 @@ def drain_host(
     what is done and what is pending, in nodes. The drain counts against its GPU model's
     circuit-breaker budget (:mod:`fleet.breaker`) but is never refused by it.
 
-    A drain that would leave a pool on an ACTIVE reservation short (no other host for its
-    nodes, :mod:`nodepools.commitments`) is refused unless ``force`` or the host is failing
-    (:func:`_check_commitments`: audited, the tenants told).
+    A drain that would leave a pool short — no other host for its nodes, whether or not it
+    draws on an ACTIVE reservation (:mod:`nodepools.commitments`) — is refused unless
+    ``force`` or the host is failing (:func:`_check_commitments`: audited, the tenants told).
 
     Raises InvalidInput ``invalid_drain_target`` / Conflict ``invalid_host_state`` /
     Conflict ``commitment_would_break`` (``commitments``: what would break).
@@ -804,7 +804,7 @@ def _check_commitments(host: Host, holder_ids: list, *, actor: str, force: bool)
 
     Nothing: []. Otherwise, a drain neither forced nor an emergency (the host
     :data:`EMERGENCY_STATES`) raises Conflict ``commitment_would_break`` naming each
-    reservation, pool and what is missing; a forced or emergency drain goes ahead, audited
+    pool (and reservation) and what is missing; a forced or emergency drain goes ahead, audited
     (``host.drain.commitment_broken``, one event per broken commitment, in this transaction), and
     :data:`fleet.signals.commitments_broken` is sent on commit (the tenants' webhook event).
     """
@@ -834,8 +834,8 @@ def _check_commitments(host: Host, holder_ids: list, *, actor: str, force: bool)
         audit.record(
             actor=actor,
             action="host.drain.commitment_broken",
-            target_type="reservation",
-            target_id=b.reservation_id,
+            target_type="reservation" if b.reservation_id else "nodepool",
+            target_id=b.reservation_id or b.nodepool_id,
             tenant_id=b.tenant_id,
             after={"host": host.hostname, "why": why, **b.as_dict()},
         )

@@ -36,8 +36,8 @@ enqueue work (``transaction.on_commit`` + a task) rather than do it inline.
     A question, not news: sent *inside* :func:`fleet.services.drain_host`'s transaction,
     before anything is written, with ``host_id`` and ``holder_ids``. Each receiver returns a
     list of :class:`BrokenCommitment` — what the drain would break (``nodepools`` answers for
-    pools on ACTIVE reservations, :mod:`nodepools.commitments`). A drain that would break one
-    is refused unless forced or the host is failing (an emergency).
+    every pool whose nodes would have no other host, :mod:`nodepools.commitments`). A drain
+    that would break one is refused unless forced or the host is failing (an emergency).
 
 ``commitments_broken``
     A drain went ahead although it breaks commitments (``force``, or an emergency drain of a
@@ -56,24 +56,36 @@ from django.dispatch import Signal
 
 @dataclass(frozen=True)
 class BrokenCommitment:
-    """What taking a host out of service breaks: ``kind`` (``"reservation"``), the tenant,
-    the reservation and node pool (ids and names) and ``missing`` in words with counts."""
+    """What taking a host out of service breaks, for one node pool.
+
+    ``kind``: ``"reservation"`` (a pool on an ACTIVE reservation would run short of what was
+    reserved) or ``"no_replacement"`` (a pool's node would leave with no host to take its
+    place). The tenant, the node pool and its cluster (ids and names), the reservation (id and
+    name; ``None`` and ``""`` for ``no_replacement``) and ``missing`` in words with counts."""
 
     kind: str
     tenant_id: uuid.UUID
-    reservation_id: uuid.UUID
+    reservation_id: uuid.UUID | None
     reservation_name: str
     nodepool_id: uuid.UUID
     nodepool_name: str
     missing: str
+    cluster_name: str = ""
 
-    def as_dict(self) -> dict[str, str]:
-        """JSON-ready (ids as strings)."""
-        return {k: str(v) for k, v in asdict(self).items()}
+    def as_dict(self) -> dict[str, str | None]:
+        """JSON-ready (ids as strings, no reservation as ``None``)."""
+        return {k: None if v is None else str(v) for k, v in asdict(self).items()}
 
     def __str__(self) -> str:
-        name = self.reservation_name or str(self.reservation_id)
-        return f"reservation {name} (node pool {self.nodepool_name}): {self.missing}"
+        pool = (
+            f"node pool {self.cluster_name}/{self.nodepool_name}"
+            if self.cluster_name
+            else f"node pool {self.nodepool_name}"
+        )
+        if self.kind == "reservation":
+            name = self.reservation_name or str(self.reservation_id)
+            return f"reservation {name} ({pool}): {self.missing}"
+        return f"{pool}: {self.missing}"
 
 
 gpu_health_changed = Signal()

@@ -1,8 +1,9 @@
 """What taking a host out of service would break: the commitments of the node pools on it.
 
-A pool drawing on an ACTIVE reservation was promised its GPUs for the reservation's window. A
-host drain moves its nodes elsewhere (:mod:`nodepools.host_moves`); when no other host of the
-reservation's scope can take them, the pool would run short of what was reserved. That is
+A host drain moves its nodes elsewhere (:mod:`nodepools.host_moves`). When no other host can
+take a pool's nodes, the pool would run short: of what was reserved, for a pool drawing on an
+ACTIVE reservation (promised its GPUs for the reservation's window), or of the size the tenant
+asked for, for any other pool (a node removed with no replacement). That is
 refused up front (409 ``commitment_would_break``, :func:`fleet.services.drain_host`) unless the
 operator says ``force`` (audited, and sent to the tenant as the webhook event
 ``commitment.broken``). A failing host (``NOT_READY``/``FAILED``) is an emergency: its drain is
@@ -47,47 +48,49 @@ def _replacements_fit(pool, count: int, host_id: uuid.UUID) -> bool:
 def broken_by_host_drain(
     host_id: uuid.UUID, holder_ids: Iterable[uuid.UUID], now: datetime | None = None
 ) -> list[BrokenCommitment]:
-    """The reservation commitments a drain of ``host_id`` would break.
+    """What a drain of ``host_id`` would break, one :class:`~fleet.signals.BrokenCommitment`
+    per node pool; empty when nothing would.
 
-    For each live pool on an ACTIVE reservation with nodes among ``holder_ids``: the nodes it
-    would then lack (its ``node_count`` less its live nodes on other hosts — a defragmentation
-    move's replacement placed before the drain counts) must fit on the fleet's other hosts;
-    otherwise one :class:`~fleet.signals.BrokenCommitment` names the reservation, the pool and
-    what is missing (``2 of 4 node(s) (16 GPU(s)) have no other … host in us-east-1``).
-    Empty when nothing would break."""
+    For each live pool with nodes among ``holder_ids``, the nodes it would then lack (its
+    ``node_count`` less its live nodes on other hosts — a defragmentation move's replacement
+    placed before the drain and surge nodes count) must fit on the fleet's other hosts (a
+    what-if run of the placement planner). When they do not, the pool is named with what is
+    missing (``2 of 4 node(s) (16 GPU(s)) have no other … host in us-east-1``): as
+    ``reservation`` when it draws on an ACTIVE reservation (the reservation is named too),
+    otherwise as ``no_replacement`` (its nodes would leave with nothing to take their place).
+    """
     now = now or timezone.now()
     nodes = (
         Node.objects.live()
-        .filter(pk__in=list(holder_ids), nodepool__reservation__isnull=False)
+        .filter(pk__in=list(holder_ids))
         .exclude(nodepool__phase__in=GONE_PHASES)
         .select_related("nodepool__reservation", "nodepool__cluster")
     )
     on_host = Counter(n.nodepool for n in nodes)
     broken: list[BrokenCommitment] = []
-    for pool, count in sorted(on_host.items(), key=lambda kv: kv[0].name):
+    for pool, count in sorted(on_host.items(), key=lambda kv: (kv[0].cluster.name, kv[0].name)):
         reservation = pool.reservation
-        if not reservation.is_active(now):
-            continue
-        # nodes elsewhere already (a defragmentation move's replacement placed before the
-        # drain, surge nodes) count: only what the pool would then lack needs a host
+        if reservation is not None and not reservation.is_active(now):
+            reservation = None
         elsewhere = Node.objects.live().filter(nodepool=pool).exclude(host_id=host_id).count()
         missing = min(count, pool.node_count - elsewhere)
         if missing <= 0 or _replacements_fit(pool, missing, host_id):
             continue
+        where = (reservation.zone if reservation else "") or pool.cluster.region
         what = (
             f"{missing} of {pool.node_count} node(s) ({missing * pool.gpus_per_node} GPU(s)) "
-            f"have no other {pool.gpu_model_id} host in "
-            f"{reservation.zone or pool.cluster.region}"
+            f"have no other {pool.gpu_model_id} host in {where}"
         )
         broken.append(
             BrokenCommitment(
-                kind="reservation",
+                kind="reservation" if reservation else "no_replacement",
                 tenant_id=pool.tenant_id,
-                reservation_id=reservation.id,
-                reservation_name=reservation.name,
+                reservation_id=reservation.id if reservation else None,
+                reservation_name=reservation.name if reservation else "",
                 nodepool_id=pool.id,
                 nodepool_name=pool.name,
                 missing=what,
+                cluster_name=pool.cluster.name,
             )
         )
     return broken

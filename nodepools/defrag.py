@@ -350,6 +350,8 @@ def _start_step(run: DefragRun, step: dict[str, Any], now: datetime) -> float | 
         return _stop(run, "plan_out_of_date", f"{_what(move)}: {exc}", now)
     except ProviderError as exc:
         return _stop(run, "provider_error", f"{_what(move)}: {exc}", now, exc.retryable)
+    except Conflict as exc:  # the host's drain would break a commitment: never forced here
+        return _stop(run, exc.code, f"{_what(move)}: {exc.detail}", now)
     if step["kind"] == planner.ISLAND:
         from .tasks import reconcile_nodepool
 

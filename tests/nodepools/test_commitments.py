@@ -1,5 +1,6 @@
-"""Commitments are never broken silently: a host drain that would leave a pool on an ACTIVE
-reservation short is refused (409 naming the reservation and the pool) unless forced; a forced
+"""Commitments are never broken silently: a host drain that would leave a pool short — on an
+ACTIVE reservation, or any pool whose node would have no replacement — is refused (409 naming
+the pool, and the reservation if any) unless forced; a forced
 drain goes ahead, audited and sent to the tenant as ``commitment.broken``; a failing host's
 drain (an emergency) and auto-repair of a GPU fallen off the bus are never refused or held.
 
@@ -60,7 +61,7 @@ def test_a_drain_that_would_short_a_reservation_pool_is_409_naming_it_and_touche
         "force",
     )
     assert body["detail"] == (
-        "draining host only would break reservation train-q4 (node pool trainers): 2 of 2 "
+        "draining host only would break reservation train-q4 (node pool r/trainers): 2 of 2 "
         f"node(s) (8 GPU(s)) have no other {MODEL} host in us-east-1. Drain with force to go "
         "ahead (the tenants are told)"
     )
@@ -205,3 +206,72 @@ def test_only_the_nodes_a_pool_would_lack_need_another_host(owner, make_host, op
     NodePool.objects.filter(pk=pool_id).update(node_count=1)
     resp = operator.post(f"/api/v1/fleet/hosts/{only.id}/drain", {}, format="json")
     assert resp.status_code == 200, resp.content
+
+
+def test_a_drain_that_would_leave_a_pool_without_a_replacement_is_409_unless_forced(
+    owner, make_host, operator, tenant_a, django_capture_on_commit_callbacks, settings
+):
+    """A pool on no reservation: its one node on the fleet's only H100 host would leave with
+    nothing to take its place (a fresh-user trial drained such a host and the pool lost its
+    node in 2 s). Refused naming cluster/pool and what is missing; with ``force`` the drain
+    goes ahead, audited against the pool, and the tenant gets ``commitment.broken`` with no
+    reservation; with a spare host it goes ahead unforced."""
+    from fleet.models import Host
+    from tenants.models import AuditEvent
+    from tests.nodepools.test_host_drain import drive_all, make_pool
+
+    settings.NVKE_WEBHOOK_ALLOW_HTTP = True
+    settings.NVKE_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    host = make_host(MODEL, gpus=8, hostname="lone")
+    _cluster, pool_id = make_pool(owner, "plain")
+    drive_all([pool_id])
+    hook = owner.post(
+        "/api/v1/webhooks",
+        {"url": "http://127.0.0.1:9/hook", "event_types": ["commitment.broken"]},
+        format="json",
+    )
+    assert hook.status_code == 201, hook.content
+
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {}, format="json")
+    body = resp.json()
+    assert (resp.status_code, body["code"]) == (409, "commitment_would_break"), body
+    assert body["detail"] == (
+        "draining host lone would break node pool plain/h100: 1 of 1 node(s) (4 GPU(s)) have "
+        f"no other {MODEL} host in us-east-1. Drain with force to go ahead (the tenants are told)"
+    )
+    (commitment,) = body["commitments"]
+    assert (
+        commitment["kind"],
+        commitment["reservation_id"],
+        commitment["nodepool_id"],
+        commitment["cluster_name"],
+    ) == ("no_replacement", None, pool_id, "plain")
+    assert Host.objects.get(pk=host.pk).drain_target == ""
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {"force": True}, format="json")
+    assert (resp.status_code, resp.json()["drain_force"]) == (200, True)
+    (audit,) = AuditEvent.objects.filter(action="host.drain.commitment_broken")
+    assert (audit.tenant_id, audit.target_type, str(audit.target_id)) == (
+        tenant_a.id,
+        "nodepool",
+        pool_id,
+    )
+    (event,) = commitment_events()
+    (item,) = event.event["data"]["commitments"]
+    assert (item["kind"], item["reservation_id"], item["nodepool_name"]) == (
+        "no_replacement",
+        None,
+        "h100",
+    )
+
+
+def test_with_a_spare_host_a_plain_pools_drain_is_not_refused(owner, make_host, operator):
+    from tests.nodepools.test_host_drain import drive_all, make_pool
+
+    host = make_host(MODEL, gpus=8, hostname="lone")
+    _cluster, pool_id = make_pool(owner, "plain")
+    drive_all([pool_id])
+    make_host(MODEL, gpus=8, hostname="spare")
+    resp = operator.post(f"/api/v1/fleet/hosts/{host.id}/drain", {}, format="json")
+    assert (resp.status_code, resp.json()["drain_nodes"]) == (200, 1), resp.content

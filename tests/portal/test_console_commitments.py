@@ -24,7 +24,7 @@ def test_the_confirmation_names_what_the_drain_breaks_and_force_goes_ahead(
     assert page.status_code == 200
     assert 'id="commitments"' in html
     assert (
-        "reservation train-q4 (node pool trainers): 2 of 2 node(s) (8 GPU(s)) have no other "
+        "reservation train-q4 (node pool r/trainers): 2 of 2 node(s) (8 GPU(s)) have no other "
         f"{MODEL} host in us-east-1"
     ) in html
     url = f"/console/hosts/{host.id}/maintenance"

@@ -225,6 +225,7 @@ def test_the_console_invoice_run_builds_no_invoice_for_the_month_before_the_tena
 def test_drain_maintenance_and_retire_need_the_hosts_name_typed(
     ops_client,
     h100_host,
+    make_host,
     world,  # noqa: F811
 ):
     """The confirmation page lists the node that would move (tenant, cluster, pool, node);
@@ -250,6 +251,8 @@ def test_drain_maintenance_and_retire_need_the_hosts_name_typed(
         assert Host.objects.get(pk=h100_host.pk).state == "ALLOCATED", action
     assert "type sim-h100-01 exactly to confirm" in response.content.decode()
     assert ops_client.get(url + "/confirm/explode").status_code == 404
+    # a spare host takes the node (without one the drain is refused: test_console_commitments)
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a", hostname="sim-h100-02")
     response = ops_client.post(url + "/maintenance", {"confirm_name": "sim-h100-01"})
     assert response.status_code == 302
     host = Host.objects.get(pk=h100_host.pk)
@@ -259,6 +262,7 @@ def test_drain_maintenance_and_retire_need_the_hosts_name_typed(
 def test_a_drain_flash_says_it_started_and_leaves_the_progress_to_the_live_part(
     ops_client,
     h100_host,
+    make_host,
     world,  # noqa: F811
 ):
     """The flash after a maintenance drain said "… now CORDONED. draining: 0 of 1 node(s)
@@ -267,6 +271,7 @@ def test_a_drain_flash_says_it_started_and_leaves_the_progress_to_the_live_part(
     is over the flash is not shown again (a later page has no message)."""
     from fleet.models import Host
 
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a", hostname="sim-h100-02")  # spare
     url = f"/console/hosts/{h100_host.id}"
     page = ops_client.post(
         url + "/maintenance", {"confirm_name": "sim-h100-01"}, follow=True
