@@ -125,7 +125,8 @@ class DryRun:
     "repartition": n, "max_unavailable": 1}`` (an update changes one node at a time).
 
     A create also answers ``capacity``, ``quota`` and ``cost``
-    (:mod:`nodepools.capacity_check`); None for an isolation change."""
+    (:mod:`nodepools.capacity_check`); None for an isolation change. A resize answers
+    ``node_count`` too (:func:`nodepools.scaling.size_dry_run`)."""
 
     isolation: dict[str, Any]
     gpu_config: dict[str, Any]
@@ -133,9 +134,11 @@ class DryRun:
     capacity: dict[str, Any] | None = None
     quota: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
+    #: a resize's ``{"from", "to"}`` (:func:`nodepools.scaling.size_dry_run`), else None
+    node_count: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "dry_run": True,
             "isolation": self.isolation,
             "gpu_config": self.gpu_config,
@@ -144,6 +147,9 @@ class DryRun:
             "quota": self.quota,
             "cost": self.cost,
         }
+        if self.node_count is not None:
+            out["node_count"] = self.node_count
+        return out
 
 
 def resolve_reservation(cluster: Cluster, gpu_model: str, reservation_id: Any):

@@ -300,13 +300,30 @@ def pools_scale(
     cluster: str,
     pool: str,
     nodes: Annotated[int, typer.Option(help="new node count")],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="change nothing: print the nodes it would remove or provision"
+        ),
+    ] = False,
+    output: Output = Format.table,
     wait: Wait = False,
     timeout: Timeout = 600,
 ) -> None:
-    """Set the node count."""
+    """Set the node count (a scale-down removes unhealthy nodes first, then the newest)."""
     client = _client(ctx)
     found = _pool(client, _cluster(client, cluster), pool)
     path = f"clusters/{found['cluster_id']}/nodepools/{found['id']}/set-size"
+    if dry_run:
+        answer = client.json("POST", path, params={"dry_run": "true"}, json={"node_count": nodes})
+        if output is Format.json:
+            emit([], [], output, raw=answer)
+        else:
+            for line in pools_cli.resize_dry_run_lines(answer):
+                typer.echo(line)
+            if answer.get("capacity"):
+                reservations_cli.print_dry_run(answer)
+        return
     _accepted(client, client.json("POST", path, json={"node_count": nodes}), wait, timeout)
 
 

@@ -117,3 +117,20 @@ def pool_row(pool: dict[str, Any]) -> dict[str, Any]:
         "isolation": isolation_text(pool.get("isolation")),
         "resources_per_node": ",".join(f"{k}={v}" for k, v in sorted(resources.items())),
     }
+
+
+def resize_dry_run_lines(body: dict[str, Any]) -> list[str]:
+    """What ``nvkectl nodepools scale --dry-run`` prints of the API's set-size dry run: the
+    size change, then the nodes a scale-down removes (in the order it removes them) or how
+    many a scale-up provisions."""
+    size = body.get("node_count") or {}
+    plan = body.get("disruption") or {}
+    lines = [f"node count: {size.get('from')} -> {size.get('to')}"]
+    for node in plan.get("nodes") or []:
+        why = "unhealthy" if node.get("unhealthy") else "newest"
+        lines.append(f"  would drain and remove {node['name']} ({node['gpus']} GPU(s), {why})")
+    if plan.get("provision"):
+        lines.append(f"  would provision {plan['provision']} node(s)")
+    if len(lines) == 1:
+        lines.append("  no node would change")
+    return lines

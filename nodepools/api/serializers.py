@@ -291,11 +291,21 @@ class DryRunSerializer(serializers.Serializer):
         '"repartition": n, "max_unavailable": 1}'
     )
     capacity = DryRunCapacitySerializer(
-        allow_null=True, help_text="create only: can the pool be placed, now or from when"
+        allow_null=True,
+        help_text="create, and a resize that grows: can the nodes be placed, now or from when",
     )
-    quota = DryRunQuotaSerializer(allow_null=True, help_text="create only: quota left after it")
+    quota = DryRunQuotaSerializer(
+        allow_null=True, help_text="create, and a resize that grows: quota left after it"
+    )
     cost = DryRunCostSerializer(
-        allow_null=True, help_text="create only: hourly cost from the price sheet (or null)"
+        allow_null=True,
+        help_text="create and resize: the pool's hourly cost from the price sheet (or null)",
+    )
+    node_count = serializers.DictField(
+        child=serializers.IntegerField(),
+        required=False,
+        help_text='set-size only: {"from": n, "to": m}; disruption.nodes are the nodes a '
+        "scale-down removes, in the order it removes them (unhealthy first, then the newest)",
     )
 
 

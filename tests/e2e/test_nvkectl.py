@@ -112,6 +112,14 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
         "1",
         "--wait",
     )
+    planned = nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "0", "--dry-run")
+    pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
+    (only,) = [n["name"] for n in pool["nodes"] if n["phase"] == "READY"]
+    assert planned.stdout.splitlines() == [
+        "node count: 1 -> 0",
+        f"  would drain and remove {only} (1 GPU(s), newest)",
+    ]
+    assert pool["node_count"] == 1  # the dry run changed nothing
     nvkectl("nodepools", "scale", "train", "a10g", "--nodes", "0", "--wait")
     pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
     assert (pool["node_count"], [n for n in pool["nodes"] if n["phase"] == "READY"]) == (0, [])
