@@ -32,19 +32,6 @@ from .models import Node
 from .specs import nodepool_spec
 
 
-def _replacements_fit(pool, count: int, host_id: uuid.UUID) -> bool:
-    """Whether ``count`` nodes of ``pool`` fit on the fleet's other hosts as they are now (a
-    what-if run of the placement planner with the pool's claim, as
-    :func:`clusters.providers.fleet_claims.gpu_requests` makes it; nothing is claimed)."""
-    requests = gpu_requests(nodepool_spec(pool), [uuid.uuid4() for _ in range(count)])
-    planner = placement.Planner(placement.load_host_views(requests, exclude=[host_id]))
-    try:
-        planner.place_all(requests)
-    except placement.InsufficientCapacity:
-        return False
-    return True
-
-
 def broken_by_host_drain(
     host_id: uuid.UUID, holder_ids: Iterable[uuid.UUID], now: datetime | None = None
 ) -> list[BrokenCommitment]:
@@ -53,9 +40,11 @@ def broken_by_host_drain(
 
     For each live pool with nodes among ``holder_ids``, the nodes it would then lack (its
     ``node_count`` less its live nodes on other hosts — a defragmentation move's replacement
-    placed before the drain and surge nodes count) must fit on the fleet's other hosts (a
-    what-if run of the placement planner). When they do not, the pool is named with what is
-    missing (``2 of 4 node(s) (16 GPU(s)) have no other … host in us-east-1``): as
+    placed before the drain and surge nodes count) must fit on the fleet's other hosts: one
+    what-if run of the placement planner for all of them together (nothing is claimed), so
+    two pools cannot both count on the same spare host. Pools on an ACTIVE reservation are
+    placed first, then by cluster and pool name. A pool whose nodes do not fit is named with
+    what is missing (``2 of 4 node(s) (16 GPU(s)) have no other … host in us-east-1``): as
     ``reservation`` when it draws on an ACTIVE reservation (the reservation is named too),
     otherwise as ``no_replacement`` (its nodes would leave with nothing to take their place).
     """
@@ -66,16 +55,31 @@ def broken_by_host_drain(
         .exclude(nodepool__phase__in=GONE_PHASES)
         .select_related("nodepool__reservation", "nodepool__cluster")
     )
-    on_host = Counter(n.nodepool for n in nodes)
-    broken: list[BrokenCommitment] = []
-    for pool, count in sorted(on_host.items(), key=lambda kv: (kv[0].cluster.name, kv[0].name)):
+    wanted = []  # (pool, its ACTIVE reservation or None, nodes it would lack)
+    for pool, count in Counter(n.nodepool for n in nodes).items():
         reservation = pool.reservation
         if reservation is not None and not reservation.is_active(now):
             reservation = None
         elsewhere = Node.objects.live().filter(nodepool=pool).exclude(host_id=host_id).count()
         missing = min(count, pool.node_count - elsewhere)
-        if missing <= 0 or _replacements_fit(pool, missing, host_id):
+        if missing > 0:
+            wanted.append((pool, reservation, missing))
+    if not wanted:
+        return []
+    wanted.sort(key=lambda w: (w[1] is None, w[0].cluster.name, w[0].name))
+    requests = {
+        pool.id: gpu_requests(nodepool_spec(pool), [uuid.uuid4() for _ in range(missing)])
+        for pool, _reservation, missing in wanted
+    }
+    every = [r for batch in requests.values() for r in batch]
+    planner = placement.Planner(placement.load_host_views(every, exclude=[host_id]))
+    broken: list[BrokenCommitment] = []
+    for pool, reservation, missing in wanted:
+        try:
+            planner.place_all(requests[pool.id])  # kept: the next pool sees what is left
             continue
+        except placement.InsufficientCapacity:
+            pass
         where = (reservation.zone if reservation else "") or pool.cluster.region
         what = (
             f"{missing} of {pool.node_count} node(s) ({missing * pool.gpus_per_node} GPU(s)) "

@@ -42,7 +42,7 @@ from clusters.providers.base import NodePoolSpec, Provider
 from fleet.models import Host
 from nvke.conditions import get_condition, set_condition
 
-from . import disruption
+from . import disruption, readiness
 from .choices import LIVE_NODE_PHASES, Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .step_result import SHORT, STOP
@@ -153,14 +153,22 @@ def capacity_short(
     without a replacement (:func:`step_moves` drains them). ``live``: the nodes that count
     (not moving). Returns :data:`SHORT`."""
     counted = [n for n in live if n.disruption != Disruption.MOVE]
+    # "missing", not "replacements": a scale-up of a short pool adds to what is missing (a
+    # trial read "5 replacement(s) of nodes moved off drained hosts" for 2 moved + 3 new)
     message = (
         f"runs {len(counted)} of {pool.node_count} node(s): no capacity for "
-        f"{pool.node_count - len(counted)} replacement(s) of {cause} "
-        f"({reason}); retried every {SHORT_RETRY_S:g} s"
+        f"{pool.node_count - len(counted)} missing node(s) ({reason}); short since {cause}; "
+        f"retried every {SHORT_RETRY_S:g} s"
     )
     conditions = set_condition(
         pool.conditions, "CapacityShort", True, "InsufficientCapacity", message, now
     )
+    # Ready and NodesReady from the same counts as the phase (a trial read "3 of 3 nodes
+    # ready" beside DEGRADED with none left): the nodes that count, the rest not placed
+    state = readiness.readiness(pool, counted)
+    conditions = set_condition(conditions, *readiness.nodes_ready(state), now)
+    summary = f"{state.summary}; " + "; ".join(state.problems)
+    conditions = set_condition(conditions, "Ready", False, "CapacityShort", summary[:1000], now)
     if (pool.phase, pool.conditions) != ("DEGRADED", conditions):  # a retry changes nothing
         pool.phase = "DEGRADED"
         pool.conditions = conditions

@@ -48,7 +48,7 @@ from clusters.models import Operation, active_operation, finish_operation, progr
 from clusters.operations import start_operation
 from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
-from nvke.conditions import save_conditions
+from nvke.conditions import get_condition, save_conditions
 
 from . import disruption, observed_gates
 from .choices import LIVE_NODE_PHASES, Disruption, DisruptionStep, NodePhase
@@ -105,6 +105,11 @@ def step_repair(
     if settled and not unhealthy:
         finish_operation(pool.id, types=(OperationType.REPAIR_NODES,), now=now)
     if not unhealthy:
+        # a pause whose node is gone (scaled away, repaired) no longer holds anything back:
+        # a trial read RepairsPaused True naming a node the pool no longer had
+        paused = get_condition(pool.conditions, "RepairsPaused")
+        if paused and paused.get("status") == "True":
+            save_conditions(pool, now, ("RepairsPaused", False, "NothingToRepair", ""))
         return None
     if len(unhealthy) > max_unhealthy(pool):
         message = (
@@ -293,9 +298,7 @@ def replacement_short(
     the reconciler retries every ``SHORT_RETRY_S``. Returns :data:`nodepools.step_result.SHORT`."""
     from . import host_moves
 
-    short = host_moves.capacity_short(
-        pool, live, reason, now, cause="nodes replaced by auto-repair"
-    )
+    short = host_moves.capacity_short(pool, live, reason, now, cause="auto-repair replaced nodes")
     replacement_waits(pool, pending, reason, now)
     return short
 

@@ -46,10 +46,10 @@ def operator_session() -> requests.Session:
     return session
 
 
-def drain_over_http(live_server, host) -> dict:
+def drain_over_http(live_server, host, force: bool = False) -> dict:
     resp = operator_session().post(
         f"{live_server.url}/api/v1/fleet/hosts/{host.id}/drain",
-        json={"target": "MAINTENANCE"},
+        json={"target": "MAINTENANCE", "force": force},
         timeout=30,
     )
     assert resp.status_code == 200, resp.text
@@ -118,7 +118,8 @@ def test_without_room_for_both_one_pool_moves_and_the_other_runs_short(
     busy, pools, _old = shared_host
     request.getfixturevalue("worker")
     make_host("h100-sxm5-80gb", gpus=4, hostname="small")  # room for one 4-GPU node
-    drain_over_http(live_server, busy)
+    # one pool would be left without a replacement: refused unless forced (test_commitments)
+    drain_over_http(live_server, busy, force=True)
 
     def settled():
         host = Host.objects.get(pk=busy.pk)

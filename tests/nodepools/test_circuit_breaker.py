@@ -120,3 +120,34 @@ def test_a_cordon_over_both_budgets_opens_both_breakers_at_once(make_host):
         breaker.resume(scope, actor="user:ops", now=now)
     later = timezone.now()
     assert breaker.allow_automatic_cordon(target="node n2", **{**args, "now": later}) == (True, "")
+
+
+def test_a_pause_whose_node_is_scaled_away_is_lifted(make_host):
+    """The node waiting on the open breaker leaves first on a scale-down (unhealthy first):
+    with nothing left to repair, RepairsPaused goes False (a trial read it True for an hour,
+    naming a node the pool no longer had)."""
+    from nodepools.scaling import set_node_pool_size
+
+    for i in range(40):
+        make_host("h100-sxm5-80gb", gpus=1, hostname=f"breaker-{i:02d}")
+    owner = Principal(Tenant.objects.create(name="acme"), "owner", False, "user:alice")
+    _, pool_id = running_exclusive_pool(owner, gpus_per_node=1, node_count=20)
+    first, second = Node.objects.filter(nodepool_id=pool_id).order_by("name")[:2]
+    fault(first)
+    drive_pool(pool_id)
+    fault(second)
+    drive_pool(pool_id)
+    assert condition(pool_id, "RepairsPaused")["status"] == "True"
+
+    pool = NodePool.objects.get(pk=pool_id)
+    set_node_pool_size(principal=owner, pool=pool, node_count=19)
+    drive_pool(pool_id)
+    second.refresh_from_db()
+    assert second.phase == "DELETED"  # the node waiting for repair left, not the newest
+    paused = condition(pool_id, "RepairsPaused")
+    assert (paused["status"], paused["reason"], paused["message"]) == (
+        "False",
+        "NothingToRepair",
+        "",
+    )
+    assert Node.objects.live().filter(nodepool_id=pool_id).count() == 19

@@ -136,6 +136,18 @@ def test_a_forced_drain_proceeds_is_audited_and_the_tenant_gets_a_webhook_event(
     short = next(c for c in pool.conditions if c["type"] == "CapacityShort")
     assert (pool.phase, short["status"]) == ("DEGRADED", "True")
     assert short["message"].startswith("runs 0 of 2 node(s)")
+    # Ready and NodesReady count the same nodes as the phase (a trial read "2 of 2 nodes
+    # ready" beside DEGRADED with no node left)
+    conds = {c["type"]: c for c in pool.conditions}
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"], conds["Ready"]["message"]) == (
+        "False",
+        "CapacityShort",
+        "0 of 2 nodes ready; 2 node(s) not placed",
+    )
+    assert (conds["NodesReady"]["status"], conds["NodesReady"]["message"]) == (
+        "False",
+        "0 of 2 nodes ready; 2 node(s) not placed",
+    )
 
 
 def test_an_emergency_drain_of_a_failing_host_is_never_refused_and_says_what_it_broke(

@@ -181,7 +181,16 @@ def test_without_capacity_the_pool_runs_short_says_so_and_heals_when_capacity_re
     busy, pools = two_tenants_on_one_host
     small = make_host("h100-sxm5-80gb", gpus=4, hostname="small")  # room for one node only
     pool_a, pool_b = (p for _, p in pools)
-    drain(operator, busy, target="MAINTENANCE")
+    # one what-if for both pools: ``small`` takes A's node (cluster a first), none is left for
+    # B's, so the drain is refused naming B only (each pool alone would have fit)
+    refused = operator.post(
+        f"/api/v1/fleet/hosts/{busy.id}/drain", {"target": "MAINTENANCE"}, format="json"
+    )
+    assert refused.status_code == 409, refused.content
+    assert [(c["cluster_name"], c["kind"]) for c in refused.json()["commitments"]] == [
+        ("b", "no_replacement")
+    ]
+    drain(operator, busy, target="MAINTENANCE", force=True)
     drive_all([pool_a])  # A gets ``small``
     drive_all([pool_b])  # B finds no room: its node moves off anyway
     assert list(Node.objects.filter(phase="READY").values_list("nodepool_id", "host")) == [
@@ -191,8 +200,9 @@ def test_without_capacity_the_pool_runs_short_says_so_and_heals_when_capacity_re
     short = next(c for c in b.conditions if c["type"] == "CapacityShort")
     assert b.phase == "DEGRADED"
     assert (short["status"], short["reason"]) == ("True", "InsufficientCapacity")
-    assert short["message"].startswith(
-        "runs 0 of 1 node(s): no capacity for 1 replacement(s) of nodes moved off drained hosts"
+    assert short["message"].startswith("runs 0 of 1 node(s): no capacity for 1 missing node(s) (")
+    assert short["message"].endswith(
+        "; short since nodes moved off drained hosts; retried every 30 s"
     )
     assert Operation.objects.get(target_id=pool_b, type="HOST_MAINTENANCE").progress["stage"] == (
         "1 of 1 node(s) moved off drained hosts, none pending; the pool runs short: no "
@@ -238,6 +248,7 @@ def test_a_blocked_drain_waits_pauses_naming_the_pods_and_a_forced_drain_finishe
 
     busy, pools = two_tenants_on_one_host
     make_host("h100-sxm5-80gb", gpus=8, hostname="spare")
+    make_host("h100-sxm5-80gb", gpus=8, hostname="spare-b")  # hosts are one tenant's each
     pool_a = pools[0][1]
     old = Node.objects.get(nodepool_id=pool_a)
     simulate_drain_blockers(old.id, [BLOCKER])
@@ -284,6 +295,7 @@ def test_running_the_reconciler_again_changes_nothing_and_a_lost_signal_is_caugh
 
     busy, pools = two_tenants_on_one_host
     make_host("h100-sxm5-80gb", gpus=8, hostname="spare")
+    make_host("h100-sxm5-80gb", gpus=8, hostname="spare-b")  # hosts are one tenant's each
     drain(operator, busy, target="CORDONED")
     ids = {p for _, p in pools}
     assert ids <= {str(i) for i in nodepools_needing_reconcile()}
@@ -303,6 +315,7 @@ def test_an_uncordon_cancels_the_moves_and_the_replacement_is_scaled_down(
 
     busy, pools = two_tenants_on_one_host
     make_host("h100-sxm5-80gb", gpus=8, hostname="spare")
+    make_host("h100-sxm5-80gb", gpus=8, hostname="spare-b")  # hosts are one tenant's each
     pool_a = pools[0][1]
     old = Node.objects.get(nodepool_id=pool_a)
     drain(operator, busy, target="MAINTENANCE")

@@ -190,9 +190,11 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
         "InsufficientCapacity",
     )
     assert conds["CapacityShort"]["message"].startswith(
-        "runs 0 of 1 node(s): no capacity for 1 replacement(s) of nodes replaced by auto-repair ("
+        "runs 0 of 1 node(s): no capacity for 1 missing node(s) ("
     )
-    assert conds["CapacityShort"]["message"].endswith("); retried every 30 s")
+    assert conds["CapacityShort"]["message"].endswith(
+        "); short since auto-repair replaced nodes; retried every 30 s"
+    )
     assert (conds["RepairPending"]["status"], conds["RepairPending"]["reason"]) == (
         "True",
         "InsufficientCapacity",
