@@ -47,7 +47,9 @@ def test_a_running_agent_serves_metrics_health_and_feeds_the_watchdog(api_server
     (uuid,) = write_replay(replay, gpus=1, steps=1, step_s=1)
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(tmp_path / "notify.sock"))
-    notify.settimeout(10)
+    # a wait, not a speed check: READY=1 comes after the agent's start and registration,
+    # which took over 10 s once on a loaded 2-core CI machine (the test timed out there)
+    notify.settimeout(60)
     port = free_port()
     env = {
         **os.environ,
