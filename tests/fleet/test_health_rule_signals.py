@@ -244,10 +244,12 @@ def test_a_lost_gpu_without_a_rule_is_missing_as_an_unlisted_one_and_back_when_r
     inventory(client, host_id, 3, lost=True)  # still lost: nothing new
     assert GpuHealthInterval.objects.count() == 1
     assert firings() == []
+    before = datetime.now(UTC)
     inventory(client, host_id, 4, lost=False)  # reset/reboot: read again
     gpu.refresh_from_db()
     assert (gpu.missing_since, gpu.health) == (None, "HEALTHY")
-    assert GpuHealthInterval.objects.get().ended_at is not None
+    # ended by this report: not before it was sent, not in the future
+    assert before <= GpuHealthInterval.objects.get().ended_at <= datetime.now(UTC)
 
 
 def test_a_lost_gpus_earlier_facts_stay_so_its_return_turns_no_flag_on_again(agent):  # noqa: F811
@@ -301,10 +303,11 @@ def test_a_simulated_gpu_that_falls_off_the_bus_is_reported_lost_like_a_real_one
     host = make_host("h100-sxm5-80gb", gpus=2, hostname="lost-01")
     lost, other = Gpu.objects.filter(host=host).order_by("index")
     simhosts.change(host, lambda state: simhosts.lose_gpu(state, lost.uuid))
+    before = datetime.now(UTC)
     assert simhosts.report_in_process(host)
     lost.refresh_from_db()
     assert (lost.health_counters["gpu_is_lost"], lost.health) == (True, "UNHEALTHY")
-    assert lost.missing_since is not None
+    assert before <= lost.missing_since <= datetime.now(UTC)  # missing from this report on
     assert Gpu.objects.get(pk=other.pk).health == "HEALTHY"
     simhosts.change(host, simhosts.reboot)
     assert simhosts.report_in_process(host)

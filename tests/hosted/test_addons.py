@@ -125,7 +125,8 @@ def test_the_pools_gpu_operator_objects_are_applied_to_the_hosted_clusters_api(
     assert sorted(config_map(core, "nvke-device-plugin-config").data) == ["nvke-shared"]
     parted = yaml.safe_load(config_map(core, "nvke-mig-parted-config").data["config.yaml"])
     assert "nvke-mixed" not in parted["mig-configs"]
-    assert cluster_policy(objects) is not None
+    # the ClusterPolicy stays for the shared pool: the same object, not deleted and made anew
+    assert cluster_policy(objects)["metadata"]["uid"] == policy["metadata"]["uid"]
 
     assert owner.delete(f"/api/v1/clusters/{cluster.id}/nodepools/{shared}").status_code == 202
     drive(shared, lambda p: p.phase == "DELETED", timeout=120, what="shared DELETED")
