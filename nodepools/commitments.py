@@ -55,13 +55,20 @@ def broken_by_host_drain(
         .exclude(nodepool__phase__in=GONE_PHASES)
         .select_related("nodepool__reservation", "nodepool__cluster")
     )
+    on_host = Counter(n.nodepool for n in nodes)
+    # each pool's live nodes on other hosts, in one query
+    elsewhere = Counter(
+        Node.objects.live()
+        .filter(nodepool__in=list(on_host))
+        .exclude(host_id=host_id)
+        .values_list("nodepool_id", flat=True)
+    )
     wanted = []  # (pool, its ACTIVE reservation or None, nodes it would lack)
-    for pool, count in Counter(n.nodepool for n in nodes).items():
+    for pool, count in on_host.items():
         reservation = pool.reservation
         if reservation is not None and not reservation.is_active(now):
             reservation = None
-        elsewhere = Node.objects.live().filter(nodepool=pool).exclude(host_id=host_id).count()
-        missing = min(count, pool.node_count - elsewhere)
+        missing = min(count, pool.node_count - elsewhere[pool.id])
         if missing > 0:
             wanted.append((pool, reservation, missing))
     if not wanted:

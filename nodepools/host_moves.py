@@ -167,8 +167,7 @@ def capacity_short(
     # ready" beside DEGRADED with none left): the nodes that count, the rest not placed
     state = readiness.readiness(pool, counted)
     conditions = set_condition(conditions, *readiness.nodes_ready(state), now)
-    summary = f"{state.summary}; " + "; ".join(state.problems)
-    conditions = set_condition(conditions, "Ready", False, "CapacityShort", summary[:1000], now)
+    conditions = set_condition(conditions, "Ready", False, "CapacityShort", state.message, now)
     if (pool.phase, pool.conditions) != ("DEGRADED", conditions):  # a retry changes nothing
         pool.phase = "DEGRADED"
         pool.conditions = conditions

@@ -55,6 +55,12 @@ class Readiness:
     def summary(self) -> str:
         return f"{self.ready} of {self.total} nodes ready"
 
+    @property
+    def message(self) -> str:
+        """The summary and each problem, as conditions say it (at most 1000 characters):
+        ``1 of 2 nodes ready; 1 node(s) not placed``."""
+        return "; ".join((self.summary, *self.problems))[:1000]
+
 
 def _why(node: Node) -> str:
     """Why ``node`` is not READY, in words: its phase, and its host's state when the host is
@@ -92,8 +98,7 @@ def readiness(pool: NodePool, live: list[Node]) -> Readiness:
 def nodes_ready(state: Readiness) -> tuple[str, bool, str, str]:
     """The ``NodesReady`` condition (type, status, reason, message) of ``state``."""
     if state.problems:
-        message = f"{state.summary}; " + "; ".join(state.problems)
-        return ("NodesReady", False, "NodesNotReady", message[:1000])
+        return ("NodesReady", False, "NodesNotReady", state.message)
     return ("NodesReady", True, "NodesReady", state.summary)
 
 
@@ -106,8 +111,7 @@ def write_readiness(pool: NodePool, live: list[Node], now: datetime) -> Readines
     phase = pool.phase
     # an ERROR pool's Ready keeps its failure: NodesReady alone names its nodes
     if state.degraded and phase != Phase.ERROR:
-        message = f"{state.summary}; " + "; ".join(state.problems)
-        conditions = set_condition(conditions, "Ready", False, "NodesNotReady", message[:1000], now)
+        conditions = set_condition(conditions, "Ready", False, "NodesNotReady", state.message, now)
         if phase == Phase.RUNNING:  # other phases are their own steps' to say
             phase = Phase.DEGRADED
     if (phase, conditions) != (pool.phase, pool.conditions):

@@ -139,8 +139,7 @@ def _serve_short(pool: NodePool, state: readiness.Readiness, now: datetime) -> f
     nodes are tried again in ``host_moves.SHORT_RETRY_S`` seconds."""
     phase = Phase.DEGRADED if state.degraded else Phase.RUNNING
     if not state.degraded:  # a degraded pool's Ready names its nodes (write_readiness)
-        message = f"{state.summary}; " + "; ".join(state.problems)
-        save_conditions(pool, now, ("Ready", True, "CapacityShort", message[:1000]))
+        save_conditions(pool, now, ("Ready", True, "CapacityShort", state.message))
     if pool.phase != phase:
         pool.phase = phase
         pool.save(update_fields=["phase", "updated_at"])
