@@ -188,7 +188,9 @@ def may_run_short(pool: NodePool, live: list[Node]) -> bool:
 
 
 def clear_short(pool: NodePool, now: datetime) -> None:
-    """The pool has its nodes again: ``CapacityShort`` False."""
+    """The pool has its nodes again: ``CapacityShort`` False, and a finished move's
+    ``HostMaintenance`` no longer says the pool runs short (a trial read it on a RUNNING
+    pool)."""
     if runs_short(pool):
         pool.conditions = set_condition(
             pool.conditions,
@@ -198,6 +200,16 @@ def clear_short(pool: NodePool, now: datetime) -> None:
             f"runs {pool.node_count} of {pool.node_count} node(s)",
             now,
         )
+        moved = get_condition(pool.conditions, "HostMaintenance")
+        if moved and moved.get("status") == "False" and moved["message"].endswith(SHORT_NOTE):
+            pool.conditions = set_condition(
+                pool.conditions,
+                "HostMaintenance",
+                False,
+                "NodesMoved",
+                moved["message"].removesuffix(SHORT_NOTE) + "; replaced once capacity returned",
+                now,
+            )
         pool.save(update_fields=["conditions", "updated_at"])
 
 
@@ -318,6 +330,10 @@ def _report(
         pool.save(update_fields=["conditions", "updated_at"])
 
 
+#: how a finished host move says the pool was left short (cleared once it is not)
+SHORT_NOTE = "; the pool runs short: no capacity for a replacement (condition CapacityShort)"
+
+
 def finish(pool: NodePool, now: datetime) -> None:
     """No node moves any more: the HOST_MAINTENANCE operation is DONE, saying how it ended."""
     op = _active_op(pool)
@@ -326,9 +342,7 @@ def finish(pool: NodePool, now: datetime) -> None:
     done, _ = _counts(pool, op)
     short = runs_short(pool)
     stage = f"{done} of {done} node(s) moved off drained hosts, none pending" + (
-        "; the pool runs short: no capacity for a replacement (condition CapacityShort)"
-        if short
-        else ""
+        SHORT_NOTE if short else ""
     )
     finish_operation(pool.id, types=(OperationType.HOST_MAINTENANCE,), stage=stage[:300], now=now)
     pool.conditions = set_condition(

@@ -220,6 +220,12 @@ def test_without_capacity_the_pool_runs_short_says_so_and_heals_when_capacity_re
     b.refresh_from_db()
     assert b.phase == "RUNNING"
     assert next(c for c in b.conditions if c["type"] == "CapacityShort")["status"] == "False"
+    # the finished move no longer says the pool runs short (a trial read it on RUNNING)
+    moved = next(c for c in b.conditions if c["type"] == "HostMaintenance")
+    assert (moved["status"], moved["message"]) == (
+        "False",
+        "1 of 1 node(s) moved off drained hosts, none pending; replaced once capacity returned",
+    )
     assert list(
         Node.objects.filter(nodepool_id=pool_b, phase="READY").values_list(
             "host__hostname", flat=True
