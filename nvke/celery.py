@@ -52,6 +52,23 @@ def _tracing(**kwargs) -> None:
     setup_tracing("nvke-worker")
 
 
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def _close_old_database_connections(**kwargs) -> None:
+    """Around each task, close a database connection only when Django would around a request:
+    older than ``DB_CONN_MAX_AGE`` s, after an error, or with a transaction left open
+    (``django.db.close_old_connections``). Celery's own fix-up, which closes it around every
+    task, is held off by ``settings.CELERY_DB_REUSE_MAX``; a connection kept is health-checked
+    before its next use (``CONN_HEALTH_CHECKS``). Eager tasks run inside their caller's
+    connection and are left alone."""
+    task = kwargs.get("task") or kwargs.get("sender")
+    if getattr(getattr(task, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
+
+
 @signals.worker_init.connect
 def _refuse_development_secrets(**kwargs) -> None:
     """A worker does not start on development secrets with DEBUG off (nvke/secrets_check.py)."""

@@ -32,7 +32,7 @@ import pytest
 import requests
 
 from nvke.settings_registry import read
-from tests.bench.size import pick
+from tests.bench.size import judge, pick
 from tests.e2e.conftest import BIN, ROOT, service_env, stop, wait_for
 from tests.helpers import broker_client, database_url
 
@@ -257,6 +257,8 @@ def run_bench(
         print_profile(Path(profile_dir))
     assert NodePool.objects.filter(phase="RUNNING").count() == 2 * len(clusters)
     assert false_capacity == 0
+    if concurrency == 1 and not extra_env and not profile_dir:
+        judge(total < 60, f"500 clusters x 2 pools RUNNING in {total:.1f} s (< 60 s, DESIGN §9)")
 
 
 def print_profile(directory: Path, top: int = 30) -> None:
