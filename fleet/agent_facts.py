@@ -14,10 +14,24 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .hygiene import gpu_findings
 from .models import Gpu, Host
+
+
+class MigDevice(NamedTuple):
+    """One MIG device as the agent last reported it: ``profile`` (``1g.10gb``; ``"?"`` when
+    the source cannot tell), its placement ``start`` / ``size`` in memory slices (``-1`` when
+    it cannot tell), ``gpu_instance_id``, the device's ``uuid`` (``MIG-…``; "" when not
+    reported) and ``memory_total_bytes`` (None when not reported)."""
+
+    profile: str
+    start: int
+    size: int
+    gpu_instance_id: int | None
+    uuid: str = ""
+    memory_total_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -34,10 +48,9 @@ class GpuFacts:
     failed_checks: tuple[str, ...]
     health: str
     health_reason: str
-    #: every reported MIG device as ``(profile, start, size, gpu_instance_id)`` (placement
-    #: ``-1`` when the source cannot tell), and the slice scrubs the agent reported
-    #: (``Gpu.slice_scrubs``)
-    devices: tuple[tuple[str, int, int, int | None], ...] = ()
+    #: every reported MIG device (:class:`MigDevice`, by start), and the slice scrubs the
+    #: agent reported (``Gpu.slice_scrubs``)
+    devices: tuple[MigDevice, ...] = ()
     slice_scrubs: tuple[dict[str, Any], ...] = ()
     #: NVML's name (``NVIDIA H100 80GB HBM3``) and memory as the agent reported them
     product_name: str = ""
@@ -84,7 +97,7 @@ def _instances(devices: Any) -> tuple[tuple[str, int, int], ...]:
     return tuple(sorted(out))
 
 
-def _devices(devices: Any) -> tuple[tuple[str, int, int, int | None], ...]:
+def _devices(devices: Any) -> tuple[MigDevice, ...]:
     out = []
     for device in devices or []:
         if not isinstance(device, dict):
@@ -92,14 +105,17 @@ def _devices(devices: Any) -> tuple[tuple[str, int, int, int | None], ...]:
         profile = device.get("profile")
         start, size = device.get("placement_start"), device.get("placement_size")
         gi = device.get("gpu_instance_id")
+        memory = device.get("memory_total_bytes")
         if not (isinstance(start, int) and isinstance(size, int)):
             start, size = -1, -1
         out.append(
-            (
+            MigDevice(
                 profile if isinstance(profile, str) else "?",
                 start,
                 size,
                 gi if isinstance(gi, int) else None,
+                _text(device.get("uuid")),
+                memory if isinstance(memory, int) and not isinstance(memory, bool) else None,
             )
         )
     return tuple(sorted(out, key=lambda d: (d[1], d[0])))

@@ -150,7 +150,8 @@ def tenant_node(
     if pool.gpu_publishing == GpuPublishing.DRA:
         # the GPUs are DRA devices of the node's ResourceSlice, never also nvidia.com/gpu
         capacity, allocatable = Counter(), Counter()
-        dra_devices = gpu_devices(gpus, facts)
+        mig = any(g.mig_mode == "enabled" for g in gpus)
+        dra_devices = gpu_devices(gpus, facts, mig_profile_ids(pool.gpu_model_id) if mig else None)
 
     rendered = config.get("labels") or {}
     labels = {k: v for k, v in rendered.items() if not k.startswith(_OBSERVED_PREFIXES)}
@@ -227,6 +228,19 @@ def tenant_node(
         unschedulable=node.phase in UNSCHEDULABLE,
         kubelet_version=kubelet_version,
         dra_devices=dra_devices,
+    )
+
+
+def mig_profile_ids(gpu_model_id: Any) -> dict[str, int]:
+    """``{profile: GPU instance profile id}`` of a GPU model's MIG profiles whose id the
+    catalog knows (``nvidia-smi mig -lgip``'s ID; H100: ``1g.10gb`` 19), for DRA device
+    names. One query."""
+    from catalog.models import MigProfile
+
+    return dict(
+        MigProfile.objects.filter(
+            gpu_model_id=gpu_model_id, nvidia_smi_id__isnull=False
+        ).values_list("name", "nvidia_smi_id")
     )
 
 

@@ -15,9 +15,11 @@ of a device-plugin pool) loses its slice, before its Node is deleted or relabell
 DRA devices and no Node of NVKE's carries :data:`~clusters.providers.base.DRA_NODE_LABEL`, the
 slices are not listed at all: none of NVKE's can exist then.
 
-While any slice is published the cluster has the driver's DeviceClass ``gpu.nvidia.com``
-(whole GPUs: ``device.driver == "gpu.nvidia.com"`` and attribute ``type`` ``gpu``); it is
-left in place when the last DRA pool goes, since the tenant's claims name it.
+While any slice is published the cluster has the driver's DeviceClasses ``gpu.nvidia.com``
+(whole GPUs: ``device.driver == "gpu.nvidia.com"`` and attribute ``type`` ``gpu``) and
+``mig.nvidia.com`` (MIG devices: ``type`` ``mig``), as its Helm chart installs them
+(``templates/deviceclass-gpu.yaml``, ``deviceclass-mig.yaml``); they are left in place when
+the last DRA pool goes, since the tenant's claims name them.
 """
 
 from __future__ import annotations
@@ -31,23 +33,33 @@ from .nodes import MANAGED_LABEL
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DIGEST_ANNOTATION = "nvke.io/devices-digest"
-DEVICE_CLASS_SELECTOR = (
-    f'device.driver == "{DRA_DRIVER}" && device.attributes["{DRA_DRIVER}"].type == "gpu"'
-)
+#: the driver's DeviceClasses: name -> the device ``type`` it selects
+DEVICE_CLASSES = {DRA_DRIVER: "gpu", "mig.nvidia.com": "mig"}
 
 
 def slice_name(node_name: str) -> str:
     return f"{node_name}-{DRA_DRIVER}"
 
 
-def device_class() -> dict[str, Any]:
-    """The driver's DeviceClass for whole GPUs."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DeviceClass",
-        "metadata": {"name": DRA_DRIVER, "labels": {MANAGED_LABEL: ""}},
-        "spec": {"selectors": [{"cel": {"expression": DEVICE_CLASS_SELECTOR}}]},
-    }
+def device_class_selector(device_type: str) -> str:
+    """The CEL selector of the driver's DeviceClass for devices of ``device_type``."""
+    return (
+        f'device.driver == "{DRA_DRIVER}" && '
+        f'device.attributes["{DRA_DRIVER}"].type == "{device_type}"'
+    )
+
+
+def device_classes() -> list[dict[str, Any]]:
+    """The driver's DeviceClasses (:data:`DEVICE_CLASSES`)."""
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {MANAGED_LABEL: ""}},
+            "spec": {"selectors": [{"cel": {"expression": device_class_selector(kind)}}]},
+        }
+        for name, kind in DEVICE_CLASSES.items()
+    ]
 
 
 def _digest(devices: tuple[dict[str, Any], ...]) -> str:
@@ -119,7 +131,7 @@ def prune(
 
 def publish(api, nodes: list[TenantNode], kept: dict[str, dict[str, Any]] | None) -> None:
     """Write the slice of each node of ``nodes`` with DRA devices (after the Nodes): create
-    the missing (and the DeviceClass), replace those whose devices changed; ``kept``: what
+    the missing (and the DeviceClasses), replace those whose devices changed; ``kept``: what
     :func:`prune` left. Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -129,11 +141,12 @@ def publish(api, nodes: list[TenantNode], kept: dict[str, dict[str, Any]] | None
         return
     objects = client.CustomObjectsApi(api)
     existing = dict(kept or {})
-    try:
-        objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class())
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    for device_class in device_classes():
+        try:
+            objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
     for node in wanted:
         current = existing.get(slice_name(node.name))
         if current is None:

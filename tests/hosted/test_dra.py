@@ -328,3 +328,118 @@ def test_a_claim_for_two_gpus_of_one_nvlink_clique_lands_on_the_node_in_that_cli
     assert event.source.component == "default-scheduler"
     assert event.message.startswith("0/2 nodes are available: 2 cannot allocate all claims")
     assert core.read_namespaced_pod("nowhere", "default").status.phase == "Pending"
+
+
+def mig_claim(name: str, profile: str, count: int) -> dict:
+    """``count`` MIG devices of class mig.nvidia.com with MIG profile ``profile``."""
+    body = claim(name, "1")
+    request = body["spec"]["devices"]["requests"][0]["exactly"]
+    request["deviceClassName"] = "mig.nvidia.com"
+    request["count"] = count
+    request["selectors"] = [
+        {"cel": {"expression": f'device.attributes["{DRIVER}"].profile == "{profile}"'}}
+    ]
+    return body
+
+
+def test_a_mig_dra_pool_publishes_each_gpu_instance_and_the_scheduler_hands_each_out_once(
+    hosted, owner, make_host
+):
+    """A DRA pool of one H100 in MIG mode with two ``3g.40gb`` GPU instances: the slice holds
+    the two MIG devices the host's agent reports, named as NVIDIA's DRA driver names them
+    (GPU instance profile id 9 on H100, placements {0,4}:4 — catalog); a claim for both is
+    allocated by the real scheduler, a third for the same profile and one for a ``7g.80gb``
+    stay Pending with the scheduler's reason."""
+    from fleet.models import Gpu
+    from nodepools.models import Node
+
+    host = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = create_cluster(owner, "migdra")
+    api = api_client(kubeconfig_of(owner, cluster))
+    core, coord = k8s.CoreV1Api(api), k8s.CoordinationV1Api(api)
+    objects = k8s.CustomObjectsApi(api)
+    resp = owner.post(
+        f"/api/v1/clusters/{cluster.id}/nodepools",
+        {
+            "name": "mig",
+            "gpu_model": "h100-sxm5-80gb",
+            "gpus_per_node": 1,
+            "node_count": 1,
+            "isolation": {"mode": "mig", "mig_layout": {"3g.40gb": 2}},
+            "gpu_publishing": "dra",
+        },
+        format="json",
+    )
+    assert resp.status_code == 202, resp.content
+    pool = resp.json()["target_id"]
+    drive(pool, lambda p: p.phase == "RUNNING", what="mig RUNNING")
+    [name] = node_names(pool)
+    lease_renewals(core, coord, name, 3)
+
+    node = core.read_node(name)
+    assert not [k for k in node.status.allocatable if k.startswith("nvidia.com/")]
+    [gpu_uuid] = Node.objects.get(name=name).gpu_uuids
+    reported = Gpu.objects.get(uuid=gpu_uuid, host=host)
+    assert reported.mig_mode == "enabled"
+    by_start = {d["placement_start"]: d for d in reported.mig_devices}
+    assert sorted(by_start) == [0, 4] and {d["profile"] for d in by_start.values()} == {"3g.40gb"}
+
+    [rslice] = slices_of(objects, name)
+    devices = {d["name"]: d for d in rslice["spec"]["devices"]}
+    i = reported.index
+    assert sorted(devices) == [f"gpu-{i}-mig-3g40gb-9-0", f"gpu-{i}-mig-3g40gb-9-4"]
+    for start in (0, 4):
+        device = devices[f"gpu-{i}-mig-3g40gb-9-{start}"]
+        attributes = device["attributes"]
+        assert attributes["type"] == {"string": "mig"}
+        assert attributes["uuid"] == {"string": by_start[start]["uuid"]}
+        assert attributes["parentUUID"] == {"string": gpu_uuid}
+        assert attributes["profile"] == {"string": "3g.40gb"}
+        assert attributes["productName"] == {"string": "NVIDIA H100 80GB HBM3"}
+        capacity = device["capacity"]
+        assert parse_quantity(capacity["memory"]["value"]) == by_start[start]["memory_total_bytes"]
+        assert sorted(k for k in capacity if k.startswith("memorySlice")) == [
+            f"memorySlice{s}" for s in range(start, start + 4)
+        ]
+    classes = {
+        c["metadata"]["name"]: c["spec"]["selectors"][0]["cel"]["expression"]
+        for c in objects.list_cluster_custom_object(GROUP, VERSION, "deviceclasses")["items"]
+    }
+    assert classes["mig.nvidia.com"] == (
+        f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "mig"'
+    )
+
+    objects.create_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", mig_claim("two-3g", "3g.40gb", 2)
+    )
+    core.create_namespaced_pod("default", claiming_pod("two-3g", "two-3g"))
+    wait_for(
+        lambda: core.read_namespaced_pod("two-3g", "default").status.phase == "Running",
+        timeout=60,
+        what="the pod with two 3g.40gb devices Running",
+    )
+    results = objects.get_namespaced_custom_object(
+        GROUP, VERSION, "default", "resourceclaims", "two-3g"
+    )["status"]["allocation"]["devices"]["results"]
+    assert sorted(r["device"] for r in results) == sorted(devices)
+    assert {r["pool"] for r in results} == {name}
+
+    # both instances are handed out: a third 3g.40gb, and a 7g.80gb the GPU does not run
+    for claim_name, profile in (("third-3g", "3g.40gb"), ("one-7g", "7g.80gb")):
+        objects.create_namespaced_custom_object(
+            GROUP, VERSION, "default", "resourceclaims", mig_claim(claim_name, profile, 1)
+        )
+        core.create_namespaced_pod("default", claiming_pod(claim_name, claim_name))
+    for claim_name in ("third-3g", "one-7g"):
+
+        def unschedulable(pod_name=claim_name):
+            events = core.list_namespaced_event(
+                "default",
+                field_selector=f"involvedObject.name={pod_name},reason=FailedScheduling",
+            ).items
+            return events[0] if events else None
+
+        event = wait_for(unschedulable, timeout=60, what=f"FailedScheduling of {claim_name}")
+        assert event.source.component == "default-scheduler"
+        assert event.message.startswith("0/1 nodes are available: 1 cannot allocate all claims")
+        assert core.read_namespaced_pod(claim_name, "default").status.phase == "Pending"

@@ -93,6 +93,85 @@ def test_only_what_the_agent_reported_is_published_and_the_clique_where_there_is
     assert derive(pool, node, None).dra_devices == ()
 
 
+def test_a_gpu_in_mig_mode_is_published_as_its_mig_devices_with_the_drivers_names(catalog):
+    from fleet.agent_facts import MigDevice
+
+    pool, node = pool_and_node({"mode": "mig", "mig_layout": {"3g.40gb": 1, "1g.10gb": 2}}, 2)
+    pool.gpu_publishing = "dra"
+    mig = [
+        # reported out of order; H100 profile ids (catalog, nvidia-smi mig -lgip): 3g.40gb 9,
+        # 1g.10gb 19; a device without a placement cannot be named
+        MigDevice("1g.10gb", 4, 1, 13, "MIG-b", 10240 * 2**20),
+        MigDevice("3g.40gb", 0, 4, 2, "MIG-a", 40448 * 2**20),
+        MigDevice("1g.10gb", 5, 1, 14, "", None),
+        MigDevice("?", -1, -1, 7, "MIG-x", 1),
+    ]
+    gpus = [
+        replace(hopper(0), mig_mode="enabled", devices=tuple(mig)),
+        replace(hopper(1), mig_mode="disabled"),  # MIG off (drift): the whole GPU, as the driver
+    ]
+    out = derive(pool, node, replace(facts(gpus, driver="570.172.08"), cuda_version="12.8"))
+    parent = {
+        "productName": {"string": H100},
+        "architecture": {"string": "Hopper"},
+        "cudaComputeCapability": {"version": "9.0.0"},
+        "driverVersion": {"version": "570.172.8"},
+        "cudaDriverVersion": {"version": "12.8.0"},
+    }
+    slices = {f"memorySlice{i}": {"value": "1"} for i in range(4)}
+    assert out.dra_devices == (
+        {
+            "name": "gpu-0-mig-3g40gb-9-0",
+            "attributes": {
+                "type": {"string": "mig"},
+                "uuid": {"string": "MIG-a"},
+                "parentUUID": {"string": "GPU-0"},
+                "profile": {"string": "3g.40gb"},
+                **parent,
+            },
+            "capacity": {"memory": {"value": "40448Mi"}, **slices},
+        },
+        {
+            "name": "gpu-0-mig-1g10gb-19-4",
+            "attributes": {
+                "type": {"string": "mig"},
+                "uuid": {"string": "MIG-b"},
+                "parentUUID": {"string": "GPU-0"},
+                "profile": {"string": "1g.10gb"},
+                **parent,
+            },
+            "capacity": {"memory": {"value": "10Gi"}, "memorySlice4": {"value": "1"}},
+        },
+        {
+            "name": "gpu-0-mig-1g10gb-19-5",
+            "attributes": {
+                "type": {"string": "mig"},
+                "parentUUID": {"string": "GPU-0"},
+                "profile": {"string": "1g.10gb"},
+                **parent,
+            },
+            "capacity": {"memorySlice5": {"value": "1"}},
+        },
+        {
+            "name": "gpu-1",
+            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "GPU-1"}, **parent},
+            "capacity": {"memory": {"value": "81559Mi"}},
+        },
+    )
+    assert out.capacity == out.allocatable == {"cpu": "1k", "memory": "1Ti", "pods": "110"}
+    # an unhealthy GPU's MIG devices all leave the slice
+    sick = [replace(gpus[0], health="UNHEALTHY"), gpus[1]]
+    assert [d["name"] for d in derive(pool, node, facts(sick)).dra_devices] == ["gpu-1"]
+
+
+def test_mig_device_names_follow_the_driver():
+    from nodepools.dra import mig_device_name
+
+    assert mig_device_name(0, "1g.10gb", 19, 0) == "gpu-0-mig-1g10gb-19-0"
+    assert mig_device_name(3, "1g.10gb+me", 20, 6) == "gpu-3-mig-1g10gb-me-20-6"
+    assert mig_device_name(1, "7g.80gb", None, 0) == "gpu-1-mig-7g80gb-0"
+
+
 def test_a_device_plugin_pool_has_no_dra_devices(catalog):
     pool, node = pool_and_node({"mode": "exclusive"}, 2)
     out = derive(pool, node, facts([hopper(0), hopper(1)]))
@@ -151,7 +230,7 @@ def post_pool(owner, cluster, **overrides):
     [
         ({"gpu_publishing": "both"}, "gpu_publishing", "invalid_choice"),
         (
-            {"isolation": {"mode": "mig", "mig_profile": "1g.10gb"}},
+            {"isolation": {"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}},
             "isolation",
             "dra_isolation_not_supported",
         ),
@@ -186,6 +265,19 @@ def test_a_dra_pool_says_so_and_keeps_exclusive_isolation(owner, cluster):
     resp = owner.patch(url, {"isolation": {"mode": "time-slicing", "replicas": 2}}, format="json")
     assert resp.status_code == 400, resp.content
     assert resp.json()["code"] == "dra_isolation_not_supported"
+    assert resp.json()["supported_modes"] == ["exclusive", "mig"]
+
+
+def test_a_dedicated_mig_pool_may_publish_dra_devices(owner, cluster):
+    from nodepools.models import NodePool
+
+    resp = post_pool(owner, cluster, isolation={"mode": "mig", "mig_layout": {"1g.10gb": 7}})
+    assert resp.status_code == 202, resp.content
+    pool = NodePool.objects.get(pk=resp.json()["target_id"])
+    assert (pool.gpu_publishing, pool.isolation["mode"]) == ("dra", "mig")
+    assert pool.gpu_config["resources"] == {}  # no nvidia.com/mig-1g.10gb besides the devices
+    # MIG Manager still applies the layout: the driver publishes the MIG devices it made
+    assert pool.gpu_config["labels"]["nvidia.com/mig.config"]
 
 
 def test_device_plugin_stays_the_default():
