@@ -177,6 +177,24 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     [term] = allocated["nodeSelector"]["nodeSelectorTerms"]
     assert term["matchFields"][0]["values"] == [name]
 
+    # --- never both: a pod asking this node for nvidia.com/gpu stays Pending beside the claim
+    plugin_pod = claiming_pod("plugin", "unused")
+    del plugin_pod["spec"]["resourceClaims"]
+    plugin_pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": name}
+    plugin_pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    core.create_namespaced_pod("default", plugin_pod)
+
+    def plugin_unschedulable():
+        events = core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=plugin,reason=FailedScheduling"
+        ).items
+        return events[0] if events else None
+
+    event = wait_for(plugin_unschedulable, timeout=60, what="FailedScheduling of the plugin pod")
+    assert event.message.startswith("0/1 nodes are available: 1 Insufficient nvidia.com/gpu")
+    assert core.read_namespaced_pod("plugin", "default").status.phase == "Pending"
+    core.delete_namespaced_pod("plugin", "default", grace_period_seconds=0)
+
     # --- >= 200Gi, and >= 80Gi: no device has it; each claim stays unallocated, its pod
     # Pending, and the scheduler says so
     for claim_name, memory, pod_name in (
