@@ -121,7 +121,7 @@ def test_make_run_serves_the_readme_tour(make_run):
         env={**make_run.env, "NVKE": url},
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
     )
     assert tour.returncode == 0, tour.stdout + tour.stderr
     out = tour.stdout
@@ -135,6 +135,20 @@ def test_make_run_serves_the_readme_tour(make_run):
         r"^\S+ +Ready +<none> +\S+ +v1\.36\.3 +NVIDIA-A100-SXM4-80GB-MIG-1g\.20gb$", out, re.M
     )
     assert "nvidia.com/gpu: 4\n" in out
+    # the H100 node: 8 whole GPUs and GFD's labels, a Job on one of them, then MIG mixed
+    # (7 x 1g.10gb on 8 GPUs) and single (the MIG devices counted as nvidia.com/gpu)
+    h100 = re.search(r"^(\S+) +Ready +<none> +\S+ +v1\.36\.3 +NVIDIA-H100-80GB-HBM3 +8$", out, re.M)
+    assert h100, out
+    assert "job.batch/cuda condition met\n" in out
+    assert f"\n{h100.group(1)}\n" in out  # the Job's pod ran on the H100 node
+    assert "nvidia.com/mig-1g.10gb: 56\n" in out
+    assert "nvidia.com/gpu: 56\n" in out
+    assert re.search(
+        rf"^{re.escape(h100.group(1))} +Ready +<none> +\S+ +v1\.36\.3 +"
+        r"NVIDIA-H100-80GB-HBM3-MIG-1g\.10gb$",
+        out,
+        re.M,
+    ), out
     assert "DELETE_CLUSTER" in out
     assert out.rstrip().splitlines()[-2] == "AVAILABLE"
     hosts = requests.get(
