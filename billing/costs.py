@@ -253,13 +253,18 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
     """What an invoice build of ``[start, end)`` would fail on: per tenant, each (GPU model,
     MIG profile) whose ledger rows overlap a stretch with no price in the tenant's currency.
 
-    ``[{"tenant_id", "gpu_model", "mig_profile", "currency", "at"}]`` (``at``: the start of the
-    first unpriced stretch the usage overlaps), sorted; ``[]`` when every line can be priced.
+    ``[{"tenant_id", "code", "gpu_model", "mig_profile", "currency", "at"}]`` (``at``: the
+    start of the first unpriced stretch the usage overlaps), sorted; ``[]`` when every line can
+    be priced. ``code`` is ``missing_price`` for usage, ``missing_reservation_price`` for a
+    reservation in force without a reservation rate (its entry also names
+    ``reservation_name``; ``mig_profile`` ""), as :func:`billing.invoices.build_invoice`
+    raises them.
     """
     from django.db.models import Q
 
     from .models import BillingAccount, LedgerEntry
     from .prices import rate_segments
+    from .reservations import unpriced_reservations
 
     out = []
     for tenant in sorted(set(tenant_ids), key=str):
@@ -280,10 +285,23 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
                 out.append(
                     {
                         "tenant_id": tenant,
+                        "code": "missing_price",
                         "gpu_model": seg.gpu_model,
                         "mig_profile": seg.mig_profile,
                         "currency": currency,
                         "at": seg.start,
                     }
                 )
+        for item in unpriced_reservations(tenant, currency, start, end):
+            out.append(
+                {
+                    "tenant_id": tenant,
+                    "code": "missing_reservation_price",
+                    "gpu_model": item["gpu_model"],
+                    "mig_profile": "",
+                    "currency": currency,
+                    "at": item["at"],
+                    "reservation_name": item["reservation_name"],
+                }
+            )
     return out

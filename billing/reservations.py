@@ -114,6 +114,32 @@ class ReservationCharge:
     covered_gpu_seconds: Decimal
 
 
+def unpriced_reservations(tenant_id, currency: str, start: datetime, end: datetime) -> list[dict]:
+    """The tenant's reservations with a stretch of ``[start, end)`` that has no reservation
+    rate in ``currency`` (what :func:`reservation_charges` would raise
+    ``missing_reservation_price`` on): ``[{"reservation_id", "reservation_name", "gpu_model",
+    "at"}]``, ``at`` the first unpriced stretch's start."""
+    out = []
+    for r in _reservations(tenant_id, start, end).order_by("start", "id"):
+        lo, hi = _window(r, start, end)
+        if hi <= lo:
+            continue
+        for seg in reservation_rate_segments(
+            tenant_id=tenant_id, currency=currency, gpu_model=r.gpu_model_id, start=lo, end=hi
+        ):
+            if seg.unit_price is None:
+                out.append(
+                    {
+                        "reservation_id": r.id,
+                        "reservation_name": r.name,
+                        "gpu_model": r.gpu_model_id,
+                        "at": seg.start,
+                    }
+                )
+                break
+    return out
+
+
 def reservation_charges(
     tenant_id, currency: str, start: datetime, end: datetime, now: datetime, covered: dict
 ) -> list[ReservationCharge]:
@@ -132,7 +158,12 @@ def reservation_charges(
                 raise Conflict(
                     f"no {currency} reservation rate for {r.gpu_model_id} at {seg.start}",
                     code="missing_reservation_price",
-                    extra={"gpu_model": r.gpu_model_id, "at": seg.start.isoformat()},
+                    extra={
+                        "gpu_model": r.gpu_model_id,
+                        "currency": currency,
+                        "reservation": r.name,
+                        "at": seg.start.isoformat(),
+                    },
                 )
             seconds = Decimal(r.gpus) * Decimal(str((seg.end - seg.start).total_seconds()))
             out.append(

@@ -26,6 +26,9 @@ from .periods import period_of
 
 log = logging.getLogger(__name__)
 
+#: the codes of an invoice that cannot be priced until an operator adds a price
+UNPRICEABLE = ("missing_price", "missing_reservation_price")
+
 #: How far back the periodic refresh recomputes (late ledger changes, late Xids).
 REFRESH_WINDOW = timedelta(days=35)
 
@@ -52,7 +55,8 @@ def build_tenant_invoices(tenant_id: str) -> list[str]:
     that ended before the tenant was created is skipped (:func:`tenant_existed_in`).
 
     A month that cannot be priced (``missing_price``: usage of a GPU model with no price in
-    the tenant's currency) is not retried — nothing changes until an operator adds the price
+    the tenant's currency; ``missing_reservation_price``: a reservation in force without a
+    reservation rate) is not retried — nothing changes until an operator adds the price
     — but reported for an operator: one ERROR line ``invoice_build_failed`` naming the tenant,
     month, model and currency, and ``nvke_invoice_build_failures_total`` (billing/metrics.py);
     the other month is still built. Returns the codes of the months that failed."""
@@ -63,7 +67,7 @@ def build_tenant_invoices(tenant_id: str) -> list[str]:
         try:
             build_invoice(uuid.UUID(str(tenant_id)), label, now)
         except Conflict as exc:
-            if exc.code != "missing_price":
+            if exc.code not in UNPRICEABLE:
                 raise
             report_build_failure(tenant_id, label, exc)
             failed.append(exc.code)

@@ -572,11 +572,20 @@ def invoices_build(request: HttpRequest) -> HttpResponse:
     ids = tenants_with_usage(now - timedelta(days=62), now)
     missing = _missing_prices()
     for m in missing:
+        if m["code"] == "missing_reservation_price":
+            what = (
+                f"reservation rate for {m['gpu_model']} (reservation {m['reservation_name']} "
+                f"from {m['at']:%Y-%m-%d %H:%M} UTC)"
+            )
+        else:
+            what = (
+                f"price for {m['gpu_model']} {m['mig_profile'] or '(whole GPU)'} (usage from "
+                f"{m['at']:%Y-%m-%d %H:%M} UTC)"
+            )
         messages.error(
             request,
-            f"Cannot build {m['tenant']}'s invoice: no {m['currency']} price for "
-            f"{m['gpu_model']} {m['mig_profile'] or '(whole GPU)'} (usage from "
-            f"{m['at']:%Y-%m-%d %H:%M} UTC). Add it on the Prices page (missing_price).",
+            f"Cannot build {m['tenant']}'s invoice: no {m['currency']} {what}. Add it on the "
+            f"Prices page ({m['code']}).",
         )
     blocked = {m["tenant_id"] for m in missing}
     sent = sum(enqueue_once(build_tenant_invoices, tid) for tid in ids if tid not in blocked)

@@ -8,6 +8,7 @@ sheet has no GB200 price in USD.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -93,6 +94,17 @@ def test_the_demo_prices_every_model_it_places(catalog, tmp_path):
     priced = set(Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", flat=True))
     assert "gb200" in placed
     assert placed <= priced, placed - priced
+    # and every model can be reserved and invoiced: a reservation rate, 70 % of list
+    rates = dict(
+        Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", "hourly_rate")
+    )
+    reserved = dict(
+        Price.objects.filter(tenant__isnull=True).values_list(
+            "gpu_model_id", "reservation_hourly_rate"
+        )
+    )
+    assert reserved["h100-sxm5-80gb"] == Decimal("1.75") and rates["h100-sxm5-80gb"] == 2.5
+    assert all(reserved[m] is not None for m in placed), reserved
 
 
 def test_the_billing_worker_alerts_an_operator_instead_of_failing_silently(
@@ -120,3 +132,68 @@ def test_the_billing_worker_alerts_an_operator_instead_of_failing_silently(
         f"invoice_build_failed tenant={tenant_a.id} period={month} code=missing_price "
         "gpu_model=gb200 currency=USD: no USD price for gb200 (whole GPU)"
     )
+
+
+@pytest.fixture
+def reservation_without_rate(world, tenant_a):
+    """Tenant A ran one H100 node (8 GPUs, list price 2.50, no reservation rate anywhere) for
+    2 hours, 3 days ago, on a reservation named ``train-week`` of 8 H100 in force then."""
+    from billing.prices import set_price
+    from reservations.models import Reservation
+
+    start = timezone.now() - timedelta(days=3)
+    set_price(
+        gpu_model="h100-sxm5-80gb",
+        hourly_rate=Decimal("2.50"),
+        effective_from=start - timedelta(days=30),
+    )
+    pool = world.pool(tenant_a, name="p")
+    world.hold(pool, world.make_host("h100-sxm5-80gb", gpus=8), start, start + timedelta(hours=2))
+    return Reservation.objects.create(
+        tenant=tenant_a,
+        name="train-week",
+        gpu_model_id="h100-sxm5-80gb",
+        region="us-east-1",
+        gpus=8,
+        start=start,
+        end=start + timedelta(hours=2),
+    )
+
+
+def test_a_reservation_without_a_rate_is_named_by_the_console_and_alerted_by_the_worker(
+    tenant_a,
+    reservation_without_rate,
+    ops_client,  # noqa: F811
+    caplog,
+):
+    """A fresh-user trial's reserved pool in make run: the worker logged a traceback
+    (Conflict 'no USD reservation rate …'), the console said the drafts were being built and
+    listed nothing it could not build, and no invoice came. Now the console names the
+    reservation and the worker reports it like a missing price."""
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    from billing.tasks import build_tenant_invoices
+
+    page = ops_client.post("/console/invoices/build", follow=True).content.decode()
+    assert (
+        "Cannot build tenant-a&#x27;s invoice: no USD reservation rate for h100-sxm5-80gb "
+        "(reservation train-week from "
+    ) in page
+    assert "(missing_reservation_price)" in page
+    assert "Draft invoices of 0 tenant(s) are being built." in page
+    assert 'id="missing-prices"' in page
+
+    labels = {
+        "code": "missing_reservation_price",
+        "gpu_model": "h100-sxm5-80gb",
+        "currency": "USD",
+    }
+    before = REGISTRY.get_sample_value("nvke_invoice_build_failures_total", labels) or 0.0
+    with caplog.at_level(logging.ERROR, logger="billing.tasks"):
+        assert build_tenant_invoices(str(tenant_a.id)) == ["missing_reservation_price"]
+    assert REGISTRY.get_sample_value("nvke_invoice_build_failures_total", labels) == before + 1
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "billing.tasks"]
+    assert "code=missing_reservation_price gpu_model=h100-sxm5-80gb currency=USD" in line
+    assert "no USD reservation rate for h100-sxm5-80gb" in line

@@ -47,6 +47,8 @@ DEMO_PRICES = {
     "h200-sxm-141gb": Decimal("3.20"),
     "h100-nvl-94gb": Decimal("2.30"),
 }
+#: the demo's reservation rate per reserved GPU-hour: this share of the list price (made up)
+DEMO_RESERVATION_SHARE = Decimal("0.70")
 H100 = "h100-sxm5-80gb"
 
 
@@ -75,13 +77,17 @@ class Command(BaseCommand):
             if GpuModel.objects.filter(slug=slug).exists() and not Price.objects.filter(
                 gpu_model_id=slug, tenant__isnull=True
             ):
+                reserved = (rate * DEMO_RESERVATION_SHARE).quantize(Decimal("0.01"))
                 set_price(
                     gpu_model=slug,
                     hourly_rate=rate,
+                    reservation_hourly_rate=reserved,
                     effective_from=datetime(2020, 1, 1, tzinfo=UTC),
                     label="demo list price (made up)",
                 )
-                self.stdout.write(f"demo list price {slug}: {rate} USD / GPU-hour")
+                self.stdout.write(
+                    f"demo list price {slug}: {rate} USD / GPU-hour, reserved {reserved}"
+                )
         unpriced = sorted(
             set(Host.objects.values_list("gpu_model_id", flat=True))
             - set(Price.objects.filter(tenant__isnull=True).values_list("gpu_model_id", flat=True))
