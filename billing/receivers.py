@@ -76,8 +76,8 @@ def price_of_nodepool(
     sender, tenant_id, gpu_model, gpus, reservation=None, isolation=None, **kwargs
 ):
     """The dry run's ``cost``: ``{"currency", "basis", "gpus", "gpu_hours_per_hour",
-    "unit_price", "hourly", "reservation_hourly"}``; None when the price sheet has no rate for
-    the model now.
+    "unit_price", "hourly", "reservation_unit_price", "reservation_hourly"}``; None when the
+    price sheet has no rate for the model now.
 
     ``hourly`` = one hour of the pool's GPU-hours at the on-demand rate in force
     (:func:`billing.prices.rate_segments`), rounded like an invoice line: ``gpus`` whole GPUs,
@@ -85,7 +85,9 @@ def price_of_nodepool(
     instances x the profile's billable fraction (:func:`billing.fractions.mig_billable_fraction`:
     1g.10gb of an H100 0.142857) — what its ledger rows will bill. 0 for a pool on an active
     reservation (its usage inside the reservation is covered), whose own charge is
-    ``reservation_hourly`` = its ``gpus`` x the reservation rate.
+    ``reservation_hourly`` = its ``gpus`` x the reservation rate ``reservation_unit_price``
+    (the invoice's, :func:`billing.prices.reservation_rate_segments`); both None when the price
+    sheet has no reservation rate (the invoice then fails ``missing_reservation_price``).
     """
     from datetime import timedelta
     from decimal import Decimal
@@ -128,6 +130,7 @@ def price_of_nodepool(
         "gpu_hours_per_hour": gpu_hours,
         "unit_price": price,
         "hourly": line_amount(seconds, price, currency),
+        "reservation_unit_price": None,
         "reservation_hourly": None,
     }
     if reservation is not None:
@@ -137,6 +140,7 @@ def price_of_nodepool(
             tenant_id=tenant_id, currency=currency, gpu_model=gpu_model, start=now, end=later
         )
         rate = rates[0].unit_price if rates else None
+        answer["reservation_unit_price"] = rate
         if rate is not None:
             answer["reservation_hourly"] = line_amount(
                 Decimal(reservation.gpus) * 3600, rate, currency

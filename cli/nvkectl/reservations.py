@@ -152,13 +152,27 @@ def print_dry_run(body: dict[str, Any]) -> None:
     if cost is None:
         out.print("cost: no price for this GPU model on the price sheet", markup=False)
         return
-    line = (
-        f"cost: {_money(cost['hourly'])} {cost['currency']} per hour ({cost['basis']}: "
-        f"{_number(cost['gpu_hours_per_hour'])} GPU-h per hour at "
-        f"{_number(cost['unit_price'])} per GPU-hour)"
-    )
-    if cost.get("reservation_hourly") is not None:
-        line += (
-            f"; the reservation itself: {_money(cost['reservation_hourly'])} {cost['currency']}/h"
+    if cost["basis"] != "reservation":
+        line = (
+            f"cost: {_money(cost['hourly'])} {cost['currency']} per hour (on-demand: "
+            f"{_number(cost['gpu_hours_per_hour'])} GPU-h per hour at "
+            f"{_number(cost['unit_price'])} per GPU-hour)"
         )
+    else:
+        line = (
+            f"cost: {_money(cost['hourly'])} {cost['currency']} per hour (its "
+            f"{_number(cost['gpu_hours_per_hour'])} GPU-h per hour are covered by the "
+            f"reservation)"
+        )
+        if cost.get("reservation_hourly") is not None:
+            line += (
+                f"; the reservation itself: {_money(cost['reservation_hourly'])} "
+                f"{cost['currency']}/h at {_number(cost['reservation_unit_price'])} per reserved "
+                f"GPU-hour, billed whether used or not"
+            )
+        else:
+            line += (
+                "; the reservation itself: no reservation rate on the price sheet (its invoice "
+                "cannot be built: missing_reservation_price)"
+            )
     out.print(line, markup=False, highlight=False)

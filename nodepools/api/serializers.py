@@ -272,6 +272,14 @@ class DryRunCostSerializer(serializers.Serializer):
         decimal_places=4,
         help_text="what the pool adds per hour (0 on a reservation: its usage is covered)",
     )
+    reservation_unit_price = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        allow_null=True,
+        help_text="per reserved GPU-hour, the rate the invoice bills the reservation at; null "
+        "off a reservation, or when the price sheet has none (its invoice then fails "
+        "missing_reservation_price)",
+    )
     reservation_hourly = serializers.DecimalField(
         max_digits=20,
         decimal_places=4,

@@ -114,8 +114,11 @@ def test_reservations_from_the_command_line(live_server, worker, make_host, nvke
     on_res = nvkectl(*pool_on_reservation, "--dry-run").stdout
     assert "capacity: placeable now: placeable now on reservation" in on_res
     assert "left after 504" in on_res  # 512 - 8
-    assert "cost: 0.00 USD per hour (reservation" in on_res
-    assert "the reservation itself: 14.00 USD/h" in on_res
+    assert "cost: 0.00 USD per hour (its 8 GPU-h per hour are covered by the reservation)" in on_res
+    assert (
+        "the reservation itself: 14.00 USD/h at 1.75 per reserved GPU-hour, billed whether "
+        "used or not"
+    ) in on_res
     on_demand = json.loads(
         nvkectl(
             "nodepools",

@@ -125,7 +125,9 @@ def test_check_on_a_reservation_names_it_and_its_own_charge(
     assert f'on reservation <span class="mono">{reservation.id}</span>' in html
     assert "needs 4; 4 left in the reservation of 4" in html
     assert "covered by the reservation" in html
-    assert "7.00 USD per hour, billed whether used or not" in html  # 4 x 1.75
+    assert (
+        "7.00 USD per hour (1.75 USD per reserved GPU-h), billed whether used or not" in html
+    )  # 4 x 1.75
 
 
 def test_check_says_when_reserved_gpus_block_an_on_demand_pool(

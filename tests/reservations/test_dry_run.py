@@ -90,6 +90,22 @@ def test_dry_run_on_a_reservation_names_it_and_costs_nothing_more_per_hour(owner
     assert cost["basis"] == "reservation"
     assert Decimal(str(cost["hourly"])) == 0  # usage inside the reservation is covered
     assert Decimal(str(cost["reservation_hourly"])) == Decimal("14.00")  # 8 x 1.75
+    # the rate the invoice bills the reservation at, not the on-demand 2.50 (a fresh-user
+    # trial's nvkectl read "reservation: 4 GPU-h per hour at 2.5 per GPU-hour")
+    assert Decimal(str(cost["reservation_unit_price"])) == Decimal("1.75")
+
+
+def test_dry_run_on_a_reservation_without_a_rate_says_none_instead_of_the_list_price(
+    owner, world
+):
+    from billing.models import Price
+
+    Price.objects.filter(tenant__isnull=True).update(reservation_hourly_rate=None)
+    r = world["reservation"]
+    cost = dry(owner, world["a"], pool_body("p", 1, reservation=r["id"]))["cost"]
+    assert cost["basis"] == "reservation"
+    assert (cost["reservation_unit_price"], cost["reservation_hourly"]) == (None, None)
+    assert Decimal(str(cost["hourly"])) == 0
 
 
 def test_dry_run_on_a_cancelled_reservation_has_nothing_left_as_the_create_says(owner, world):
