@@ -28,7 +28,9 @@ before GFD runs; GFD writes the same values), ``taints``, ``resources`` (per nod
 ``mig_strategy``, ``mig_layout`` (the GPU instances of EACH GPU: profile, start memory slice,
 size, in creation order; for a ``tenancy: shared`` pool the instances of EACH NODE, whose
 starts the fleet picks on a shared GPU, so ``start`` is None), ``tenancy`` (``shared`` only),
-``mig_parted_config``, ``device_plugin_config``, ``vgpu_device_manager_config`` and
+``mig_parted_config`` (None for a shared pool: the fleet partitions a shared host's GPUs,
+with no ``nvidia.com/mig.config`` label), ``device_plugin_config``,
+``vgpu_device_manager_config`` and
 ``manifests`` (the Kubernetes objects: ConfigMaps in namespace ``gpu-operator`` and, with a
 pinned driver, an ``NVIDIADriver``).
 """
@@ -164,6 +166,11 @@ def render_gpu_config(
         # ``Node.gpu_layout`` once the host's agent reports it (None here)
         config["mig_layout"] = _node_instances(gpu_model, isolation, gpus_per_node)
         config.pop("mig_instances_per_gpu", None)
+        # …and no mig-parted entry: the shared host's MIG layout is the fleet's, across
+        # tenants (fleet/shared_hosts.py), never a node's MIG Manager partitioning whole GPUs
+        # (a fresh-user trial read "all-1g.10gb: 7 per GPU" beside the node's one instance)
+        labels.pop("nvidia.com/mig.config", None)
+        config["mig_parted_config"] = None
     if gpu_publishing == GpuPublishing.DRA:
         labels["nvidia.com/gpu.deploy.device-plugin"] = "false"
         config["resources"] = {}

@@ -65,6 +65,8 @@ def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = Fals
     if label is not None and pool.gpu_model.mig_capable:
         entries = ((config.get("mig_parted_config") or {}).get("mig-configs") or {}).get(label)
         enabled = any(entry.get("mig-enabled") for entry in entries or [])
+    elif config.get("tenancy") == "shared":
+        enabled = True  # its GPU instances are on MIG GPUs the fleet partitions (no mig-parted)
     # a shared pool's layout is per node, placed by the fleet: those instances are checked
     # through the node's own GPU instances (nodepools.shared_host_nodes.node_gpu_instances),
     # not from here

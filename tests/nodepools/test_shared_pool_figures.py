@@ -32,6 +32,12 @@ def test_a_shared_mig_pool_node_gets_one_device_per_instance(catalog):
     # the 7 instances of a whole H100 partitioned for it
     assert shared["mig_layout"] == [{"profile": "1g.10gb", "start": None, "size": 1}]
     assert "mig_instances_per_gpu" not in shared
+    # no mig-parted entry (a fresh-user trial read "all-1g.10gb: 7 per GPU" there and in the
+    # node's nvidia.com/mig.config label): the fleet partitions the shared host's GPUs
+    assert shared["mig_parted_config"] is None
+    assert "nvidia.com/mig.config" not in shared["labels"]
+    configmaps = [m["metadata"]["name"] for m in shared["manifests"] if m["kind"] == "ConfigMap"]
+    assert "nvke-mig-parted-config" not in configmaps
     two = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"}, gpus=2)
     assert two["resources"] == {"nvidia.com/gpu": 2}
     assert [d["profile"] for d in two["mig_layout"]] == ["1g.10gb", "1g.10gb"]
@@ -47,6 +53,7 @@ def test_a_shared_pool_expects_no_whole_gpu_layout_from_the_host(catalog):
     config = _config({"mode": "mig", "mig_profile": "1g.10gb", "tenancy": "shared"})
     pool = NodePool(gpu_model_id="h100-sxm5-80gb", gpu_config=config, driver_version="")
     assert observed_gates.expectation(pool).instances == ()
+    assert observed_gates.expectation(pool).mig_enabled is True  # its GPU runs MIG
 
 
 def test_a_dedicated_mig_pool_node_gets_every_instance_of_its_gpus(catalog):
