@@ -18,7 +18,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from billing.costs import CostLine, costs_of_tenants
@@ -28,7 +28,7 @@ from billing.periods import local_date
 from catalog.models import GpuModel, XidCode
 from clusters.models import Cluster
 from fleet.choices import GpuHealth, HostState
-from fleet.models import Gpu, GpuRollup1h, Host, XidEvent
+from fleet.models import Gpu, GpuInstance, GpuRollup1h, Host, XidEvent
 from fleet.placeable import placeable_gpus_q
 from fleet.placement import max_host_gpus
 from nodepools.models import NodePool
@@ -274,21 +274,29 @@ def hosts_by_state_and_zone() -> dict[str, Any]:
 
 
 def gpus_by_model_and_health() -> list[dict[str, Any]]:
-    """Per GPU model: total, healthy, unhealthy, held (by a tenant's node), free (placeable:
-    :mod:`fleet.placeable`, shared hosts' GPUs included) and unavailable (neither held nor
-    placeable: unhealthy, being scrubbed, missing, or on a host not schedulable)."""
+    """Per GPU model: total, healthy, unhealthy, held (whole, by a tenant's node), in_instances
+    (a shared host's GPU carrying tenants' GPU instances: its free slices serve shared pools
+    only), free (placeable, :mod:`fleet.placeable`, shared hosts' untouched GPUs included)
+    and unavailable (none of those: unhealthy, being scrubbed, missing, or on a host not
+    schedulable). held + in_instances + free + unavailable = total."""
     rows = (
-        Gpu.objects.values("gpu_model_id")
+        Gpu.objects.annotate(
+            carries=Exists(GpuInstance.objects.filter(gpu=OuterRef("pk"), holder_id__isnull=False))
+        )
+        .values("gpu_model_id")
         .annotate(
             total=Count("id"),
             healthy=Count("id", filter=Q(health=GpuHealth.HEALTHY)),
             unhealthy=Count("id", filter=Q(health=GpuHealth.UNHEALTHY)),
             held=Count("id", filter=Q(holder_id__isnull=False)),
-            free=Count("id", filter=placeable_gpus_q(shared_hosts=True)),
+            in_instances=Count("id", filter=Q(holder_id__isnull=True, carries=True)),
+            free=Count("id", filter=placeable_gpus_q(shared_hosts=True) & Q(carries=False)),
         )
         .order_by("gpu_model_id")
     )
-    return [dict(r, unavailable=r["total"] - r["held"] - r["free"]) for r in rows]
+    return [
+        dict(r, unavailable=r["total"] - r["held"] - r["in_instances"] - r["free"]) for r in rows
+    ]
 
 
 def utilization_heatmap(hours: int = 24, max_hosts: int = 40, now: datetime | None = None):

@@ -65,6 +65,37 @@ def test_the_console_overview_shows_no_unhealthy_or_silent_gpu_as_free(fleet):
     assert (rows[H100]["free"], rows[H100]["unavailable"], rows[H100]["unhealthy"]) == (14, 2, 1)
     # the silent A100 host: nothing is free, everything unavailable
     assert (rows[A100]["free"], rows[A100]["unavailable"]) == (0, 8)
+    assert rows[H100]["in_instances"] == 0
+
+
+def test_a_shared_gpu_carrying_a_tenants_instance_is_not_counted_free(fleet, tenant_a):
+    """A fresh-user trial: GPU 0 of the shared host held two tenants' 1g.10gb instances and the
+    console counted it Free (room for a whole-GPU node, it read)."""
+    from django.utils import timezone
+
+    from fleet.models import GpuInstance
+    from portal.queries import gpus_by_model_and_health
+
+    shared = fleet[0]
+    gpu0 = shared.gpus.get(index=0)
+    for start, holder, state in (
+        (0, "11111111-1111-1111-1111-111111111111", "ACTIVE"),
+        (1, None, "FREE"),  # an earlier tenant's, scrubbed: history, holds nothing
+    ):
+        GpuInstance.objects.create(
+            host=shared, gpu=gpu0, profile="1g.10gb", start=start, size=1, compute_slices=1,
+            holder_id=holder, tenant=tenant_a if holder else None, created_at=timezone.now(),
+            state=state,
+        )  # fmt: skip
+    # a FREE row alone on GPU 1 leaves it free
+    GpuInstance.objects.create(
+        host=shared, gpu=shared.gpus.get(index=1), profile="1g.10gb", start=0, size=1,
+        compute_slices=1, created_at=timezone.now(), state="FREE",
+    )  # fmt: skip
+    rows = {r["gpu_model_id"]: r for r in gpus_by_model_and_health()}
+    h100 = rows[H100]
+    assert (h100["held"], h100["in_instances"], h100["free"], h100["unavailable"]) == (0, 1, 13, 2)
+    assert h100["held"] + h100["in_instances"] + h100["free"] + h100["unavailable"] == 16
 
 
 def test_the_node_pool_form_offers_a_model_with_gpus_free_first(fleet):

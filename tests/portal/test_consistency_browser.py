@@ -134,12 +134,12 @@ def test_the_console_overview_counts_only_placeable_gpus_as_free(
     ops = login(browser, live_server.url, "ops")
     ops.goto("/console/")
     gpus = ops.locator("#gpus-by-model tbody tr")
-    # model, GPUs, healthy, unhealthy, held, free, unavailable
+    # model, GPUs, healthy, unhealthy, held, in instances, free, unavailable
     expect(gpus.filter(has_text="a100-sxm4-80gb").locator("td")).to_have_text(
-        ["a100-sxm4-80gb", "8", "8", "0", "0", "0", "8"]
+        ["a100-sxm4-80gb", "8", "8", "0", "0", "0", "0", "8"]
     )
     expect(gpus.filter(has_text=MODEL).locator("td")).to_have_text(
-        [MODEL, "16", "15", "1", "0", "14", "2"]
+        [MODEL, "16", "15", "1", "0", "0", "14", "2"]
     )
     # fragmentation: the dedicated H100 host only (its 6 placeable GPUs); the shared host apart
     row = ops.locator("#fragmentation tbody tr", has_text=MODEL)

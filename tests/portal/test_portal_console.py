@@ -61,9 +61,9 @@ def test_the_overview_counts_hosts_gpus_drivers_and_shows_xids_and_the_heatmap(
     # read 14 free, issue 33), and the silent (NOT_READY) A10G host's GPU is unavailable too
     assert (
         'h100-sxm5-80gb</a></td><td>16</td><td>15</td><td class="bad">1</td>'
-        '<td>2</td><td>13</td><td class="bad">1</td>' in gpus_table
-    )
-    assert '<td>0</td><td>0</td><td class="bad">1</td></tr>' in gpus_table  # the A10G
+        '<td>2</td><td>0</td><td>13</td><td class="bad">1</td>' in gpus_table
+    )  # held 2, in instances 0, free 13, unavailable 1
+    assert '<td>0</td><td>0</td><td>0</td><td class="bad">1</td></tr>' in gpus_table  # A10G
     drivers = section(html, "drivers")
     assert '<td class="mono">515.105.01</td><td>1</td><td>1</td>' in drivers
     assert '<td class="mono">unknown</td><td>2</td><td>16</td>' in drivers
