@@ -217,7 +217,12 @@ def pools_create(
     mig_layout: Annotated[
         str | None, typer.Option(help="per-GPU MIG layout, e.g. 3g.40gb=1,1g.10gb=2")
     ] = None,
-    vgpu_profile: Annotated[str | None, typer.Option(help="vGPU type, e.g. H100XM-1-10C")] = None,
+    vgpu_profile: Annotated[
+        str | None, typer.Option(help="one vGPU type on every GPU, e.g. A10-4Q")
+    ] = None,
+    vgpu_layout: Annotated[
+        str | None, typer.Option(help="vGPU types and counts per GPU, e.g. A10-4Q=3,A10-6Q=2")
+    ] = None,
     replicas: Annotated[
         int | None, typer.Option(help="time-slicing / MPS replicas per GPU")
     ] = None,
@@ -234,6 +239,10 @@ def pools_create(
     same_nvlink_domain: Annotated[
         bool, typer.Option("--same-nvlink-domain", help="every node in one NVLink domain")
     ] = False,
+    gpu_publishing: Annotated[
+        str | None,
+        typer.Option(help="device-plugin (nvidia.com/gpu on each Node) | dra (ResourceSlices)"),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="create nothing: print capacity, quota left and cost"),
@@ -256,12 +265,14 @@ def pools_create(
             mig_profile=mig_profile,
             mig_layout=mig_layout,
             vgpu_profile=vgpu_profile,
+            vgpu_layout=vgpu_layout,
             replicas=replicas,
             tenancy=tenancy,
             driver_version=driver_version,
             cuda_version=cuda_version,
             reservation=reservation,
             same_nvlink_domain=same_nvlink_domain,
+            gpu_publishing=gpu_publishing,
         )
     except (OSError, ValueError) as exc:
         err.print(f"error: {exc}", markup=False)

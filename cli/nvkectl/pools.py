@@ -10,13 +10,16 @@ from typing import Any
 import yaml
 
 
-def parse_layout(text: str) -> dict[str, int]:
-    """``"3g.40gb=1,1g.10gb=2"`` -> ``{"3g.40gb": 1, "1g.10gb": 2}``; ValueError otherwise."""
+def parse_layout(
+    text: str, flag: str = "--mig-layout", example: str = "3g.40gb=1"
+) -> dict[str, int]:
+    """``"3g.40gb=1,1g.10gb=2"`` -> ``{"3g.40gb": 1, "1g.10gb": 2}``; ValueError naming
+    ``flag`` otherwise."""
     out: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         profile, sep, count = part.partition("=")
         if not sep or not count.strip().isdigit():
-            raise ValueError(f"--mig-layout: {part!r} is not PROFILE=COUNT (e.g. 3g.40gb=1)")
+            raise ValueError(f"{flag}: {part!r} is not PROFILE=COUNT (e.g. {example})")
         out[profile.strip()] = int(count)
     return out
 
@@ -32,15 +35,18 @@ def pool_body(
     mig_profile: str | None = None,
     mig_layout: str | None = None,
     vgpu_profile: str | None = None,
+    vgpu_layout: str | None = None,
     replicas: int | None = None,
     tenancy: str | None = None,
     driver_version: str | None = None,
     cuda_version: str | None = None,
     reservation: str | None = None,
     same_nvlink_domain: bool = False,
+    gpu_publishing: str | None = None,
 ) -> dict[str, Any]:
     """The create body. ``mode`` defaults to ``mig`` with a MIG profile or layout, ``vgpu``
-    with a vGPU profile, else the file's, else ``exclusive``. ValueError on a bad file."""
+    with a vGPU profile or layout, else the file's, else ``exclusive``. ValueError on a bad
+    file or layout."""
     body: dict[str, Any] = {}
     if file is not None:
         loaded = yaml.safe_load(file.read_text())
@@ -55,6 +61,7 @@ def pool_body(
         ("driver_version", driver_version),
         ("cuda_version", cuda_version),
         ("reservation", reservation),
+        ("gpu_publishing", gpu_publishing),
     ):
         if value is not None:
             body[key] = value
@@ -63,6 +70,10 @@ def pool_body(
         ("mig_profile", mig_profile),
         ("mig_layout", parse_layout(mig_layout) if mig_layout else None),
         ("vgpu_profile", vgpu_profile),
+        (
+            "vgpu_layout",
+            parse_layout(vgpu_layout, "--vgpu-layout", "A10-4Q=3") if vgpu_layout else None,
+        ),
         ("replicas", replicas),
         ("tenancy", tenancy),
     ):
@@ -71,7 +82,7 @@ def pool_body(
     if mode is None and "mode" not in isolation:
         if mig_profile or mig_layout:
             mode = "mig" if replicas is None else None
-        elif vgpu_profile:
+        elif vgpu_profile or vgpu_layout:
             mode = "vgpu"
     if mode is not None:
         isolation["mode"] = mode

@@ -65,8 +65,23 @@ def test_a_bad_layout_says_what_it_wants():
 def test_the_help_lists_the_new_flags():
     out = CliRunner().invoke(app, ["nodepools", "create", "--help"], terminal_width=200).output
     for flag in ("--file", "--isolation", "--mig-layout", "--vgpu-profile", "--replicas",
-                 "--tenancy", "--driver-version", "--cuda-version"):  # fmt: skip
+                 "--tenancy", "--driver-version", "--cuda-version", "--vgpu-layout",
+                 "--gpu-publishing", "--reservation", "--same-nvlink-domain"):  # fmt: skip
         assert flag in out, flag
+    assert "H100XM" not in out  # the example was a type the catalog has for no GPU
+
+
+def test_vgpu_layout_and_gpu_publishing_have_flags():
+    """A fresh-user trial: both were reachable only through -f although the help says every
+    field the API takes is a flag."""
+    from nvkectl.pools import pool_body
+
+    body = pool_body(name="v", gpu_model="a10g", vgpu_layout="A10-4Q=3,A10-6Q=2")
+    assert body["isolation"] == {"mode": "vgpu", "vgpu_layout": {"A10-4Q": 3, "A10-6Q": 2}}
+    dra = pool_body(name="d", gpu_model="h100-sxm5-80gb", gpu_publishing="dra")
+    assert (dra["gpu_publishing"], dra["isolation"]) == ("dra", {"mode": "exclusive"})
+    with pytest.raises(ValueError, match=r"--vgpu-layout: 'A10-4Q' is not PROFILE=COUNT"):
+        pool_body(name="v", vgpu_layout="A10-4Q")
 
 
 def test_the_pool_table_says_what_each_node_gets_and_that_a_pool_is_shared():
