@@ -408,6 +408,30 @@ def _mig_driver_problems(
     return problems
 
 
+def cuda_of_driver(release: str) -> str | None:
+    """The CUDA version a driver ``release`` (``580.95.05``) supports, as ``nvidia-smi``
+    prints it ("CUDA Version: 13.0"): the highest CUDA minor version whose toolkit's minimum
+    Linux driver (CUDA release notes, :class:`~catalog.models.CudaDriverRequirement`) the
+    release meets; None for a release older than every toolkit the catalog holds, or not a
+    dotted version."""
+    from .models import CudaDriverRequirement
+
+    try:
+        have = version_tuple(release)
+    except (TypeError, ValueError):
+        return None
+    met = []
+    for cuda, needs in CudaDriverRequirement.objects.values_list(
+        "cuda_version", "min_linux_driver"
+    ):
+        try:
+            if version_tuple(needs.lstrip(">= ")) <= have:
+                met.append(cuda)
+        except ValueError:
+            continue
+    return max(met, key=version_tuple, default=None)
+
+
 def newest_known_release(branch: int) -> str | None:
     """The newest release of driver branch ``branch`` (580) that the catalog knows: the
     highest minimum Linux driver of a CUDA release on that branch (``580.95.05`` for R580,

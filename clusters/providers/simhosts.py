@@ -320,9 +320,11 @@ def install_driver(state: dict[str, Any], version: str) -> None:
     """The driver container installs ``version`` (a release, or a branch ``R580``, for which it
     loads the branch's newest release the catalog knows, ``580.95.05``:
     :func:`catalog.services.newest_known_release`; ``580.0.0`` only for a branch the catalog
-    names no release of) and reloads the driver, which resets volatile ECC counters.
+    names no release of) and reloads the driver, which resets volatile ECC counters; the host
+    then reports the CUDA version that driver supports (``13.0`` for 580.95.05:
+    :func:`catalog.services.cuda_of_driver`; unchanged where the catalog cannot tell).
     Faults: ``driver-not-taken`` (the old driver stays), ``driver-breaks-nvml``."""
-    from catalog.services import newest_known_release
+    from catalog.services import cuda_of_driver, newest_known_release
 
     if not version or "driver-not-taken" in state["faults"]:
         return
@@ -330,6 +332,7 @@ def install_driver(state: dict[str, Any], version: str) -> None:
     if text[:1] in "Rr":
         text = newest_known_release(int(text[1:])) or f"{text[1:]}.0.0"
     state["driver_version"] = text
+    state["cuda_version"] = cuda_of_driver(text) or state.get("cuda_version") or ""
     for gpu in state["gpus"]:
         gpu["health"]["ecc_volatile_uncorrected"] = 0
     if "driver-breaks-nvml" in state["faults"]:

@@ -16,11 +16,34 @@ def test_a_branch_installs_its_newest_release_the_catalog_knows(catalog):
 
     assert newest_known_release(580) == "580.95.05"
     state = {"faults": [], "gpus": [{"health": {"ecc_volatile_uncorrected": 2}}]}
+    state["cuda_version"] = "12.8"
     simhosts.install_driver(state, "R580")
     assert state["driver_version"] == "580.95.05"
+    # and the CUDA it supports, as nvidia-smi prints it: 13.0 (13.0 Update 2 needs >=
+    # 580.95.05, 13.1 >= 590.44.01); it stayed "12.8" (a fresh-user trial)
+    assert state["cuda_version"] == "13.0"
     assert state["gpus"][0]["health"]["ecc_volatile_uncorrected"] == 0
     simhosts.install_driver(state, "570.172.08")  # an exact release is taken as it is
-    assert state["driver_version"] == "570.172.08"
+    assert (state["driver_version"], state["cuda_version"]) == ("570.172.08", "12.8")
+
+
+@pytest.mark.parametrize(
+    ("release", "cuda"),
+    [
+        ("580.65.06", "13.0"),  # 13.0 GA's minimum
+        ("580.65.05", "12.9"),  # below it: 12.9 Update 1 needs 575.57.08
+        ("570.26", "12.8"),
+        ("590.44.01", "13.1"),
+        ("410.48", None),  # older than every toolkit the catalog holds
+        ("R580", None),  # not a release
+    ],
+)
+def test_the_cuda_a_driver_supports_is_the_newest_toolkit_whose_minimum_it_meets(
+    catalog, release, cuda
+):
+    from catalog.services import cuda_of_driver
+
+    assert cuda_of_driver(release) == cuda
 
 
 def test_a_branch_the_catalog_names_no_release_of_keeps_its_number(catalog):
