@@ -142,6 +142,11 @@ def resize_dry_run_lines(body: dict[str, Any]) -> list[str]:
         lines.append(f"  would drain and remove {node['name']} ({node['gpus']} GPU(s), {why})")
     if plan.get("provision"):
         lines.append(f"  would provision {plan['provision']} node(s)")
+        if body.get("capacity"):  # a fresh-user trial read the cost as the added nodes'
+            lines.append(
+                f"  (capacity and quota below: the {plan['provision']} added node(s); cost: the "
+                f"whole pool at {size.get('to')} node(s))"
+            )
     if len(lines) == 1:
         lines.append("  no node would change")
     return lines

@@ -108,3 +108,28 @@ def test_the_pool_table_says_what_each_node_gets_and_that_a_pool_is_shared():
         "mps x2 on 3g.40gb"
     )
     assert isolation_text(None) == "exclusive"
+
+
+def test_a_scale_up_dry_run_says_which_figures_are_the_added_nodes_and_which_the_pool():
+    """A fresh-user trial read 'cost: 20.00 USD per hour, 8 GPU-h' under capacity and quota
+    for the 4 added GPUs: the cost is the pool's at its new size."""
+    from nvkectl.pools import resize_dry_run_lines
+
+    body = {
+        "node_count": {"from": 1, "to": 2},
+        "disruption": {"nodes": [], "provision": 1},
+        "capacity": {"placeable_now": True},
+    }
+    assert resize_dry_run_lines(body) == [
+        "node count: 1 -> 2",
+        "  would provision 1 node(s)",
+        "  (capacity and quota below: the 1 added node(s); cost: the whole pool at 2 node(s))",
+    ]
+    down = {
+        "node_count": {"from": 2, "to": 1},
+        "disruption": {"nodes": [{"name": "c-p-1", "gpus": 4, "unhealthy": True}]},
+    }
+    assert resize_dry_run_lines(down) == [
+        "node count: 2 -> 1",
+        "  would drain and remove c-p-1 (4 GPU(s), unhealthy)",
+    ]
