@@ -114,12 +114,9 @@ class ReservationCharge:
     covered_gpu_seconds: Decimal
 
 
-def unpriced_reservations(tenant_id, currency: str, start: datetime, end: datetime) -> list[dict]:
-    """The tenant's reservations with a stretch of ``[start, end)`` that has no reservation
-    rate in ``currency`` (what :func:`reservation_charges` would raise
-    ``missing_reservation_price`` on): ``[{"reservation_id", "reservation_name", "gpu_model",
-    "at"}]``, ``at`` the first unpriced stretch's start."""
-    out = []
+def _rate_stretches(tenant_id, currency: str, start: datetime, end: datetime):
+    """``(reservation, rate segment)`` of each of the tenant's reservations over its part of
+    ``[start, end)``, by reservation start, then time (``unit_price`` None: no rate)."""
     for r in _reservations(tenant_id, start, end).order_by("start", "id"):
         lo, hi = _window(r, start, end)
         if hi <= lo:
@@ -127,17 +124,24 @@ def unpriced_reservations(tenant_id, currency: str, start: datetime, end: dateti
         for seg in reservation_rate_segments(
             tenant_id=tenant_id, currency=currency, gpu_model=r.gpu_model_id, start=lo, end=hi
         ):
-            if seg.unit_price is None:
-                out.append(
-                    {
-                        "reservation_id": r.id,
-                        "reservation_name": r.name,
-                        "gpu_model": r.gpu_model_id,
-                        "at": seg.start,
-                    }
-                )
-                break
-    return out
+            yield r, seg
+
+
+def unpriced_reservations(tenant_id, currency: str, start: datetime, end: datetime) -> list[dict]:
+    """The tenant's reservations with a stretch of ``[start, end)`` that has no reservation
+    rate in ``currency`` (what :func:`reservation_charges` would raise
+    ``missing_reservation_price`` on): ``[{"reservation_id", "reservation_name", "gpu_model",
+    "at"}]``, ``at`` the first unpriced stretch's start."""
+    out: dict = {}
+    for r, seg in _rate_stretches(tenant_id, currency, start, end):
+        if seg.unit_price is None and r.id not in out:
+            out[r.id] = {
+                "reservation_id": r.id,
+                "reservation_name": r.name,
+                "gpu_model": r.gpu_model_id,
+                "at": seg.start,
+            }
+    return list(out.values())
 
 
 def reservation_charges(
@@ -145,36 +149,29 @@ def reservation_charges(
 ) -> list[ReservationCharge]:
     """What the tenant's reservations cost in ``[start, min(end, now))``. Conflict
     ``missing_reservation_price`` when a reserved stretch has no reservation rate."""
-    stop = min(end, now)
     out = []
-    for r in _reservations(tenant_id, start, stop).order_by("start", "id"):
-        lo, hi = _window(r, start, stop)
-        if hi <= lo:
-            continue
-        for seg in reservation_rate_segments(
-            tenant_id=tenant_id, currency=currency, gpu_model=r.gpu_model_id, start=lo, end=hi
-        ):
-            if seg.unit_price is None:
-                raise Conflict(
-                    f"no {currency} reservation rate for {r.gpu_model_id} at {seg.start}",
-                    code="missing_reservation_price",
-                    extra={
-                        "gpu_model": r.gpu_model_id,
-                        "currency": currency,
-                        "reservation": r.name,
-                        "at": seg.start.isoformat(),
-                    },
-                )
-            seconds = Decimal(r.gpus) * Decimal(str((seg.end - seg.start).total_seconds()))
-            out.append(
-                ReservationCharge(
-                    r,
-                    seg.unit_price,
-                    seg.source,
-                    seconds,
-                    seg.start,
-                    seg.end,
-                    Decimal(covered.get(r.id, 0) or 0),
-                )
+    for r, seg in _rate_stretches(tenant_id, currency, start, min(end, now)):
+        if seg.unit_price is None:
+            raise Conflict(
+                f"no {currency} reservation rate for {r.gpu_model_id} at {seg.start}",
+                code="missing_reservation_price",
+                extra={
+                    "gpu_model": r.gpu_model_id,
+                    "currency": currency,
+                    "reservation": r.name,
+                    "at": seg.start.isoformat(),
+                },
             )
+        seconds = Decimal(r.gpus) * Decimal(str((seg.end - seg.start).total_seconds()))
+        out.append(
+            ReservationCharge(
+                r,
+                seg.unit_price,
+                seg.source,
+                seconds,
+                seg.start,
+                seg.end,
+                Decimal(covered.get(r.id, 0) or 0),
+            )
+        )
     return out

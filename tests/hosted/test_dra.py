@@ -68,6 +68,18 @@ def claiming_pod(name: str, claim_name: str) -> dict:
     }
 
 
+def failed_scheduling(core: k8s.CoreV1Api, pod_name: str):
+    """The scheduler's first FailedScheduling event of pod ``pod_name`` (waits up to 60 s)."""
+
+    def first():
+        events = core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={pod_name},reason=FailedScheduling"
+        ).items
+        return events[0] if events else None
+
+    return wait_for(first, timeout=60, what=f"FailedScheduling of {pod_name}")
+
+
 def slices_of(objects, node: str) -> list[dict]:
     items = objects.list_cluster_custom_object(GROUP, VERSION, "resourceslices")["items"]
     return [s for s in items if s["spec"].get("nodeName") == node]
@@ -184,13 +196,7 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     plugin_pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     core.create_namespaced_pod("default", plugin_pod)
 
-    def plugin_unschedulable():
-        events = core.list_namespaced_event(
-            "default", field_selector="involvedObject.name=plugin,reason=FailedScheduling"
-        ).items
-        return events[0] if events else None
-
-    event = wait_for(plugin_unschedulable, timeout=60, what="FailedScheduling of the plugin pod")
+    event = failed_scheduling(core, "plugin")
     assert event.message.startswith("0/1 nodes are available: 1 Insufficient nvidia.com/gpu")
     assert core.read_namespaced_pod("plugin", "default").status.phase == "Pending"
     core.delete_namespaced_pod("plugin", "default", grace_period_seconds=0)
@@ -206,15 +212,7 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
         )
         core.create_namespaced_pod("default", claiming_pod(pod_name, claim_name))
     for claim_name, pod_name in (("one-200gi", "too-big"), ("one-80gi", "not-80gi")):
-
-        def unschedulable(pod_name=pod_name):
-            events = core.list_namespaced_event(
-                "default",
-                field_selector=f"involvedObject.name={pod_name},reason=FailedScheduling",
-            ).items
-            return events[0] if events else None
-
-        event = wait_for(unschedulable, timeout=60, what=f"FailedScheduling of {pod_name}")
+        event = failed_scheduling(core, pod_name)
         assert event.source.component == "default-scheduler"
         assert event.message.startswith("0/1 nodes are available: 1 cannot allocate all claims")
         assert core.read_namespaced_pod(pod_name, "default").status.phase == "Pending"
@@ -336,13 +334,7 @@ def test_a_claim_for_two_gpus_of_one_nvlink_clique_lands_on_the_node_in_that_cli
     )
     core.create_namespaced_pod("default", claiming_pod("nowhere", "nowhere"))
 
-    def unschedulable():
-        events = core.list_namespaced_event(
-            "default", field_selector="involvedObject.name=nowhere,reason=FailedScheduling"
-        ).items
-        return events[0] if events else None
-
-    event = wait_for(unschedulable, timeout=60, what="FailedScheduling of the clique-3 claim")
+    event = failed_scheduling(core, "nowhere")  # the clique-3 claim's pod
     assert event.source.component == "default-scheduler"
     assert event.message.startswith("0/2 nodes are available: 2 cannot allocate all claims")
     assert core.read_namespaced_pod("nowhere", "default").status.phase == "Pending"
@@ -449,15 +441,7 @@ def test_a_mig_dra_pool_publishes_each_gpu_instance_and_the_scheduler_hands_each
         )
         core.create_namespaced_pod("default", claiming_pod(claim_name, claim_name))
     for claim_name in ("third-3g", "one-7g"):
-
-        def unschedulable(pod_name=claim_name):
-            events = core.list_namespaced_event(
-                "default",
-                field_selector=f"involvedObject.name={pod_name},reason=FailedScheduling",
-            ).items
-            return events[0] if events else None
-
-        event = wait_for(unschedulable, timeout=60, what=f"FailedScheduling of {claim_name}")
+        event = failed_scheduling(core, claim_name)
         assert event.source.component == "default-scheduler"
         assert event.message.startswith("0/1 nodes are available: 1 cannot allocate all claims")
         assert core.read_namespaced_pod(claim_name, "default").status.phase == "Pending"
