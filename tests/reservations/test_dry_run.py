@@ -95,9 +95,7 @@ def test_dry_run_on_a_reservation_names_it_and_costs_nothing_more_per_hour(owner
     assert Decimal(str(cost["reservation_unit_price"])) == Decimal("1.75")
 
 
-def test_dry_run_on_a_reservation_without_a_rate_says_none_instead_of_the_list_price(
-    owner, world
-):
+def test_dry_run_on_a_reservation_without_a_rate_says_none_instead_of_the_list_price(owner, world):
     from billing.models import Price
 
     Price.objects.filter(tenant__isnull=True).update(reservation_hourly_rate=None)
