@@ -73,8 +73,10 @@ def test_the_command_builds_by_name(tenant_a, gb200_usage, capsys):
     )
     call_command("billing", "invoice", "--tenant", "tenant-a", "--period", "2026-03")
     out = capsys.readouterr().out
-    # 4 GPUs x 2 h x 6.00 = 48.00 USD
+    # 4 GPUs x 2 h x 6.00 = 48.00 USD; the line in cents too, as the API shows it (it printed
+    # the stored 48.0000)
     assert " DRAFT 48.00 USD" in out.splitlines()[0]
+    assert out.splitlines()[1].split()[1] == "48.00"
 
 
 def test_the_console_says_which_price_is_missing(tenant_a, recent_gb200_usage, ops_client):  # noqa: F811

@@ -144,6 +144,11 @@ class Command(BaseCommand):
         invoice = build_invoice(o["tenant"], o["period"])
         if o["finalize"]:
             invoice = finalize_invoice(invoice.id)
-        self.stdout.write(f"{invoice.number} {invoice.status} {invoice.total} {invoice.currency}")
+        from billing.money import round_money
+
+        currency = invoice.currency
+        total = round_money(invoice.total, currency)  # in the currency's minor unit, as the
+        self.stdout.write(f"{invoice.number} {invoice.status} {total} {currency}")  # API shows
         for line in invoice.lines.all():
-            self.stdout.write(f"  {line.position:3d} {line.amount:>14} {line.description}")
+            amount = round_money(line.amount, currency)
+            self.stdout.write(f"  {line.position:3d} {amount:>14} {line.description}")
