@@ -413,22 +413,22 @@ def cuda_of_driver(release: str) -> str | None:
     prints it ("CUDA Version: 13.0"): the highest CUDA minor version whose toolkit's minimum
     Linux driver (CUDA release notes, :class:`~catalog.models.CudaDriverRequirement`) the
     release meets; None for a release older than every toolkit the catalog holds, or not a
-    dotted version."""
+    release (``R580``)."""
     from .models import CudaDriverRequirement
 
     try:
-        have = version_tuple(release)
-    except (TypeError, ValueError):
+        driver = parse_driver_version(release)
+    except ValueError:
         return None
-    met = []
-    for cuda, needs in CudaDriverRequirement.objects.values_list(
-        "cuda_version", "min_linux_driver"
-    ):
-        try:
-            if version_tuple(needs.lstrip(">= ")) <= have:
-                met.append(cuda)
-        except ValueError:
-            continue
+    if driver.exact is None:
+        return None
+    met = [
+        cuda
+        for cuda, needs in CudaDriverRequirement.objects.values_list(
+            "cuda_version", "min_linux_driver"
+        )
+        if needs and driver.at_least(needs)  # stored as dotted versions (table_rows.py)
+    ]
     return max(met, key=version_tuple, default=None)
 
 

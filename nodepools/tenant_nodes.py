@@ -103,13 +103,15 @@ def tenant_node(
     kubelet_version: str,
     xids: dict[str, int] | None = None,
     own: dict[str, tuple[tuple[str, int, int], ...]] | None = None,
+    profile_ids: dict[str, int] | None = None,
 ) -> TenantNode:
     """The Node ``node`` is in its cluster's API, from ``facts`` (its host's latest agent
     report; None: no GPU is published). ``xids``: GPU UUID -> the Xid of its open unhealthy
     interval. ``own``: a VM node of a shared host's own GPU instances per GPU
     (:func:`nodepools.shared_host_nodes.node_gpu_instances`; the GPU's other instances are
-    other tenants'), None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``. Pure:
-    reads nothing else."""
+    other tenants'), None for a whole-GPU node. ``kubelet_version``: ``"v1.36.3"``.
+    ``profile_ids``: the pool's GPU model's :func:`mig_profile_ids`, naming a DRA pool's MIG
+    devices. Pure: reads nothing else."""
     config = pool.gpu_config or {}
     strategy = ((config.get("device_plugin_config") or {}).get("flags") or {}).get(
         "migStrategy"
@@ -150,8 +152,7 @@ def tenant_node(
     if pool.gpu_publishing == GpuPublishing.DRA:
         # the GPUs are DRA devices of the node's ResourceSlice, never also nvidia.com/gpu
         capacity, allocatable = Counter(), Counter()
-        mig = any(g.mig_mode == "enabled" for g in gpus)
-        dra_devices = gpu_devices(gpus, facts, mig_profile_ids(pool.gpu_model_id) if mig else None)
+        dra_devices = gpu_devices(gpus, facts, profile_ids)
 
     rendered = config.get("labels") or {}
     labels = {k: v for k, v in rendered.items() if not k.startswith(_OBSERVED_PREFIXES)}
@@ -267,6 +268,12 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
             gpu_uuid__in=uuids, ended_at__isnull=True, xid__isnull=False
         ).values_list("gpu_uuid", "xid")
     )
+    profile_ids = {  # one query per GPU model of the cluster's DRA pools
+        model: mig_profile_ids(model)
+        for model in {
+            n.nodepool.gpu_model_id for n in nodes if n.nodepool.gpu_publishing == GpuPublishing.DRA
+        }
+    }
     out = []
     for node in nodes:
         facts = host_facts(node.host_id, node.gpu_uuids) if node.host_id else None
@@ -282,6 +289,7 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
                 ),
                 xids=xids,
                 own=node_gpu_instances(node, facts),
+                profile_ids=profile_ids.get(node.nodepool.gpu_model_id),
             )
         )
     return out

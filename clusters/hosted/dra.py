@@ -131,37 +131,42 @@ def prune(
 
 def publish(api, nodes: list[TenantNode], kept: dict[str, dict[str, Any]] | None) -> None:
     """Write the slice of each node of ``nodes`` with DRA devices (after the Nodes): create
-    the missing (and the DeviceClasses), replace those whose devices changed; ``kept``: what
-    :func:`prune` left. Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
+    the missing, replace those whose devices changed, and before either make sure the
+    DeviceClasses exist (a device can only appear through such a write, so a sync that
+    changes nothing asks nothing); ``kept``: what :func:`prune` left. Raises
+    ``kubernetes.client.rest.ApiException`` when the API refuses."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    wanted = [n for n in nodes if n.dra_devices is not None]
-    if not wanted:
+    existing = dict(kept or {})
+    creates, replaces = [], []
+    for node in nodes:
+        if node.dra_devices is None:
+            continue
+        current = existing.get(slice_name(node.name))
+        if current is None:
+            creates.append(resource_slice(node))
+            continue
+        body = resource_slice(node, current["spec"]["pool"]["generation"] + 1)
+        annotations = current["metadata"].get("annotations") or {}
+        if (
+            annotations.get(DIGEST_ANNOTATION) != body["metadata"]["annotations"][DIGEST_ANNOTATION]
+            or current["spec"].get("nodeName") != node.name
+        ):
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            replaces.append(body)
+    if not creates and not replaces:
         return
     objects = client.CustomObjectsApi(api)
-    existing = dict(kept or {})
     for device_class in device_classes():
         try:
             objects.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", device_class)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    for node in wanted:
-        current = existing.get(slice_name(node.name))
-        if current is None:
-            objects.create_cluster_custom_object(
-                GROUP, VERSION, "resourceslices", resource_slice(node)
-            )
-            continue
-        body = resource_slice(node, current["spec"]["pool"]["generation"] + 1)
-        annotations = current["metadata"].get("annotations") or {}
-        if (
-            annotations.get(DIGEST_ANNOTATION) == body["metadata"]["annotations"][DIGEST_ANNOTATION]
-            and current["spec"].get("nodeName") == node.name
-        ):
-            continue
-        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    for body in creates:
+        objects.create_cluster_custom_object(GROUP, VERSION, "resourceslices", body)
+    for body in replaces:
         objects.replace_cluster_custom_object(
             GROUP, VERSION, "resourceslices", body["metadata"]["name"], body
         )

@@ -16,7 +16,13 @@ from kubernetes.utils import parse_quantity
 
 from tests.e2e.conftest import wait_for
 from tests.hosted.conftest import api_client, create_cluster, kubeconfig_of
-from tests.hosted.test_gpu_nodes import TOLERATION, drive, lease_renewals, node_names
+from tests.hosted.test_gpu_nodes import (
+    TOLERATION,
+    create_pool,
+    drive,
+    lease_renewals,
+    node_names,
+)
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -102,21 +108,7 @@ def test_a_dra_pool_publishes_resource_slices_the_real_scheduler_allocates_claim
     core, coord = k8s.CoreV1Api(api), k8s.CoordinationV1Api(api)
     objects = k8s.CustomObjectsApi(api)
 
-    resp = owner.post(
-        f"/api/v1/clusters/{cluster.id}/nodepools",
-        {
-            "name": "dra",
-            "gpu_model": "h100-sxm5-80gb",
-            "gpus_per_node": 8,
-            "node_count": 1,
-            "isolation": {"mode": "exclusive"},
-            "gpu_publishing": "dra",
-        },
-        format="json",
-    )
-    assert resp.status_code == 202, resp.content
-    pool = resp.json()["target_id"]
-    drive(pool, lambda p: p.phase == "RUNNING", what="dra RUNNING")
+    pool = create_pool(owner, cluster, "dra", {"mode": "exclusive"}, gpu_publishing="dra")
     [name] = node_names(pool)
     lease_renewals(core, coord, name, 3)  # KWOK's heartbeats: NVKE's fields survive them
 
@@ -278,21 +270,16 @@ def test_a_claim_for_two_gpus_of_one_nvlink_clique_lands_on_the_node_in_that_cli
     cluster = create_cluster(owner, "cliques")
     api = api_client(kubeconfig_of(owner, cluster))
     core, objects = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
-    resp = owner.post(
-        f"/api/v1/clusters/{cluster.id}/nodepools",
-        {
-            "name": "nvl",
-            "gpu_model": "gb200",
-            "gpus_per_node": 4,
-            "node_count": 2,
-            "isolation": {"mode": "exclusive"},
-            "gpu_publishing": "dra",
-        },
-        format="json",
+    pool = create_pool(
+        owner,
+        cluster,
+        "nvl",
+        {"mode": "exclusive"},
+        nodes=2,
+        gpu_model="gb200",
+        gpus_per_node=4,
+        gpu_publishing="dra",
     )
-    assert resp.status_code == 202, resp.content
-    pool = resp.json()["target_id"]
-    drive(pool, lambda p: p.phase == "RUNNING", what="nvl RUNNING")
     on_tray = {n.host_id: n.name for n in Node.objects.filter(nodepool_id=pool, phase="READY")}
     second = on_tray[trays[2].pk]
     for clique, host in trays.items():
@@ -368,21 +355,14 @@ def test_a_mig_dra_pool_publishes_each_gpu_instance_and_the_scheduler_hands_each
     api = api_client(kubeconfig_of(owner, cluster))
     core, coord = k8s.CoreV1Api(api), k8s.CoordinationV1Api(api)
     objects = k8s.CustomObjectsApi(api)
-    resp = owner.post(
-        f"/api/v1/clusters/{cluster.id}/nodepools",
-        {
-            "name": "mig",
-            "gpu_model": "h100-sxm5-80gb",
-            "gpus_per_node": 1,
-            "node_count": 1,
-            "isolation": {"mode": "mig", "mig_layout": {"3g.40gb": 2}},
-            "gpu_publishing": "dra",
-        },
-        format="json",
+    pool = create_pool(
+        owner,
+        cluster,
+        "mig",
+        {"mode": "mig", "mig_layout": {"3g.40gb": 2}},
+        gpus_per_node=1,
+        gpu_publishing="dra",
     )
-    assert resp.status_code == 202, resp.content
-    pool = resp.json()["target_id"]
-    drive(pool, lambda p: p.phase == "RUNNING", what="mig RUNNING")
     [name] = node_names(pool)
     lease_renewals(core, coord, name, 3)
 

@@ -39,18 +39,17 @@ def drive(pool_id, until, timeout: float = 90, what: str = "pool"):
         time.sleep(min(delay if delay is not None else 0.2, 0.5))
 
 
-def create_pool(owner, cluster, name: str, isolation: dict, nodes: int = 1) -> str:
-    resp = owner.post(
-        f"/api/v1/clusters/{cluster.id}/nodepools",
-        {
-            "name": name,
-            "gpu_model": "h100-sxm5-80gb",
-            "gpus_per_node": 8,
-            "node_count": nodes,
-            "isolation": isolation,
-        },
-        format="json",
-    )
+def create_pool(owner, cluster, name: str, isolation: dict, nodes: int = 1, **fields) -> str:
+    """POST a pool (8-GPU H100 nodes unless ``fields`` say otherwise) and drive it RUNNING."""
+    body = {
+        "name": name,
+        "gpu_model": "h100-sxm5-80gb",
+        "gpus_per_node": 8,
+        "node_count": nodes,
+        "isolation": isolation,
+        **fields,
+    }
+    resp = owner.post(f"/api/v1/clusters/{cluster.id}/nodepools", body, format="json")
     assert resp.status_code == 202, resp.content
     pool_id = resp.json()["target_id"]
     drive(pool_id, lambda p: p.phase == "RUNNING", what=f"{name} RUNNING")

@@ -62,8 +62,9 @@ def pool_and_node(isolation: dict, gpus: int, *, phase: str = "READY"):
 
 
 def derive(pool, node, host_facts, **kw):
-    from nodepools.tenant_nodes import tenant_node
+    from nodepools.tenant_nodes import mig_profile_ids, tenant_node
 
+    kw.setdefault("profile_ids", mig_profile_ids(pool.gpu_model_id))  # as the sync passes them
     return tenant_node(node, pool, host_facts, region="us-east-1", kubelet_version="v1.36.3", **kw)
 
 

@@ -146,9 +146,10 @@ class Command(BaseCommand):
             invoice = finalize_invoice(invoice.id)
         from billing.money import round_money
 
+        # amounts in the currency's minor unit, as the API shows them (stored with 4 places)
         currency = invoice.currency
-        total = round_money(invoice.total, currency)  # in the currency's minor unit, as the
-        self.stdout.write(f"{invoice.number} {invoice.status} {total} {currency}")  # API shows
+        total = round_money(invoice.total, currency)
+        self.stdout.write(f"{invoice.number} {invoice.status} {total} {currency}")
         for line in invoice.lines.all():
             amount = round_money(line.amount, currency)
             self.stdout.write(f"  {line.position:3d} {amount:>14} {line.description}")
