@@ -146,13 +146,10 @@ def clusters_list(
         bool, typer.Option("--show-deleted", help="also list DELETED clusters (kept for history)")
     ] = False,
 ) -> None:
-    """Clusters of your tenant (DELETED ones only with --show-deleted, as in the portal)."""
-    emit(visible_clusters(_client(ctx).list_all("clusters"), show_deleted), CLUSTER_COLUMNS, output)
-
-
-def visible_clusters(rows: list[dict[str, Any]], show_deleted: bool) -> list[dict[str, Any]]:
-    """``rows`` less the DELETED clusters unless ``show_deleted``."""
-    return [r for r in rows if show_deleted or r.get("phase") != "DELETED"]
+    """Clusters of your tenant (DELETED ones only with --show-deleted, as in the API and the
+    portal)."""
+    params = {"show_deleted": "true"} if show_deleted else {}
+    emit(_client(ctx).list_all("clusters", **params), CLUSTER_COLUMNS, output)
 
 
 @clusters_app.command("get")
@@ -289,11 +286,19 @@ def pools_create(
 
 
 @pools_app.command("list")
-def pools_list(ctx: typer.Context, cluster: str, output: Output = Format.table) -> None:
-    """Node pools of a cluster."""
+def pools_list(
+    ctx: typer.Context,
+    cluster: str,
+    output: Output = Format.table,
+    show_deleted: Annotated[
+        bool, typer.Option("--show-deleted", help="also list DELETED node pools (kept for history)")
+    ] = False,
+) -> None:
+    """Node pools of a cluster (DELETED ones only with --show-deleted)."""
     client = _client(ctx)
     found = _cluster(client, cluster)
-    pools = client.list_all(f"clusters/{found['id']}/nodepools")
+    params = {"show_deleted": "true"} if show_deleted else {}
+    pools = client.list_all(f"clusters/{found['id']}/nodepools", **params)
     emit([pools_cli.pool_row(p) for p in pools], POOL_COLUMNS, output, raw=pools)
 
 

@@ -17,7 +17,7 @@ from nvke import crypto
 from nvke.errors import ApiError, Conflict, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.sql_lists import list_response
-from nvke.viewsets import TenantScopedMixin
+from nvke.viewsets import SHOW_DELETED, HidesDeletedMixin, TenantScopedMixin
 from tenants import audit
 
 from .serializers import (
@@ -46,17 +46,20 @@ def _values_page(view, serializer_class, method_columns=None) -> Response:
 
 
 class ClusterViewSet(
+    HidesDeletedMixin,
     TenantScopedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Clusters of the caller's tenant. Create and delete answer 202 with an Operation."""
+    """Clusters of the caller's tenant (DELETED ones only with ``?show_deleted=true`` or
+    ``?phase=DELETED``). Create and delete answer 202 with an Operation."""
 
     queryset = Cluster.objects.all()
     serializer_class = ClusterSerializer
     filterset_fields = ["phase", "region"]
 
+    @extend_schema(parameters=[SHOW_DELETED])
     def list(self, request, *args, **kwargs):
         """A page of clusters, written by PostgreSQL but ``available_upgrades`` (computed from
         the catalog once a page)."""

@@ -18,7 +18,7 @@ from nvke.errors import InvalidInput, refuse_unknown_fields
 from nvke.lean_lists import value_columns
 from nvke.scoping import get_scoped_or_404
 from nvke.sql_lists import Nested, list_response
-from nvke.viewsets import TenantScopedMixin
+from nvke.viewsets import SHOW_DELETED, HidesDeletedMixin, TenantScopedMixin
 
 from .serializers import (
     DryRunSerializer,
@@ -108,12 +108,14 @@ POOL_LIST_COLUMNS = tuple(c for c in value_columns(NodePoolSerializer) if c != "
 
 
 class NodePoolViewSet(
+    HidesDeletedMixin,
     TenantScopedMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Node pools of one cluster. Create and delete answer 202 with an Operation."""
+    """Node pools of one cluster (DELETED ones only with ``?show_deleted=true`` or
+    ``?phase=DELETED``). Create and delete answer 202 with an Operation."""
 
     # the nodes with only the columns NodeSerializer shows (a host row carries JSON topology
     # and warnings that a list would decode 100 times a page for one hostname)
@@ -140,6 +142,7 @@ class NodePoolViewSet(
             Cluster.objects.all(), self.request.user, pk=self.kwargs["cluster_pk"]
         )
 
+    @extend_schema(parameters=[SHOW_DELETED])
     def list(self, request, *args, **kwargs):
         """A page of node pools with their nodes, written by PostgreSQL (nvke/sql_lists.py;
         the nodes as :data:`POOL_NODES`); where that path cannot serve, ``.values()`` rows

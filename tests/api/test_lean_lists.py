@@ -136,7 +136,8 @@ def test_the_list_responses_are_drfs_values(owner, varied):
         ),
     ]
     for path, serializer_class, queryset in cases:
-        resp = owner.get(path, {"limit": 50})
+        # show_deleted: the DELETED cluster and pool are rendered too
+        resp = owner.get(path, {"limit": 50, "show_deleted": "true"})
         assert resp.status_code == 200, resp.content
         rows = list(queryset)
         expected = {

@@ -181,6 +181,10 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
         json.loads(nvkectl("clusters", "get", cluster["id"], "-o", "json").stdout)["phase"]
         == "DELETED"
     )
+    # the API hides DELETED clusters from its list; --show-deleted asks it for them
+    assert json.loads(nvkectl("clusters", "list", "-o", "json").stdout) == []
+    shown = json.loads(nvkectl("clusters", "list", "--show-deleted", "-o", "json").stdout)
+    assert [(c["name"], c["phase"]) for c in shown] == [("train", "DELETED")]
 
     # usage: the ledger's GPU-seconds (the GPU held twice: before and after the scale to 0,
     # each from ready to release), as GPU-hours
