@@ -51,6 +51,17 @@ POOL_COLUMNS = [
     "isolation",
     "resources_per_node",
 ]
+#: ``nodepools get``'s second table: each node with the versions it runs (the kubelet's and
+#: the driver its host's agent reports), as the portal's node rows show them
+NODE_COLUMNS = [
+    "name",
+    "phase",
+    "host",
+    "zone",
+    "kubernetes_version",
+    "driver_version",
+    "disruption",
+]
 
 
 @app.callback()
@@ -304,10 +315,13 @@ def pools_list(
 
 @pools_app.command("get")
 def pools_get(ctx: typer.Context, cluster: str, pool: str, output: Output = Format.table) -> None:
-    """One node pool, by name or id."""
+    """One node pool, by name or id; as a table, then its nodes with their Kubernetes and
+    driver versions."""
     client = _client(ctx)
     found = _pool(client, _cluster(client, cluster), pool)
     emit([pools_cli.pool_row(found)], POOL_COLUMNS, output, raw=found)
+    if output is Format.table and found.get("nodes"):
+        emit(found["nodes"], NODE_COLUMNS, output)
 
 
 @pools_app.command("scale")

@@ -135,6 +135,18 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     assert rolled.strip().splitlines()[-1].startswith("UPGRADE_NODES ")
     pool = json.loads(nvkectl("nodepools", "get", "train", "a10g", "-o", "json").stdout)
     assert (pool["kubernetes_version"], pool["phase"]) == ("1.37", "RUNNING")
+    # the table names each node's versions: the kubelet's 1.37 and the driver its host reports
+    (ready,) = [n for n in pool["nodes"] if n["phase"] == "READY"]
+    from fleet.models import Host
+
+    driver = Host.objects.get(hostname=ready["host"]).driver_version
+    assert driver  # the simulated host's agent reported one
+    table = nvkectl("nodepools", "get", "train", "a10g").stdout.splitlines()
+    header = table.index(
+        next(line for line in table if line.startswith("NAME ") and "DRIVER_VERSION" in line)
+    )
+    (row,) = [line.split() for line in table[header + 1 :] if line.startswith(ready["name"])]
+    assert row[:2] == [ready["name"], "READY"] and row[4:6] == ["1.37", driver]
     listed = list(
         csv.DictReader(io.StringIO(nvkectl("nodepools", "list", "train", "-o", "csv").stdout))
     )
