@@ -64,9 +64,10 @@ def test_the_pool_page_lists_each_nodes_one_instance_and_its_versions(
     assert "MIG 1g.10gb (single) · shared" in row
     assert '<td data-col="gpus">4 GPU instance(s), 1 per node, on shared GPUs</td>' in row
     # ... and its node rows name each node's versions, as the pool page does (issue 33 item 6)
-    assert re.findall(r'data-col="versions"[^>]*>([^<]*)<', page) == [
-        f"Kubernetes 1.36 · driver {SIMULATED_DRIVER}"
-    ] * 4
+    assert (
+        re.findall(r'data-col="versions"[^>]*>([^<]*)<', page)
+        == [f"Kubernetes 1.36 · driver {SIMULATED_DRIVER}"] * 4
+    )
     # every node row: Kubernetes 1.36 (the cluster's, as the kubelet booted) and the driver
     # the host's agent reports
     assert re.findall(r'data-col="kubernetes">([^<]*)<', html) == ["1.36"] * 4
