@@ -572,6 +572,37 @@ def claim_gpus(requests: Sequence[GpuRequest]) -> list[Placement]:
     return [placed[r.holder_id] for r in requests]
 
 
+def fits(requests: Sequence[GpuRequest], *, released: Iterable[uuid.UUID] = ()) -> bool:
+    """Whether :func:`claim_gpus` would place every request on the hosts as they are now —
+    the same candidates (:func:`load_host_views`) and :class:`Planner`, nothing locked or
+    claimed: the shape-aware answer of dry runs (a node of ``k`` GPUs needs one host with
+    ``k`` free GPUs, not ``k`` free GPUs in all).
+
+    ``released``: holder ids (nodes) whose GPUs count as free — the fleet at a later instant,
+    once those nodes are gone (e.g. a reservation's nodes drained at its end); their hosts are
+    candidates too even when full now. A GPU freed that way counts as placeable if it is
+    healthy and listed now (a held GPU is scrubbed: its scrub comes with its release)."""
+    gone = set(released)
+    views = load_host_views(requests)
+    if gone:
+        loaded = {v.id for v in views}
+        held_on = set(
+            Gpu.objects.filter(holder_id__in=gone).values_list("host_id", flat=True).distinct()
+        )
+        views += _views_for_hosts(held_on - loaded)
+        for view in views:
+            for slot in view.gpus:
+                if slot.holder in gone:
+                    slot.holder = slot.tenant = slot.group = None
+                    slot.shares = False  # its health stays as read: unhealthy stays out
+            view.refresh()
+    try:
+        Planner(views).place_all(requests)
+    except InsufficientCapacity:
+        return False
+    return True
+
+
 def _claim_batch(
     requests: Sequence[GpuRequest], *, total: int, done: int
 ) -> dict[uuid.UUID, Placement]:

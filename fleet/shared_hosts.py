@@ -21,6 +21,9 @@ Placement (:func:`claim_gpu_instances`), per node (all instances of one VM node 
    left after it; a host is chosen by: already holds instances (opened) first, then the
    fewest GPUs newly opened, then the fewest compute slices left free, then the hostname.
 
+:func:`shared_room` is the same plan as a look (nothing locked or written): a dry run of a
+shared pool answers with it, in GPU instances of its profiles on shared hosts.
+
 Concurrency: the candidate hosts are locked (``SELECT … FOR NO KEY UPDATE``, in primary-key
 order like :func:`fleet.placement.release_gpus`, so lockers never deadlock) before their
 instances are read, so two concurrent claims on one host run one after the other and the second
@@ -252,11 +255,12 @@ def _table(gpu_model: str) -> MigTable:
     return MigTable.from_gpu_model(GpuModel.objects.get(slug=gpu_model))
 
 
-def _load_hosts(request: GpuInstanceRequest) -> list[SharedHost]:
-    """Lock (pk order) and read the shared hosts that could take ``request``."""
+def _load_hosts(request: GpuInstanceRequest, *, lock: bool = True) -> list[SharedHost]:
+    """Lock (pk order; ``lock=False``: a look, nothing locked) and read the shared hosts that
+    could take ``request``."""
+    found = Host.objects.select_for_update(no_key=True) if lock else Host.objects.all()
     hosts = list(
-        Host.objects.select_for_update(no_key=True)
-        .filter(
+        found.filter(
             Host.in_region_q(request.zone or request.region),
             tenancy=HostTenancy.SHARED,
             gpu_model_id=request.gpu_model,
@@ -322,7 +326,7 @@ def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInsta
         if found is None:
             raise SharedCapacityShort(request, placed=number, total=len(requests))
         host, placed = found
-        by_uuid = {g.uuid: g for g in host.gpus}
+        _take(host, placed)  # the next request of the batch sees them
         gpu_pks = dict(
             Gpu.objects.filter(host_id=host.id, uuid__in=[p.gpu_uuid for p in placed]).values_list(
                 "uuid", "pk"
@@ -344,8 +348,6 @@ def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInsta
                 for p in placed
             ]
         )
-        for p in placed:  # the next request of the batch sees them
-            by_uuid[p.gpu_uuid].taken.append(MigPlacement(p.profile, p.start, p.size))
         Host.objects.filter(pk=host.id, state="AVAILABLE").update(
             state="ALLOCATED", state_changed_at=now
         )
@@ -355,6 +357,60 @@ def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInsta
             )
         )
     return out
+
+
+def _take(host: SharedHost, placed: Iterable[PlacedInstance]) -> None:
+    """Mark ``placed`` taken on the snapshot ``host`` (the plan's next node sees them)."""
+    by_uuid = {g.uuid: g for g in host.gpus}
+    for p in placed:
+        by_uuid[p.gpu_uuid].taken.append(MigPlacement(p.profile, p.start, p.size))
+
+
+@dataclass(frozen=True)
+class SharedRoom:
+    """What the shared hosts can take now for one kind of VM node (a dry run's capacity).
+
+    ``free``: per MIG profile of the node, GPU instances of that profile the shared hosts'
+    usable GPUs can still hold, each at the lowest free valid start beside the instances there
+    (``catalog.mig.place_layout``, as placement puts them; each profile counted alone);
+    ``nodes_placed``: how many of the asked nodes :func:`claim_gpu_instances` would place,
+    node by node and all of a node's instances on one host, before one does not fit;
+    ``hosts``: the shared hosts of the model in the region (or zone) in a schedulable state."""
+
+    free: dict[str, int]
+    nodes_placed: int
+    hosts: int
+
+
+def shared_room(requests: Sequence[GpuInstanceRequest]) -> SharedRoom:
+    """:class:`SharedRoom` for ``requests`` (VM nodes of one pool: one model, region and
+    instance set), from the shared hosts as they are now — the same snapshot and planner as
+    :func:`claim_gpu_instances`, nothing locked or written."""
+    if not requests:
+        return SharedRoom({}, 0, 0)
+    first = requests[0]
+    hosts = _load_hosts(first, lock=False)
+    table = _table(first.gpu_model)
+    free = {name: 0 for name in dict.fromkeys(first.instances)}
+    for name in free:
+        for host in hosts:
+            for gpu in host.gpus:
+                taken = list(gpu.taken)
+                while gpu.usable:
+                    try:
+                        (new,) = place_layout({name: 1}, table, existing=taken)
+                    except LayoutDoesNotFit:
+                        break
+                    taken.append(new)
+                    free[name] += 1
+    placed = 0
+    for request in requests:
+        found = plan_gpu_instances(hosts, request, table)
+        if found is None:
+            break
+        _take(*found)
+        placed += 1
+    return SharedRoom(free, placed, len(hosts))
 
 
 def release_gpu_instances(
@@ -512,6 +568,20 @@ def instances_of(holder_id: Any) -> list[GpuInstance]:
         .select_related("gpu")
         .order_by("gpu__index", "start")
     )
+
+
+def instance_profiles(holder_ids: Iterable[Any]) -> dict[Any, dict[str, int]]:
+    """``{holder_id: {profile: count}}`` of the ACTIVE GPU instances these nodes hold (one
+    query; a node holding none is left out): what a VM node of a shared pool holds, in the
+    words a tenant reads (``{"1g.10gb": 1}``, not "1 GPU")."""
+    out: dict[Any, dict[str, int]] = {}
+    rows = GpuInstance.objects.filter(
+        holder_id__in=list(holder_ids), state=GpuInstanceState.ACTIVE
+    ).values_list("holder_id", "profile")
+    for holder, profile in rows:
+        counts = out.setdefault(holder, {})
+        counts[profile] = counts.get(profile, 0) + 1
+    return out
 
 
 def set_host_tenancy(host: Host, *, tenancy: str, actor: str) -> Host:

@@ -1,15 +1,19 @@
 """The dry run's three answers for a new node pool: capacity, quota left, and (through
 :data:`nodepools.signals.price_nodepool`, answered by billing) the hourly cost.
 
-Capacity is answered in counts *and* shapes: the counts of :mod:`reservations.capacity`
-(reserved GPUs are not on-demand capacity) and a what-if run of the placement planner over
-the current fleet (:class:`fleet.placement.Planner`, nothing claimed), so "placeable now" means
-both that the GPUs are free for this pool and that its nodes fit on hosts as they are.
+Capacity is answered by the placement that would place the pool, in counts *and* shapes.
+A whole-GPU pool: the counts of :mod:`reservations.capacity` (reserved GPUs are not on-demand
+capacity) and a what-if run of the placement planner (:func:`fleet.placement.fits`, nothing
+claimed), so "placeable now" means both that the GPUs are free for this pool and that its
+nodes fit on hosts as they are, and "placeable from" the same at a reservation's end. A
+``tenancy: shared`` pool: free GPU instances of its profiles on shared hosts and a what-if run
+of the shared-host planner (:func:`fleet.shared_hosts.shared_room`).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +21,8 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from clusters.choices import GONE_PHASES
-from fleet import placement
+from fleet import placement, shared_hosts
+from fleet.shared_hosts import is_shared_policy
 from reservations import capacity
 from reservations.models import Reservation
 from tenants import quotas
@@ -36,12 +41,13 @@ def planned_gpus(reservation: Reservation, exclude_pool=None) -> int:
     return int(total or 0)
 
 
-def _shape_fits(
+def new_node_requests(
     tenant_id, model: str, region: str, zone: str, gpus: int, nodes: int, reservation=None
-) -> bool:
-    """Whether the planner places ``nodes`` x ``gpus`` on the hosts as they are (nothing is
-    claimed), with the same fences and domain pin as the pool's real claim."""
-    requests = [
+) -> list[placement.GpuRequest]:
+    """The placement requests of ``nodes`` new nodes of ``gpus`` GPUs, with the same fences
+    and domain pin as the pool's real claim (:func:`clusters.providers.fleet_claims
+    .gpu_requests`); fresh holder ids: nothing is claimed."""
+    return [
         placement.GpuRequest(
             holder_id=uuid.uuid4(),
             tenant_id=tenant_id,
@@ -54,12 +60,6 @@ def _shape_fits(
         )
         for _ in range(nodes)
     ]
-    planner = placement.Planner(placement.load_host_views(requests))
-    try:
-        planner.place_all(requests)
-    except placement.InsufficientCapacity:
-        return False
-    return True
 
 
 def capacity_answer(
@@ -70,39 +70,66 @@ def capacity_answer(
     gpus_per_node: int,
     node_count: int,
     reservation: Reservation | None,
+    isolation: dict[str, Any] | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
-    """``{"placeable_now", "placeable_from", "reservation_id", "needed_gpus", "free_gpus",
-    "reserved_gpus", "held_by_reservations", "message"}``.
+    """``{"placeable_now", "placeable_from", "reservation_id", "unit", "needed_gpus",
+    "free_gpus", "reserved_gpus", "held_by_reservations", "gpu_instances", "message"}``,
+    computed by the placement that would place the pool: whole GPUs of dedicated hosts
+    (``unit`` ``gpu``), or for a ``tenancy: shared`` MIG / vGPU pool GPU instances on shared
+    hosts (``unit`` ``gpu_instance``, :func:`_shared_answer`).
 
     ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
     (``C - D - max R``), for a reservation pool what its reservation has left after its other
     pools (0 once it is cancelled or ended, as its ``reserved_gpus``); ``reserved_gpus``:
     the largest count reserved from now on in the region (on-demand pools cannot take those),
-    for a reservation pool its reservation's size; ``held_by_reservations``:
-    of those, GPUs reservation pools hold now (0 unless reservations are what keeps an
-    on-demand pool out); ``placeable_from``: when it fits if not now (a reservation's start,
-    or when reservations end), None when it does not fit at any future instant as the fleet
-    is now.
+    for a reservation pool its reservation's size; ``held_by_reservations``: GPUs of the
+    model in the region that nodes of active reservations (other than the pool's own) hold
+    now — a fact of the fleet, the same whatever the pool's size; ``placeable_from``: when it
+    fits if not now (a reservation's start, or when reservations end and a host shape for
+    every node is free: :func:`reservations.capacity.placeable_from`), None when it does not
+    fit at any future instant as the fleet is now. ``gpu_instances`` is None here.
     """
     now = now or timezone.now()
+    if is_shared_policy(isolation or {}):
+        return _shared_answer(
+            tenant_id=tenant_id,
+            gpu_model=gpu_model,
+            region=region,
+            gpus_per_node=gpus_per_node,
+            node_count=node_count,
+            isolation=isolation or {},
+            now=now,
+        )
     needed = gpus_per_node * node_count
     if reservation is not None:
         state = reservation.state_at(now)
         live = state in ("ACTIVE", "SCHEDULED")  # a cancelled or ended one has nothing left
         left = reservation.gpus - planned_gpus(reservation) if live else 0
         fits = left >= needed
-        shape = fits and _shape_fits(
-            tenant_id, gpu_model, region, reservation.zone, gpus_per_node, node_count, reservation
+        shape = fits and placement.fits(
+            new_node_requests(
+                tenant_id,
+                gpu_model,
+                region,
+                reservation.zone,
+                gpus_per_node,
+                node_count,
+                reservation,
+            )
         )
         answer = {
             "placeable_now": state == "ACTIVE" and fits and shape,
             "placeable_from": None,
             "reservation_id": str(reservation.id),
+            "unit": "gpu",
             "needed_gpus": needed,
             "free_gpus": max(left, 0),
             "reserved_gpus": reservation.gpus if live else 0,
-            "held_by_reservations": 0,
+            "held_by_reservations": capacity.held_by_reservations(
+                gpu_model, region, now, other_than=reservation.pk
+            ),
+            "gpu_instances": None,
         }
         if not live:
             answer["message"] = f"reservation {reservation.id} is {state}"
@@ -120,28 +147,97 @@ def capacity_answer(
             answer["message"] = f"placeable now on reservation {reservation.id}"
         return answer
     room = capacity.on_demand_room(gpu_model, region, now)
-    shape = _shape_fits(tenant_id, gpu_model, region, "", gpus_per_node, node_count)
+    requests = new_node_requests(tenant_id, gpu_model, region, "", gpus_per_node, node_count)
+    when = capacity.placeable_from(requests, now)
     answer = {
-        "placeable_now": room.free >= needed and shape,
-        "placeable_from": None,
+        "placeable_now": when == now,
+        "placeable_from": when,
         "reservation_id": None,
+        "unit": "gpu",
         "needed_gpus": needed,
         "free_gpus": room.free,
         "reserved_gpus": room.reserved_peak,
-        "held_by_reservations": 0,
+        "held_by_reservations": room.held_by_reservations,
+        "gpu_instances": None,
     }
     if answer["placeable_now"]:
-        answer["placeable_from"] = now
         answer["message"] = f"placeable now: {room.free} GPU(s) free on-demand"
-    elif (block := capacity.reserved_block(gpu_model, region, needed, now)) is not None:
-        answer["placeable_from"] = block.until
-        answer["held_by_reservations"] = block.held_by_reservations
+    elif (block := capacity.reserved_block(requests, now)) is not None:
         answer["message"] = block.message(gpu_model, region)
     else:
-        answer["message"] = f"not placeable: {room.free} GPU(s) free on-demand" + (
+        answer["message"] = f"not placeable now: {room.free} GPU(s) free on-demand" + (
             "" if room.free < needed else ", but no host set fits the nodes"
         )
+        if when is not None:
+            answer["message"] += f"; placeable from {when.isoformat()}, when reservations end"
     return answer
+
+
+def _shared_answer(
+    *,
+    tenant_id,
+    gpu_model: str,
+    region: str,
+    gpus_per_node: int,
+    node_count: int,
+    isolation: dict[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    """A shared pool's capacity, by the placement of shared pools (:mod:`fleet.shared_hosts`,
+    :func:`fleet.shared_hosts.shared_room`): its nodes' GPU instances on shared hosts, never
+    whole GPUs of dedicated hosts. ``unit`` ``gpu_instance``; ``gpu_instances``: per MIG
+    profile of a node ``{"profile", "needed", "free"}`` (``free``: instances of that profile
+    the shared hosts can still take now, the profile alone); ``placeable_now`` when every
+    node fits on a shared host (all of a node's instances on one host). The GPU fields are
+    None: the pool takes no whole GPU, and reservations hold only whole GPUs of dedicated
+    hosts. ``placeable_from`` is ``now`` or None (instances come back as others release
+    them, at no known time)."""
+    per_node = shared_hosts.instances_for_policy(gpu_model, isolation, gpus_per_node)
+    requests = [
+        shared_hosts.GpuInstanceRequest(
+            holder_id=uuid.uuid4(),
+            tenant_id=tenant_id,
+            gpu_model=gpu_model,
+            region=region,
+            instances=per_node,
+        )
+        for _ in range(node_count)
+    ]
+    room = shared_hosts.shared_room(requests)
+    counts = Counter(per_node)
+    rows = [
+        {"profile": name, "needed": n * node_count, "free": room.free.get(name, 0)}
+        for name, n in counts.items()
+    ]
+    placeable = room.nodes_placed == node_count
+    needed = " + ".join(f"{r['needed']} x {r['profile']}" for r in rows)
+    free = ", ".join(f"{r['free']} x {r['profile']}" for r in rows)
+    if placeable:
+        message = f"placeable now: {free} GPU instance(s) free on shared hosts"
+    elif not room.hosts:
+        message = f"not placeable: no shared host of {gpu_model} in {region}"
+    elif any(r["free"] < r["needed"] for r in rows):
+        message = (
+            f"not placeable: {free} GPU instance(s) free on shared hosts; the pool needs {needed}"
+        )
+    else:
+        message = (
+            f"not placeable: {free} GPU instance(s) free on shared hosts, but no shared host "
+            f"has room for every node's {len(per_node)} instance(s) ({room.nodes_placed} of "
+            f"{node_count} node(s) fit)"
+        )
+    return {
+        "placeable_now": placeable,
+        "placeable_from": now if placeable else None,
+        "reservation_id": None,
+        "unit": "gpu_instance",
+        "needed_gpus": None,
+        "free_gpus": None,
+        "reserved_gpus": None,
+        "held_by_reservations": None,
+        "gpu_instances": rows,
+        "message": message,
+    }
 
 
 def quota_answer(*, tenant_id, gpu_model: str, gpus: int, nodes: int) -> dict[str, Any]:

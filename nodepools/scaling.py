@@ -11,6 +11,7 @@ from clusters.choices import GONE_PHASES, OperationType
 from clusters.models import Cluster, Operation
 from clusters.operations import Audit, start_operation
 from clusters.services import ensure_no_active_operation
+from fleet.shared_hosts import instance_profiles, is_shared_policy
 from nvke.errors import Conflict
 from tenants import quotas
 from tenants.principal import Principal
@@ -89,9 +90,12 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
     """What resizing ``pool`` to ``node_count`` would do, read from the rows as they are now.
 
     ``node_count``: ``{"from", "to"}``. ``disruption``: ``{"nodes": [{"name", "drain": True,
-    "repartition": False, "gpus", "unhealthy"}], "drain", "repartition": 0, "provision"}`` —
-    the live nodes a scale-down removes, in the order the reconciler takes them
-    (:func:`nodepools.disruption.removal_order`), and how many nodes a scale-up provisions.
+    "repartition": False, "gpus", "gpu_instances", "unhealthy"}], "drain", "repartition": 0,
+    "provision"}`` — the live nodes a scale-down removes, in the order the reconciler takes
+    them (:func:`nodepools.disruption.removal_order`), and how many nodes a scale-up
+    provisions. A node's ``gpus``: the whole GPUs it holds, ``gpu_instances`` None; a VM node
+    of a ``tenancy: shared`` pool holds GPU instances, not GPUs: ``gpus`` None and
+    ``gpu_instances`` ``{profile: count}`` (``{"1g.10gb": 1}``).
     A scale-up also answers ``capacity`` and ``quota`` for the added nodes
     (:mod:`nodepools.capacity_check`); ``cost`` is the pool at its new size (None without
     billing's answer)."""
@@ -101,13 +105,16 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
     leaving = removal_order(live)[: max(len(live) - node_count, 0)]
     added = max(node_count - len(live), 0)
     delta = max(node_count - pool.node_count, 0)
+    shared = is_shared_policy(pool.isolation)
+    held = instance_profiles(n.id for n in leaving) if shared and leaving else {}
     plan = {
         "nodes": [
             {
                 "name": n.name,
                 "drain": True,
                 "repartition": False,
-                "gpus": len(n.gpu_uuids),
+                "gpus": None if shared else len(n.gpu_uuids),
+                "gpu_instances": held.get(n.id, {}) if shared else None,
                 "unhealthy": unhealthy(n),
             }
             for n in leaving
@@ -128,6 +135,7 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
             gpus_per_node=pool.gpus_per_node,
             node_count=added,
             reservation=pool.reservation,
+            isolation=pool.isolation,
         )
         if grows
         else None,

@@ -206,16 +206,22 @@ def _check_reservation_room(reservation, needed: int) -> None:
         )
 
 
-def _check_reserved_pressure(tenant_id, model: str, region: str, needed: int) -> None:
-    """Conflict ``capacity_reserved`` when ``needed`` GPUs would fit on-demand without the
-    reservations but do not with them — reserved GPUs free or held by reservation pools
-    (:func:`reservations.capacity.reserved_block`; the binding check is placement's,
-    :mod:`reservations.guard`; this one answers at once instead of after the reconciler's
-    retries)."""
+def _check_reserved_pressure(
+    tenant_id, model: str, region: str, gpus_per_node: int, node_count: int
+) -> None:
+    """Conflict ``capacity_reserved`` when the pool's ``node_count`` x ``gpus_per_node`` GPUs
+    would fit on-demand without the reservations but do not with them — reserved GPUs free or
+    held by reservation pools (:func:`reservations.capacity.reserved_block`; the binding check
+    is placement's, :mod:`reservations.guard`; this one answers at once instead of after the
+    reconciler's retries)."""
     from reservations import capacity
 
+    from .capacity_check import new_node_requests
+
+    needed = gpus_per_node * node_count
     now = timezone.now()
-    block = capacity.reserved_block(model, region, needed, now)
+    requests = new_node_requests(tenant_id, model, region, "", gpus_per_node, node_count)
+    block = capacity.reserved_block(requests, now)
     if block is None:
         return
     own = [
@@ -362,6 +368,7 @@ def create_nodepool(
                     gpus_per_node=gpus_per_node,
                     node_count=node_count,
                     reservation=found,
+                    isolation=policy,
                 ),
                 quota=quota_answer(
                     tenant_id=cluster.tenant_id,
@@ -379,8 +386,10 @@ def create_nodepool(
             )
         if found is not None:
             _check_reservation_room(found, needed)
-        else:
-            _check_reserved_pressure(cluster.tenant_id, model.slug, cluster.region, needed)
+        elif not is_shared_policy(policy):  # a shared pool takes no (reservable) whole GPU
+            _check_reserved_pressure(
+                cluster.tenant_id, model.slug, cluster.region, gpus_per_node, node_count
+            )
         quotas.reserve(
             cluster.tenant_id,
             nodes=node_count,

@@ -16,7 +16,8 @@ The invariant admission keeps (:mod:`reservations.admission`) and placement chec
 (:mod:`reservations.guard`): ``D + R(t) <= C`` for every ``t >= now``, in the region and in
 every zone that has zone-scoped reservations (the region-wide ones may use any zone, so those
 two checks are enough for the counts to fit). Counts, not host shapes: a pool whose nodes
-need whole hosts can still meet fragmentation (``GET /api/v1/fleet/fragmentation``).
+need whole hosts can still meet fragmentation (``GET /api/v1/fleet/fragmentation``), so *when*
+on-demand nodes become placeable (:func:`placeable_from`) asks the placement planner too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from datetime import datetime
 from django.db import connection
 from django.db.models import Q
 
+from fleet import placement
 from fleet.models import host_in_region
+from fleet.placement import GpuRequest
 
 from .choices import EndAction
 from .models import Reservation
@@ -133,13 +136,16 @@ def peak(demand: Sequence[Demand], start: datetime, end: datetime | None) -> int
 
 @dataclass(frozen=True)
 class OnDemandRoom:
-    """What an on-demand (unreserved) claim may take in a region now."""
+    """What an on-demand (unreserved) claim may take in a region now.
+
+    ``held_by_reservations``: GPUs that nodes of active reservations hold now
+    (:func:`held_by_reservations`): a fact of the fleet, whatever is asked of it."""
 
     capacity: int
     on_demand: int
     reserved_peak: int
     reservation_ids: tuple
-    free_physical: int
+    held_by_reservations: int
 
     @property
     def free(self) -> int:
@@ -154,14 +160,23 @@ def on_demand_room(model: str, region: str, now: datetime, zone: str = "") -> On
     live = list(live_reservations(model, region, now))
     demand = [d for d in demands(live, now) if not zone or not d.zone or d.zone == zone]
     top = peak(demand, now, None)
-    held_reserved = _held_by_active(live, now, zone)
     return OnDemandRoom(
         capacity=capacity,
         on_demand=held,
         reserved_peak=top,
         reservation_ids=tuple(d.reservation_id for d in demand),
-        free_physical=max(capacity - held - held_reserved, 0),
+        held_by_reservations=_held_by_active(live, now, zone),
     )
+
+
+def held_by_reservations(
+    model: str, region: str, now: datetime, *, zone: str = "", other_than=None
+) -> int:
+    """GPUs of ``model`` in ``region`` (or ``zone``) on schedulable hosts that nodes drawing
+    from reservations active at ``now`` hold, leaving out reservation ``other_than`` (a pool's
+    own): the same figure whatever size of pool asks."""
+    live = [r for r in live_reservations(model, region, now) if r.pk != other_than]
+    return _held_by_active(live, now, zone)
 
 
 def _held_by_active(reservations: Sequence[Reservation], now: datetime, zone: str) -> int:
@@ -185,17 +200,34 @@ def claim_holders(reservation_ids):
     return ReservationClaim.objects.filter(reservation_id__in=reservation_ids).values("holder_id")
 
 
-def on_demand_from(
-    model: str, region: str, gpus: int, now: datetime, zone: str = ""
+def placeable_from(
+    requests: Sequence[GpuRequest], now: datetime, zone: str = ""
 ) -> datetime | None:
-    """The earliest instant from which ``gpus`` more on-demand GPUs fit for good (reservations
-    ending free them), or None when they never fit (the fleet itself is too small)."""
-    counts = fleet_counts(model, region, now)
-    capacity, held = totals(counts, zone)
+    """The earliest instant ``t >= now`` from which the on-demand nodes ``requests`` (one
+    model and region, no reservation) fit for good, or None when they never do as the fleet is
+    now. ``now`` itself when they fit now.
+
+    At each instant a reservation boundary can change things (``now``, then each start and
+    end), both must hold: the counts (``D + needed + max_{s >= t} R(s) <= C``, the guard's
+    invariant, :mod:`reservations.guard`) and the shapes — the placement planner places every
+    node (:func:`fleet.placement.fits`) on the fleet as it will be at ``t``: the nodes of the
+    reservations whose demand ended by ``t`` gone (drained at the end; a ``keep``
+    reservation's nodes stay and its demand never ends here). So two hosts with 4 GPUs freed
+    each do not make an 8-GPU node placeable. Fenced NVLink domains are taken as they are now.
+    """
+    if not requests:
+        return now
+    model, region = requests[0].gpu_model, requests[0].region
+    needed = sum(r.gpus for r in requests)
+    capacity, held = totals(fleet_counts(model, region, now), zone)
     live = list(live_reservations(model, region, now))
     demand = [d for d in demands(live, now) if not zone or not d.zone or d.zone == zone]
     for t in breakpoints(demand, now, None):
-        if held + gpus + peak(demand, t, None) <= capacity:
+        if held + needed + peak(demand, t, None) > capacity:
+            continue
+        ended = [d.reservation_id for d in demand if d.end is not None and d.end <= t]
+        gone = claim_holders(ended).values_list("holder_id", flat=True) if ended else []
+        if placement.fits(requests, released=list(gone)):
             return t
     return None
 
@@ -213,8 +245,9 @@ class ReservedBlock:
 
     ``reserved``: the most GPUs reserved from now on; ``held_by_reservations``: GPUs their
     pools hold now; ``free_on_demand``: what unreserved pools may take; ``until``: from when
-    ``needed`` fit for good (None: never as the fleet is now — open-ended or ``keep``
-    reservations that have not ended).
+    the nodes fit for good, by counts and host shapes (:func:`placeable_from`; None: never as
+    the fleet is now — open-ended or ``keep`` reservations that have not ended, or no host
+    shape freed by their ends fits the nodes).
     """
 
     needed: int
@@ -235,7 +268,8 @@ class ReservedBlock:
         until = (
             f"; placeable from {self.until.isoformat()}, when reservations end"
             if self.until
-            else "; the reservations have no end that frees them (open-ended or keep)"
+            else "; no reservation end frees room for the nodes (open-ended or keep "
+            "reservations, or no host with room for a node once they end)"
         )
         return (
             f"{self.needed} x {model} GPU(s) on-demand do not fit in {where}: "
@@ -245,11 +279,15 @@ class ReservedBlock:
 
 
 def reserved_block(
-    model: str, region: str, needed: int, now: datetime, zone: str = ""
+    requests: Sequence[GpuRequest], now: datetime, zone: str = ""
 ) -> ReservedBlock | None:
-    """A :class:`ReservedBlock` when ``needed`` on-demand GPUs of ``model`` would fit in
-    ``region`` (``zone``) without the reservations but do not with them; None when they fit,
-    or when the fleet is too small for them anyway (``C - D < needed``)."""
+    """A :class:`ReservedBlock` when the on-demand nodes ``requests`` (one model and region)
+    would fit in the region (``zone``) by count without the reservations but do not with them;
+    None when they fit, or when the fleet is too small for them anyway (``C - D < needed``)."""
+    if not requests:
+        return None
+    model, region = requests[0].gpu_model, requests[0].region
+    needed = sum(r.gpus for r in requests)
     if not live_reservations(model, region, now).exists():
         return None
     room = on_demand_room(model, region, now, zone)
@@ -260,7 +298,7 @@ def reserved_block(
         capacity=room.capacity,
         on_demand=room.on_demand,
         reserved=room.reserved_peak,
-        held_by_reservations=room.capacity - room.on_demand - room.free_physical,
+        held_by_reservations=room.held_by_reservations,
         free_on_demand=room.free,
-        until=on_demand_from(model, region, needed, now, zone),
+        until=placeable_from(requests, now, zone),
     )

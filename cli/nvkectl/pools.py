@@ -139,7 +139,13 @@ def resize_dry_run_lines(body: dict[str, Any]) -> list[str]:
     lines = [f"node count: {size.get('from')} -> {size.get('to')}"]
     for node in plan.get("nodes") or []:
         why = "unhealthy" if node.get("unhealthy") else "newest"
-        lines.append(f"  would drain and remove {node['name']} ({node['gpus']} GPU(s), {why})")
+        held = node.get("gpu_instances")
+        if held is not None:  # a shared pool's VM node holds GPU instances, not GPUs
+            what = " + ".join(f"{n} x {p}" for p, n in held.items()) or "no"
+            what += " GPU instance(s)"
+        else:
+            what = f"{node['gpus']} GPU(s)"
+        lines.append(f"  would drain and remove {node['name']} ({what}, {why})")
     if plan.get("provision"):
         lines.append(f"  would provision {plan['provision']} node(s)")
         if body.get("capacity"):  # a fresh-user trial read the cost as the added nodes'

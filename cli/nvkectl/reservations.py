@@ -125,6 +125,25 @@ def _number(value: Any) -> str:
     return f"{Decimal(str(value)).normalize():f}"
 
 
+def capacity_line(cap: dict[str, Any]) -> str:
+    """The dry run's capacity figures in their unit: whole GPUs, or for a shared pool
+    (``unit`` ``gpu_instance``) GPU instances of each MIG profile on shared hosts."""
+    if cap.get("unit") == "gpu_instance":
+        rows = cap.get("gpu_instances") or []
+        needed = " + ".join(f"{r['needed']} x {r['profile']}" for r in rows)
+        free = ", ".join(f"{r['free']} x {r['profile']}" for r in rows)
+        return (
+            f"  needed {needed} GPU instance(s), free {free} on shared hosts, "
+            f"placeable from {cap.get('placeable_from')}"
+        )
+    return (
+        f"  needed {cap.get('needed_gpus')} GPU(s), free {cap.get('free_gpus')}, "
+        f"reserved {cap.get('reserved_gpus')}, held by reservations "
+        f"{cap.get('held_by_reservations', 0)}, placeable from {cap.get('placeable_from')}"
+        + (f", reservation {cap['reservation_id']}" if cap.get("reservation_id") else "")
+    )
+
+
 def print_dry_run(body: dict[str, Any]) -> None:
     """The dry run's three answers, one block each (``-o json`` prints the body instead)."""
     cap = body.get("capacity") or {}
@@ -132,14 +151,7 @@ def print_dry_run(body: dict[str, Any]) -> None:
     cost = body.get("cost")
     verdict = "placeable now" if cap.get("placeable_now") else "NOT placeable now"
     out.print(f"capacity: {verdict}: {cap.get('message', '')}", markup=False, highlight=False)
-    out.print(
-        f"  needed {cap.get('needed_gpus')} GPU(s), free {cap.get('free_gpus')}, "
-        f"reserved {cap.get('reserved_gpus')}, held by reservations "
-        f"{cap.get('held_by_reservations', 0)}, placeable from {cap.get('placeable_from')}"
-        + (f", reservation {cap['reservation_id']}" if cap.get("reservation_id") else ""),
-        markup=False,
-        highlight=False,
-    )
+    out.print(capacity_line(cap), markup=False, highlight=False)
     g, n = quota.get("gpus", {}), quota.get("nodes", {})
     out.print(
         f"quota: {'fits' if quota.get('fits') else 'EXCEEDED'}: {g.get('gpu_model')} GPUs "

@@ -37,7 +37,7 @@ def claim_fleet_gpus(pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[placemen
     except nvlink_domains.NvlinkDomainFull as exc:
         raise InsufficientCapacity(str(exc), retryable=True) from exc
     except placement.InsufficientCapacity as exc:
-        raise InsufficientCapacity(_why_short(pool, len(nodes), exc), retryable=True) from exc
+        raise InsufficientCapacity(_why_short(pool, requests, exc), retryable=True) from exc
     except placement.PlacementContended as exc:
         raise ProviderError(str(exc), retryable=True, code=PLACEMENT_CONTENDED) from exc
 
@@ -61,7 +61,7 @@ def gpu_requests(pool: NodePoolSpec, holder_ids: Iterable[uuid.UUID]) -> list[pl
     ]
 
 
-def _why_short(pool: NodePoolSpec, nodes: int, exc: Exception) -> str:
+def _why_short(pool: NodePoolSpec, requests: list[placement.GpuRequest], exc: Exception) -> str:
     """The placement's words, and for an on-demand pool kept out by reservations (the GPUs
     exist but are reserved, free or held by reservation pools) what they hold and until when
     (:func:`reservations.capacity.reserved_block`) — so the pool's ERROR says why."""
@@ -72,9 +72,7 @@ def _why_short(pool: NodePoolSpec, nodes: int, exc: Exception) -> str:
 
     if pool.reservation_id is not None or isinstance(exc, ReservedCapacity):
         return str(exc)  # the guard's refusal names the reservation already
-    block = capacity.reserved_block(
-        pool.gpu_model, pool.cluster.region, nodes * pool.gpus_per_node, timezone.now()
-    )
+    block = capacity.reserved_block(requests, timezone.now())
     if block is None:
         return str(exc)
     return f"{exc}: {block.message(pool.gpu_model, pool.cluster.region)}"

@@ -209,24 +209,49 @@ class NodePoolUpdateSerializer(serializers.Serializer):
     isolation = serializers.JSONField()
 
 
+class DryRunGpuInstancesSerializer(serializers.Serializer):
+    profile = serializers.CharField(help_text="MIG profile of the GPU instances (1g.10gb)")
+    needed = serializers.IntegerField(help_text="instances of it the pool's new nodes hold")
+    free = serializers.IntegerField(
+        help_text="instances of it the shared hosts can still take now (this profile alone)"
+    )
+
+
 class DryRunCapacitySerializer(serializers.Serializer):
     placeable_now = serializers.BooleanField()
     placeable_from = serializers.DateTimeField(
-        allow_null=True, help_text="when it fits if not now; null: not at any future instant"
+        allow_null=True,
+        help_text="when it fits if not now, by counts and host shapes; null: not at any "
+        "future instant",
     )
     reservation_id = serializers.UUIDField(
         allow_null=True, help_text="the reservation it would be placed on"
     )
-    needed_gpus = serializers.IntegerField()
+    unit = serializers.ChoiceField(
+        choices=["gpu", "gpu_instance"],
+        help_text="gpu: whole GPUs of dedicated hosts (the *_gpus fields); gpu_instance: a "
+        "tenancy shared pool's GPU instances on shared hosts (gpu_instances; the *_gpus "
+        "fields are null)",
+    )
+    needed_gpus = serializers.IntegerField(allow_null=True)
     free_gpus = serializers.IntegerField(
-        help_text="on-demand: GPUs unreserved pools may take now; reservation: GPUs left in it"
+        allow_null=True,
+        help_text="on-demand: GPUs unreserved pools may take now; reservation: GPUs left in it",
     )
     reserved_gpus = serializers.IntegerField(
+        allow_null=True,
         help_text="on-demand: the most GPUs reserved from now on in the region; "
-        "reservation: its size"
+        "reservation: its size",
     )
     held_by_reservations = serializers.IntegerField(
-        help_text="on-demand pools kept out by reservations: GPUs reservation pools hold now"
+        allow_null=True,
+        help_text="GPUs of the model in the region that nodes of active reservations (other "
+        "than the pool's own) hold now: the same whatever the pool's size",
+    )
+    gpu_instances = DryRunGpuInstancesSerializer(
+        many=True,
+        allow_null=True,
+        help_text="a shared pool: per MIG profile of its nodes; null for whole-GPU pools",
     )
     message = serializers.CharField()
 
@@ -295,8 +320,10 @@ class DryRunSerializer(serializers.Serializer):
     isolation = serializers.JSONField()
     gpu_config = serializers.JSONField()
     disruption = serializers.JSONField(
-        help_text='{"nodes": [{"name", "drain", "repartition", "gpus"}], "drain": n, '
-        '"repartition": n, "max_unavailable": 1}'
+        help_text='{"nodes": [{"name", "drain", "repartition", "gpus", "gpu_instances"}], '
+        '"drain": n, "repartition": n, "max_unavailable": 1}; a node\'s gpus: whole GPUs it '
+        "holds; a shared pool's VM node holds GPU instances instead: gpus null, gpu_instances "
+        '{"1g.10gb": 1}'
     )
     capacity = DryRunCapacitySerializer(
         allow_null=True,
