@@ -25,7 +25,7 @@ A disagreement is never silent: :func:`gate` records it on the node (``observed_
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -196,4 +196,17 @@ def gate(
         set_host_warning(node.host_id, prefix, f"{prefix}{what}: {'; '.join(problems)}")
     if (now - since).total_seconds() >= timeout_s():
         return FAILED, message
-    return WAITING, message
+    return WAITING, f"{message}{waiting_until(since)}"
+
+
+def waiting_until(since: datetime) -> str:
+    """The suffix of a WAITING message: when the wait that began at ``since`` gives up
+    (``NVKE_OBSERVED_STATE_TIMEOUT_S`` later, UTC to the second), so a reader knows how long
+    a repair, rollout or new node may still take (a fresh-user trial waited 5 minutes with
+    the default 300 s where a walk-through started with 30 s said 60 s). Fixed for one wait,
+    so the condition carrying it is not rewritten at every poll."""
+    deadline = since + timedelta(seconds=timeout_s())
+    return (
+        f" (waiting until {deadline.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}:"
+        f" NVKE_OBSERVED_STATE_TIMEOUT_S {timeout_s():g} s)"
+    )

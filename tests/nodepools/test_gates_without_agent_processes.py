@@ -62,7 +62,13 @@ def test_without_an_agent_report_no_node_becomes_ready_and_the_operation_fails(
     assert (node.phase, node.observed_problem) == ("PROVISIONING", expected)
     pool = NodePool.objects.get(pk=pool_id)
     verified = next(c for c in pool.conditions if c["type"] == "NodesVerified")
-    assert (verified["status"], verified["message"]) == ("False", expected)
+    # the condition says how long the wait may last: observed_since + the 300 s deadline
+    deadline = (node.observed_since + timedelta(seconds=300)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert node.observed_since == t0
+    assert (verified["status"], verified["message"]) == (
+        "False",
+        f"{expected} (waiting until {deadline}: NVKE_OBSERVED_STATE_TIMEOUT_S 300 s)",
+    )
     assert node.host.warnings == [
         f"observed state: node {node.name} to become READY: "
         "no agent report with a GPU inventory from sim-gate-1 yet"
