@@ -44,6 +44,7 @@ from .reservations import (
     ReservationCharge,
     covered_seconds,
     fill_covered,
+    key_columns,
     reservation_charges,
 )
 from .signals import invoice_finalized
@@ -66,25 +67,29 @@ SELECT cluster_id, nodepool_id, gpu_model, mig_profile, s AS start, gpu_seconds,
 _RATE_SQL = """
 SELECT u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price,
        string_agg(DISTINCT r.source, '; '), SUM(u.gpu_seconds), SUM(u.sla_credit_gpu_seconds),
-       min(u.start), {day}
+       min(u.start), {day}, {tag}
   FROM ({source}) u
   JOIN billing_tmp_rates r
     ON r.gpu_model = u.gpu_model AND r.mig_profile = u.mig_profile
    AND u.start >= r.s AND u.start < r.e
  WHERE TRUE {not_covered}
- GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price, 10
+ GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price, 10, 11
 """
+
+#: the codes of an invoice build that fails until an operator adds a price
+UNPRICEABLE = ("missing_price", "missing_reservation_price")
 
 
 @dataclass
 class RatedKey:
-    """Usage of one (cluster, pool, model, profile, unit price) in a period."""
+    """Usage of one (cluster, pool, model, profile, unit price) in a period; ``unit_price``
+    None only in :func:`rate_usage`'s ``unpriced`` list (usage with no price)."""
 
     cluster_id: uuid.UUID
     nodepool_id: uuid.UUID
     gpu_model: str
     mig_profile: str
-    unit_price: Decimal
+    unit_price: Decimal | None
     source: str
     gpu_seconds: Decimal
     credit_gpu_seconds: Decimal
@@ -92,6 +97,8 @@ class RatedKey:
     details: list[dict] = field(default_factory=list)
     #: the local day of the usage when rated ``by_day`` (else None)
     day: date | None = None
+    #: the source's ``tag`` when rated ``tagged`` (e.g. a ledger row id; else None)
+    tag: int | None = None
 
     @property
     def key(self) -> tuple:
@@ -109,6 +116,22 @@ def invoice_number(tenant_id: uuid.UUID, label: str) -> str:
     return f"NVKE-{label.replace('-', '')}-{uuid.UUID(str(tenant_id)).hex[:8].upper()}"
 
 
+def missing_price(model: str, profile: str, currency: str, at: datetime) -> Conflict:
+    """The Conflict ``missing_price`` (409) of usage of (model, profile) with no price in
+    ``currency`` from ``at``: what an invoice build raises, and the reason a view gives for
+    usage it shows no cost for."""
+    return Conflict(
+        f"no {currency} price for {model} {profile or '(whole GPU)'} at {at}",
+        code="missing_price",
+        extra={
+            "gpu_model": model,
+            "mig_profile": profile,
+            "currency": currency,
+            "at": at.isoformat(),
+        },
+    )
+
+
 def rate_usage(
     tenant_id,
     currency: str,
@@ -118,14 +141,19 @@ def rate_usage(
     now: datetime,
     *,
     day_tz: str | None = None,
+    tagged: bool = False,
+    unpriced: list[RatedKey] | None = None,
 ) -> list[RatedKey]:
     """Group ``source_sql``'s usage records (bucket starts in ``period``) by line key and the
     unit price in force at each bucket's start, leaving out usage a reservation covers: the
     invoice's USAGE and SLA_CREDIT lines, and every other view of what usage costs
-    (:mod:`billing.costs`). ``day_tz`` (an IANA zone) also groups by the local day of the
-    bucket (``RatedKey.day``). Must run inside a transaction (temporary tables). Raises
-    Conflict ``missing_price`` (409, naming the model, profile, currency and time) when usage
-    has no price in ``currency``."""
+    (:mod:`billing.costs`, the idle cost of :mod:`billing.reports`). ``day_tz`` (an IANA zone)
+    also groups by the local day of the bucket (``RatedKey.day``); ``tagged`` by the source's
+    ``tag`` column (``RatedKey.tag``). Must run inside a transaction (temporary tables).
+
+    Usage with no price in ``currency``: Conflict :func:`missing_price` (409, naming the model,
+    profile, currency and time), the invoice's rule; with an ``unpriced`` list, its keys are
+    appended there instead (``unit_price`` None) and the priced keys are still returned."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT DISTINCT gpu_model, mig_profile FROM ({source_sql}) u", params)
         pairs = {(m, p) for m, p in cursor.fetchall()}
@@ -152,32 +180,25 @@ def rate_usage(
                 ],
             )
         fill_covered(tenant_id, period.start, period.end)
-        day = "NULL::date"
-        if day_tz is not None:
-            day = "(u.start AT TIME ZONE %(day_tz)s)::date"
-            params = {**params, "day_tz": day_tz}
+        day, tag, params = key_columns(params, day_tz=day_tz, tagged=tagged)
         cursor.execute(
-            _RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED, day=day), params
+            _RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED, day=day, tag=tag),
+            params,
         )
         rows = cursor.fetchall()
     rated = []
-    for cluster, pool, model, profile, price, source, seconds, credit, first, on in rows:
-        if price is None:
-            if seconds:
-                raise Conflict(
-                    f"no {currency} price for {model} {profile or '(whole GPU)'} at {first}",
-                    code="missing_price",
-                    extra={
-                        "gpu_model": model,
-                        "mig_profile": profile,
-                        "currency": currency,
-                        "at": first.isoformat(),
-                    },
-                )
-            continue
-        rated.append(
-            RatedKey(cluster, pool, model, profile, price, source, seconds, credit, first, day=on)
+    for cluster, pool, model, profile, price, source, seconds, credit, first, on, tg in rows:
+        key = RatedKey(
+            cluster, pool, model, profile, price, source, seconds, credit, first, day=on, tag=tg
         )
+        if price is None:
+            if not seconds:
+                continue
+            if unpriced is None:
+                raise missing_price(model, profile, currency, first)
+            unpriced.append(key)
+            continue
+        rated.append(key)
     _attach_credit_details(tenant_id, period, rated, segments, now)
     return rated
 

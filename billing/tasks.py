@@ -20,14 +20,11 @@ from nvke.errors import Conflict
 from nvke.queueing import clear_pending, enqueue_once
 
 from .aggregation import aggregate_usage, get_account, tenants_with_usage
-from .invoices import build_invoice, tenant_existed_in, tenant_since
+from .invoices import UNPRICEABLE, build_invoice, tenant_existed_in, tenant_since
 from .metrics import INVOICE_BUILD_FAILURES
 from .periods import period_of
 
 log = logging.getLogger(__name__)
-
-#: the codes of an invoice that cannot be priced until an operator adds a price
-UNPRICEABLE = ("missing_price", "missing_reservation_price")
 
 #: How far back the periodic refresh recomputes (late ledger changes, late Xids).
 REFRESH_WINDOW = timedelta(days=35)

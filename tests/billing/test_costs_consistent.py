@@ -1,0 +1,265 @@
+"""What a tenant and an operator read agrees with itself (issue 33): the disagreements a
+fresh-user trial against ``make run`` found in the billing views, each worked by hand.
+
+The month is :func:`tests.billing.test_costs_agree.build_month` (March 2026, UTC, USD; H100 list
+2.50 per GPU-hour, 1.86 per reserved GPU-hour): pools ``od`` 4 GPU-h = 10.00, ``rsv`` 0.493 GPU-h
+inside reservation ``short-block`` (covered; the reservation 0.5 h x 1.86 = 0.93), ``mig``
+0.571428 GPU-h = 1.43 (1g.10gb at the H100 price), ``ts`` 3 GPU-h = 7.50; invoice 19.86 USD.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from tests.billing.test_costs_agree import MARCH, NOW, build_month, march_usage, t
+from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+A100 = "a100-sxm4-80gb"
+H100 = "h100-sxm5-80gb"
+
+
+def _reservation(tenant, name, model, start, end, gpus=1):
+    from reservations.models import Reservation
+
+    return Reservation.objects.create(
+        tenant=tenant,
+        name=name,
+        gpu_model_id=model,
+        region="us-east-1",
+        gpus=gpus,
+        start=start,
+        end=end,
+        end_action="keep",
+        created_at=start - timedelta(days=1),
+    )
+
+
+# ------------------------------------------------- 1. one missing price blanks no other row
+
+
+@pytest.fixture
+def month_with_unpriced_a100(world, tenant_a):
+    """The month, plus: pool ``a100`` in cluster ``infer``, 1 A100 2026-03-10 00:00-02:00
+    (2 GPU-h), and reservation ``a100-block`` of 1 A100 on 2026-03-20 00:00-01:00 (no pool);
+    the price sheet has no A100 price at all."""
+    from billing.aggregation import aggregate_usage
+
+    month = build_month(world, tenant_a)
+    a100 = world.pool(tenant_a, name="a100", cluster="infer", model=A100, gpus_per_node=1)
+    world.hold(a100, world.make_host(A100, gpus=1), t(10), end=t(10, 2))
+    _reservation(tenant_a, "a100-block", A100, t(20), t(20, 1))
+    aggregate_usage(tenant_a.id, *MARCH, now=NOW)
+    return {**month, "a100": a100}
+
+
+def test_a_missing_price_blanks_only_the_rows_it_touches(
+    tenant_a,
+    month_with_unpriced_a100,
+    owner,
+    alice_client,  # noqa: F811
+):
+    """Before: every row's cost was null. Now the priced rows keep theirs (od 10.00, mig 1.43,
+    ts 7.50; cluster train 10.00 + 1.43 + 7.50 = 18.93), the A100 rows say why they have none,
+    and the total stays null naming both unpriced things; the invoice still refuses (409)."""
+    from billing.invoices import build_invoice
+    from nvke.errors import Conflict
+
+    body = march_usage(owner, group_by="pool")
+    by_pool = {r["nodepool_name"]: r for r in body["results"]}
+    assert {name: r["cost"] for name, r in by_pool.items()} == {
+        "od": {"USD": "10.00"},
+        "rsv": {},
+        "mig": {"USD": "1.43"},
+        "ts": {"USD": "7.50"},
+        "a100": None,
+    }
+    error = by_pool["a100"]["cost_error"]
+    assert (error["code"], error["gpu_model"], error["mig_profile"], error["currency"]) == (
+        "missing_price",
+        A100,
+        "",
+        "USD",
+    )
+    assert error["detail"] == (
+        "no USD price for a100-sxm4-80gb (whole GPU) at 2026-03-10 00:00:00+00:00"
+    )
+    assert all("cost_error" not in r for name, r in by_pool.items() if name != "a100")
+
+    by_cluster = march_usage(owner, group_by="cluster")["results"]
+    assert {r["cluster_name"]: r["cost"] for r in by_cluster} == {
+        "train": {"USD": "18.93"},
+        "infer": None,
+    }
+
+    totals = body["totals"]
+    assert totals["cost"] is None
+    assert (totals["cost_error"]["code"], totals["cost_error"]["gpu_model"]) == (
+        "missing_price",
+        A100,
+    )  # the earliest: 10 March (the reservation's stretch starts on the 20th)
+    missing = [
+        (m["code"], m["gpu_model"], m.get("reservation")) for m in totals["cost_error"]["missing"]
+    ]
+    assert missing == [
+        ("missing_price", A100, None),
+        ("missing_reservation_price", A100, "a100-block"),
+    ]
+    reservations = {r["reservation_name"]: r for r in body["reservations"]}
+    assert reservations["short-block"]["cost"] == {"USD": "0.93"}
+    unpriced = reservations["a100-block"]
+    assert (unpriced["cost"], unpriced["reserved_gpu_hours"]) == (None, "1.000000")
+    assert unpriced["cost_error"]["code"] == "missing_reservation_price"
+
+    with pytest.raises(Conflict) as caught:
+        build_invoice(tenant_a.id, "2026-03", now=NOW)
+    assert (caught.value.status_code, caught.value.code) == (409, "missing_price")
+
+    html = alice_client.get("/usage", {"start": "2026-03-01", "end": "2026-03-31"}).content
+    html = html.decode()
+    pools = re.search(r'id="by-pool">(.*?)</table>', html, re.S).group(1)
+    rows = dict(re.findall(r"<tr><td>([a-z0-9]+)</td><td>[^<]*</td><td>(.*?)</td></tr>", pools))
+    assert rows["od"] == "10.00 USD" and rows["ts"] == "7.50 USD" and rows["mig"] == "1.43 USD"
+    assert rows["a100"] == (
+        '<span class="error small no-price">no cost: no USD price for a100-sxm4-80gb '
+        "(whole GPU) at 2026-03-10 00:00:00+00:00</span>"
+    )
+    assert re.search(r'id="total-cost">([^<]*)<', html).group(1) == "—"
+    assert "No total cost can be shown" in html
+    assert "no USD reservation rate for a100-sxm4-80gb" in html
+
+
+def test_nvkectl_usage_says_why_a_row_has_no_cost(tenant_a, month_with_unpriced_a100, owner):
+    from nvkectl import usage as usage_cli
+
+    body = march_usage(owner, group_by="pool")
+    rows = {r["nodepool_name"]: r["cost"] for r in usage_cli.usage_rows(body)}
+    assert rows["od"] == "10.00 USD"
+    assert rows["a100"] == (
+        "no price: no USD price for a100-sxm4-80gb (whole GPU) at 2026-03-10 00:00:00+00:00"
+    )
+    notes = usage_cli.usage_notes(body)
+    assert (
+        "reservation a100-block: 1.000000 reserved GPU-h, no price: no USD reservation rate for "
+        "a100-sxm4-80gb at 2026-03-20 00:00:00+00:00 (the usage it covers costs nothing more)"
+    ) in notes
+    assert "no price: no USD price for a100-sxm4-80gb (whole GPU)" in notes[-1]
+
+
+# ------------------------------------- 2. usage a reservation covers is named in every grouping
+
+
+def test_covered_gpu_hours_make_every_row_add_up(tenant_a, world, owner, alice_client):  # noqa: F811
+    """Grouped by GPU model the H100 whole-GPU row was 7.493 GPU-h and 17.50 USD with a
+    2.50 price, unexplained (7.493 x 2.50 = 18.73). Now it says 0.493 GPU-h are covered by
+    short-block: (7.493 - 0.493) x 2.50 = 17.50."""
+    from billing.invoices import build_invoice
+
+    build_month(world, tenant_a)
+    build_invoice(tenant_a.id, "2026-03", now=NOW)
+    by_model = march_usage(owner, group_by="model,profile")["results"]
+    rows = {(r["gpu_model"], r["mig_profile"]): r for r in by_model}
+    whole = rows[(H100, "")]
+    assert (whole["billable_gpu_hours"], whole["covered_gpu_hours"], whole["cost"]) == (
+        "7.493000",
+        "0.493000",
+        {"USD": "17.50"},
+    )
+    assert whole["covered_by"] == ["short-block"]
+    price = Decimal("2.50")
+    billable, covered = Decimal(whole["billable_gpu_hours"]), Decimal(whole["covered_gpu_hours"])
+    assert ((billable - covered) * price).quantize(Decimal("0.01")) == Decimal("17.50")
+    mig = rows[(H100, "1g.10gb")]
+    assert (mig["covered_gpu_hours"], mig["covered_by"]) == ("0.000000", [])
+
+    by_day = {r["day"]: r for r in march_usage(owner, group_by="day")["results"]}
+    assert (by_day["2026-03-12"]["covered_gpu_hours"], by_day["2026-03-12"]["cost"]) == (
+        "0.493000",
+        {},
+    )
+    totals = march_usage(owner)["totals"]
+    assert (totals["covered_gpu_hours"], totals["covered_by"]) == ("0.493000", ["short-block"])
+
+    html = alice_client.get("/usage", {"start": "2026-03-01", "end": "2026-03-31"}).content
+    models = re.search(r'id="by-model">(.*?)</table>', html.decode(), re.S).group(1)
+    assert (
+        "<td>2.5 USD</td><td>17.50 USD<br>"
+        '<span class="muted small covered">0.493 GPU-h covered by reservation short-block</span>'
+    ) in models
+
+
+# ------------------------------------------- 4. both halves of the total cover the same window
+
+
+def test_the_total_charges_reservations_up_to_where_usage_is_aggregated(
+    world,
+    tenant_a,
+    owner,
+    alice_client,  # noqa: F811
+):
+    """Usage last aggregated at A (30 min ago); an on-demand H100 running since A - 90 min
+    and a 1-H100 reservation ``block`` in force since A - 90 min. Usage: 1.5 GPU-h x 2.50 =
+    3.75; the reservation up to A: 1.5 h x 1.86 = 2.79; total 6.54 USD over [.., A). Before,
+    the reservation was charged up to the call (>= 2 h x 1.86 = 3.72; total >= 7.47)."""
+    from django.utils import timezone
+    from nvkectl import usage as usage_cli
+
+    from billing.aggregation import aggregate_usage
+    from billing.prices import set_price
+
+    set_price(
+        gpu_model=H100,
+        hourly_rate=Decimal("2.50"),
+        reservation_hourly_rate=Decimal("1.86"),
+        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
+        label="list",
+    )
+    aggregated = (timezone.now() - timedelta(minutes=30)).replace(microsecond=0)
+    since = aggregated - timedelta(minutes=90)
+    _reservation(tenant_a, "block", H100, since, aggregated + timedelta(days=1))
+    pool = world.pool(tenant_a, name="od", gpus_per_node=1)
+    host = world.make_host(H100, gpus=1)
+    world.hold(pool, host, since)  # still running
+    aggregate_usage(tenant_a.id, since, aggregated, now=aggregated)
+
+    start = since - timedelta(hours=1)
+    body = owner.get("/api/v1/usage", {"start": start.isoformat()}).json()
+    totals = body["totals"]
+    assert totals["gpu_hours"] == "1.500000"
+    (reserved,) = body["reservations"]
+    assert (reserved["reserved_gpu_hours"], reserved["cost"]) == ("1.500000", {"USD": "2.79"})
+    assert totals["cost"] == {"USD": "6.54"}
+    assert totals["cost_window"] == {"start": start.isoformat(), "end": aggregated.isoformat()}
+    assert reserved["charged_through"] == aggregated.isoformat()
+    assert usage_cli.usage_notes(body)[-1].endswith(
+        f"6.54 USD, for usage and reservations {start.isoformat()} .. {aggregated.isoformat()}"
+    )
+
+    day = start.date().isoformat()
+    html = alice_client.get("/usage", {"start": day, "end": timezone.now().date().isoformat()})
+    assert f"to {aggregated:%Y-%m-%d %H:%M} UTC." in html.content.decode()
+    total = re.search(r'id="total-cost">([^<]*)<', html.content.decode()).group(1)
+    assert total == "6.54 USD"
+
+
+def test_a_tenant_with_nothing_running_is_charged_up_to_now(world, tenant_a):
+    """Usage complete: its last node was released before the last aggregation, so the
+    records hold all of it and the window ends now (no allocation since)."""
+    from django.utils import timezone
+
+    from billing.aggregation import aggregate_usage, usage_complete_through
+
+    host = world.make_host(H100, gpus=1)
+    now = timezone.now()
+    first = world.pool(tenant_a, gpus_per_node=1)
+    world.hold(first, host, now - timedelta(hours=2), now - timedelta(hours=1))
+    aggregate_usage(tenant_a.id, now - timedelta(days=1), now, now=now - timedelta(minutes=30))
+    assert usage_complete_through(tenant_a.id, now) == now
+    running = world.pool(tenant_a, name="b", gpus_per_node=1)
+    world.hold(running, world.make_host(H100, gpus=1), now - timedelta(minutes=10))
+    assert usage_complete_through(tenant_a.id, now) == now - timedelta(minutes=30)
