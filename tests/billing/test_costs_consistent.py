@@ -193,6 +193,101 @@ def test_covered_gpu_hours_make_every_row_add_up(tenant_a, world, owner, alice_c
     ) in models
 
 
+# ------------------------------------------------------ 3. idle cost from the invoice's pricing
+
+
+@pytest.fixture
+def idle_gpus(world, tenant_a, list_prices):
+    """2026-11-09 10:00 (T), list prices with H100 at 2.50 and the A100 price removed. Three
+    idle GPUs (utilization 0-1 %), each in its own cluster:
+
+    * ``od``: 1 H100 held T..T+3 min (on demand): idle 0.05 h x 2.50 = 0.125 -> 0.12 USD
+      (half-even); the page said "Idle hours 1";
+    * ``rsv``: 1 H100 held T..T+1 h in a pool drawing from reservation ``idle-block`` (1 H100,
+      T..T+1 h): idle 1 GPU-h, covered: 0.00 (the old figure: 2.50 at list);
+    * ``a100``: 1 A100 held T..T+1 h, no A100 price: no figure, the reason instead.
+    """
+    from billing.models import Price
+    from fleet.ingest import ingest_report
+
+    Price.objects.filter(gpu_model_id=A100).delete()
+    start = datetime(2026, 11, 9, 10, tzinfo=UTC)
+    h100 = world.make_host(H100, gpus=2)
+    g0, g1 = list(h100.gpus.order_by("index").values_list("uuid", flat=True))
+    a100_host = world.make_host(A100, gpus=1)
+    (a0,) = list(a100_host.gpus.values_list("uuid", flat=True))
+    od = world.pool(tenant_a, name="od", cluster="od", gpus_per_node=1)
+    world.hold(od, h100, start, start + timedelta(minutes=3), gpus=[g0])
+    rsv = world.pool(tenant_a, name="rsv", cluster="rsv", gpus_per_node=1)
+    rsv.reservation = _reservation(tenant_a, "idle-block", H100, start, start + timedelta(hours=1))
+    rsv.save(update_fields=["reservation"])
+    world.hold(rsv, h100, start, start + timedelta(hours=1), gpus=[g1])
+    a100 = world.pool(tenant_a, name="a100", cluster="a100", model=A100, gpus_per_node=1)
+    world.hold(a100, a100_host, start, start + timedelta(hours=1))
+    for host, samples in (
+        (h100, [(g0, 1, 0), (g1, 10, 1)]),
+        (a100_host, [(a0, 10, 0)]),
+    ):
+        body = {
+            "seq": 1,
+            "samples": [
+                {
+                    "ts": (start + timedelta(minutes=m)).isoformat(),
+                    "gpu_uuid": gpu,
+                    "utilization_gpu_pct": util,
+                    "memory_used_bytes": 2**30,
+                    "memory_total_bytes": 80 * 2**30,
+                }
+                for gpu, m, util in samples
+            ],
+        }
+        ingest_report(host, body, now=start + timedelta(hours=1))
+    return {"start": start, "uuids": {"od": g0, "rsv": g1, "a100": a0}}
+
+
+def test_idle_cost_is_rated_like_the_invoice(owner, idle_gpus, alice_client):  # noqa: F811
+    start = idle_gpus["start"]
+    window = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat()}
+    body = owner.get("/api/v1/utilization", window).json()
+    by_gpu = {g["gpu_uuid"]: g for g in body["idle_gpus"]}
+    od, rsv, a100 = (by_gpu[idle_gpus["uuids"][k]] for k in ("od", "rsv", "a100"))
+    assert (od["idle_hours"], od["idle_gpu_hours"], od["idle_cost"]) == (
+        "0.050000",
+        "0.050000",
+        {"USD": "0.12"},
+    )
+    assert (rsv["idle_hours"], rsv["idle_cost"], rsv["idle_covered_gpu_hours"]) == (
+        "1.000000",
+        {"USD": "0.00"},
+        "1.000000",
+    )
+    assert rsv["idle_covered_by"] == ["idle-block"]
+    assert a100["idle_cost"] is None
+    assert (a100["idle_cost_error"]["code"], a100["idle_cost_error"]["gpu_model"]) == (
+        "missing_price",
+        A100,
+    )
+    groups = {g["cluster_id"]: g["idle_cost"] for g in body["groups"]}
+    assert groups == {
+        od["cluster_id"]: {"USD": "0.12"},
+        rsv["cluster_id"]: {"USD": "0.00"},
+        a100["cluster_id"]: None,
+    }
+
+    html = alice_client.get("/usage", {"start": "2026-11-09", "end": "2026-11-09"}).content
+    table = re.search(r'id="idle-gpus">(.*?)</table>', html.decode(), re.S).group(1)
+    cells = re.findall(r"<tr><td[^>]*>([^<]*)</td>(.*?)</tr>", table)
+    rows = {gpu: re.findall(r"<td>(.*?)</td>", rest) for gpu, rest in cells}
+    assert rows[idle_gpus["uuids"]["od"]][2:] == ["0.050", "0.050", "0.12 USD"]
+    assert rows[idle_gpus["uuids"]["rsv"]][4].startswith(
+        '0.00 USD<br><span class="muted small covered">1.000 GPU-h covered by reservation '
+        "idle-block"
+    )
+    assert rows[idle_gpus["uuids"]["a100"]][4].startswith(
+        '<span class="error small no-price">no cost: no USD price for a100-sxm4-80gb'
+    )
+
+
 # ------------------------------------------- 4. both halves of the total cover the same window
 
 
