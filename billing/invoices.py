@@ -368,10 +368,43 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
     """Build (or rebuild) the tenant's DRAFT invoice for month ``label`` (``YYYY-MM``, local).
 
     A FINALIZED invoice of that month is returned unchanged. Raises Conflict ``missing_price``
-    when usage has no price in the tenant's currency, Conflict ``period_before_tenant`` when the
-    month ended before the tenant was created (:func:`tenant_existed_in`).
+    when usage has no price in the tenant's currency (``missing_reservation_price``: a
+    reservation without a reservation rate), Conflict ``period_before_tenant`` when the month
+    ended before the tenant was created (:func:`tenant_existed_in`).
+
+    A rebuild that fails for a missing price leaves the DRAFT as it was, but marks it
+    (``Invoice.build_error``, :func:`mark_build_failed`): its lines are stale and it cannot be
+    finalized until a rebuild succeeds, which clears the mark.
     """
     now = now or timezone.now()
+    try:
+        return _build_invoice(tenant_id, label, now)
+    except Conflict as exc:
+        if exc.code in UNPRICEABLE:
+            mark_build_failed(tenant_id, label, exc, now)
+        raise
+
+
+def mark_build_failed(tenant_id, label: str, exc: Conflict, now: datetime) -> None:
+    """Record on the tenant's DRAFT of month ``label`` that its latest rebuild failed:
+    ``build_error`` = ``{"code", "detail", "failed_at", …the Conflict's extra (gpu_model,
+    mig_profile, currency, at)}``. Written outside the failed build's transaction; a no-op
+    when there is no draft (nothing stale to warn about)."""
+    account = get_account(tenant_id)
+    period = month_period(account.time_zone, label)
+    Invoice.objects.filter(
+        tenant_id=tenant_id, period_start=period.start, status=InvoiceStatus.DRAFT
+    ).update(
+        build_error={
+            "code": exc.code,
+            "detail": str(exc.detail),
+            "failed_at": now.isoformat(),
+            **{k: str(v) for k, v in exc.extra.items()},
+        }
+    )
+
+
+def _build_invoice(tenant_id, label: str, now: datetime) -> Invoice:
     with transaction.atomic():
         account = get_account(tenant_id, lock=True)
         tz, currency = account.time_zone, account.currency
@@ -417,6 +450,7 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
                 "currency": currency,
                 "status": InvoiceStatus.DRAFT,
                 "computed_at": now,
+                "build_error": None,
             },
         )
         invoice.lines.all().delete()
@@ -553,9 +587,28 @@ def finalize_invoice(invoice_id, now: datetime | None = None) -> Invoice:
 
     Raises Conflict ``period_not_ended`` (the month is not over), ``invoice_finalized``
     (already final) or ``earlier_period_not_finalized`` (usage before this month that no
-    finalized invoice covers: finalize months in order).
+    finalized invoice covers: finalize months in order). When the rebuild fails for a missing
+    price, the draft is not frozen (its lines are stale): the Conflict keeps its code
+    (``missing_price`` / ``missing_reservation_price``, 409) and says which invoice could not
+    be finalized and why, and the draft is marked (:func:`mark_build_failed`).
     """
     now = now or timezone.now()
+    try:
+        return _finalize_invoice(invoice_id, now)
+    except Conflict as exc:
+        if exc.code not in UNPRICEABLE:
+            raise
+        invoice = Invoice.objects.get(pk=invoice_id)
+        # the rebuild's own mark was rolled back with the finalization: write it again
+        mark_build_failed(invoice.tenant_id, invoice.period_label, exc, now)
+        raise Conflict(
+            f"{invoice.number} cannot be finalized: its rebuild failed: {exc.detail}",
+            code=exc.code,
+            extra=exc.extra,
+        ) from exc
+
+
+def _finalize_invoice(invoice_id, now: datetime) -> Invoice:
     with transaction.atomic():
         invoice = Invoice.objects.get(pk=invoice_id)
         account = get_account(invoice.tenant_id, lock=True)

@@ -56,7 +56,9 @@ def build_tenant_invoices(tenant_id: str) -> list[str]:
     reservation rate) is not retried — nothing changes until an operator adds the price
     — but reported for an operator: one ERROR line ``invoice_build_failed`` naming the tenant,
     month, model and currency, and ``nvke_invoice_build_failures_total`` (billing/metrics.py);
-    the other month is still built. Returns the codes of the months that failed."""
+    the month's DRAFT, if any, is marked stale (``Invoice.build_error``: the console shows why
+    and offers no Finalize); the other month is still built. Returns the codes of the months
+    that failed."""
     clear_pending(build_tenant_invoices.name, tenant_id)
     now = timezone.now()
     failed = []

@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 
 from tests.billing.test_costs_agree import MARCH, NOW, build_month, march_usage, t
-from tests.portal.conftest import alice, alice_client, portal_user  # noqa: F401
+from tests.portal.conftest import alice, alice_client, ops_client, portal_user  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -358,3 +358,109 @@ def test_a_tenant_with_nothing_running_is_charged_up_to_now(world, tenant_a):
     running = world.pool(tenant_a, name="b", gpus_per_node=1)
     world.hold(running, world.make_host(H100, gpus=1), now - timedelta(minutes=10))
     assert usage_complete_through(tenant_a.id, now) == now - timedelta(minutes=30)
+
+
+# -------------------------------------------------- 5. a draft whose rebuild failed is stale
+
+
+def test_a_draft_whose_rebuild_failed_says_so_and_cannot_be_finalized(
+    world,
+    tenant_a,
+    operator,
+    ops_client,  # noqa: F811
+):
+    """Tenant A ran 4 GB200 for 2 h on 2026-03-10 at 6.00: the draft says 48.00 USD. Then the
+    GB200 price is removed: the next rebuild fails (missing_price). The console listed the
+    draft with its 48.00 and a Finalize button; now it says the rebuild failed and why, offers
+    no Finalize, and the finalize API answers 409 naming the reason. With the price back (7.00)
+    the draft finalizes at 4 x 2 x 7.00 = 56.00."""
+    from billing.invoices import build_invoice
+    from billing.models import InvoiceStatus, Price
+    from billing.prices import set_price
+    from nvke.errors import Conflict
+
+    jan = datetime(2026, 1, 1, tzinfo=UTC)
+    set_price(gpu_model="gb200", hourly_rate=Decimal("6.00"), effective_from=jan, label="list")
+    pool = world.pool(tenant_a, name="gb", model="gb200", gpus_per_node=4)
+    world.hold(pool, world.make_host("gb200", gpus=4), t(10), end=t(10, 2))
+    draft = build_invoice(tenant_a.id, "2026-03", now=NOW)
+    assert (draft.status, draft.total, draft.build_error) == (
+        InvoiceStatus.DRAFT,
+        Decimal("48.00"),
+        None,
+    )
+    page = ops_client.get("/console/invoices").content.decode()
+    assert f"/console/invoices/{draft.id}/finalize" in page
+
+    Price.objects.filter(gpu_model_id="gb200").delete()
+    with pytest.raises(Conflict):
+        build_invoice(tenant_a.id, "2026-03", now=NOW + timedelta(hours=1))
+    draft.refresh_from_db()
+    assert (draft.status, draft.total) == (InvoiceStatus.DRAFT, Decimal("48.00"))  # stale
+    assert {k: draft.build_error[k] for k in ("code", "gpu_model", "currency", "failed_at")} == {
+        "code": "missing_price",
+        "gpu_model": "gb200",
+        "currency": "USD",
+        "failed_at": (NOW + timedelta(hours=1)).isoformat(),
+    }
+
+    page = ops_client.get("/console/invoices").content.decode()
+    assert f"/console/invoices/{draft.id}/finalize" not in page
+    assert (
+        "Rebuild failed 2026-04-02 01:00 UTC: no USD price for gb200 (whole GPU) at "
+        "2026-03-10 00:00:00+00:00 (missing_price)"
+    ) in page
+    listed = operator.get(f"/api/v1/invoices/{draft.id}").json()
+    assert listed["build_error"]["code"] == "missing_price"
+
+    resp = operator.post(f"/api/v1/invoices/{draft.id}/finalize")
+    assert resp.status_code == 409
+    assert resp.json()["code"] == "missing_price"
+    assert resp.json()["detail"].startswith(
+        f"{draft.number} cannot be finalized: its rebuild failed: no USD price for gb200"
+    )
+    draft.refresh_from_db()
+    assert draft.status == InvoiceStatus.DRAFT and draft.build_error["code"] == "missing_price"
+
+    set_price(gpu_model="gb200", hourly_rate=Decimal("7.00"), effective_from=jan, label="list")
+    resp = operator.post(f"/api/v1/invoices/{draft.id}/finalize")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert (body["status"], body["total"], body["build_error"]) == ("FINALIZED", "56.00", None)
+
+
+def test_build_drafts_now_marks_a_draft_it_cannot_rebuild(world, tenant_a, ops_client):  # noqa: F811
+    """The same in this month, through the console: the GB200 price is removed after the draft
+    was built; Build drafts now names the missing price and still sends the tenant's build
+    (it used to skip it, so the draft kept its Finalize button until the hourly run); the
+    worker's run (build_tenant_invoices) fails and marks the draft: no Finalize."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    from billing.invoices import build_invoice
+    from billing.models import Invoice, Price
+    from billing.periods import period_of
+    from billing.prices import set_price
+    from billing.tasks import build_tenant_invoices
+
+    now = timezone.now()
+    start = now - timedelta(days=3)
+    since = start - timedelta(days=60)
+    set_price(gpu_model="gb200", hourly_rate=Decimal("6.00"), effective_from=since, label="list")
+    pool = world.pool(tenant_a, name="gb", model="gb200", gpus_per_node=4)
+    world.hold(pool, world.make_host("gb200", gpus=4), start, end=start + timedelta(hours=2))
+    draft = build_invoice(tenant_a.id, period_of("UTC", start).label, now=now)
+    assert draft.total == Decimal("48.00")  # 4 GPUs x 2 h x 6.00
+    Price.objects.filter(gpu_model_id="gb200").delete()
+
+    page = ops_client.post("/console/invoices/build", follow=True).content.decode()
+    assert "Cannot build tenant-a&#x27;s invoice: no USD price for gb200 (whole GPU)" in page
+    assert cache.get(f"enqueued:{build_tenant_invoices.name}:{tenant_a.id}") == 1  # sent
+    cache.delete(f"enqueued:{build_tenant_invoices.name}:{tenant_a.id}")
+
+    assert "missing_price" in build_tenant_invoices(str(tenant_a.id))  # the worker's run
+    draft = Invoice.objects.get(pk=draft.pk)
+    assert (draft.build_error["code"], draft.build_error["gpu_model"]) == ("missing_price", "gb200")
+    page = ops_client.get("/console/invoices").content.decode()
+    assert f"/console/invoices/{draft.id}/finalize" not in page
+    assert "Rebuild failed" in page and "no USD price for gb200 (whole GPU)" in page
