@@ -24,10 +24,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from .health import credit_intervals
-from .models import BillingAccount
+from .models import BillingAccount, LedgerEntry, UsageRecord
 from .periods import bucket_bounds, local_date, local_midnight
 from .prices import price_cuts
 from .reservations import reservation_cuts
@@ -176,6 +177,24 @@ def aggregate_usage(
             )
             count, seconds, credit = cursor.fetchone()
     return AggregationResult(ws, we, count, Decimal(seconds), Decimal(credit))
+
+
+def usage_complete_through(tenant_id, now: datetime) -> datetime:
+    """Until when the tenant's stored usage records hold all its usage: its last aggregation
+    (the records' ``computed_at``: each aggregation counts usage up to its own ``now``), or
+    ``now`` when no allocation of the tenant overlaps the time since (nothing left to count).
+    Never aggregated: the start of its first allocation (``now`` without one).
+
+    Example: aggregated at 10:05, a node still running: 10:05 (the usage of 10:05-now is not
+    in the records yet); its last node released at 10:00: ``now``."""
+    last = UsageRecord.objects.filter(tenant_id=tenant_id).aggregate(t=Max("computed_at"))["t"]
+    rows = LedgerEntry.objects.filter(tenant_id=tenant_id)
+    if last is None:
+        first = rows.order_by("period__startswith").values_list("period", flat=True).first()
+        return min(first.lower, now) if first is not None else now
+    if last >= now or not rows.filter(period__overlap=(last, now)).exists():
+        return now
+    return last
 
 
 def tenants_with_usage(start: datetime, end: datetime) -> list:

@@ -11,27 +11,43 @@ lines equal the invoice's USAGE, SLA_CREDIT and RESERVATION lines one for one, a
 equals the invoice's (adjustments to earlier invoices aside).
 
 Example (issue 33): a pool drawing from a reservation used 0.493 GPU-h inside it; its usage
-costs 0 (the reservation covers it) and the reservation line costs 0.93 USD — not 1.23 USD at
-the on-demand rate.
+costs 0 (the reservation covers it: ``covered``, named) and the reservation line costs
+0.93 USD — not 1.23 USD at the on-demand rate.
+
+A cost is never shown as a guess: usage (or a reservation stretch) with no price in the
+tenant's currency is listed in ``Costs.unpriced`` with the invoice build's reason
+(``missing_price`` …) and no amount; the lines that have a price keep theirs, and the total is
+None (it would not be the invoice's). Reservations are charged up to the time the stored usage
+is complete (:func:`billing.aggregation.usage_complete_through`), so both halves of the total
+cover the same window ``[start, through)``.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
 
-from .aggregation import get_account
-from .invoices import RECORDS, rate_usage
+from nvke.errors import Conflict
+from reservations.models import Reservation
+
+from .aggregation import get_account, usage_complete_through
+from .invoices import RECORDS, RatedKey, missing_price, rate_usage
 from .models import LineKind
 from .money import gpu_hours, line_amount
 from .periods import Period
-from .reservations import covered_seconds, reservation_charges
+from .reservations import (
+    ReservationCharge,
+    covered_usage,
+    missing_reservation_rate,
+    per_reservation,
+    reservation_charges,
+)
 
 
 @dataclass(frozen=True)
@@ -62,19 +78,67 @@ class CostLine:
         return gpu_hours(self.gpu_seconds)
 
 
+@dataclass(frozen=True)
+class Unpriced:
+    """Usage (``kind`` USAGE: its GPU-seconds, SLA credit not taken off) or a reservation's
+    stretch (RESERVATION: reserved GPU-seconds) with no price in the tenant's currency: shown
+    with no cost and ``reason``, the invoice build's 409 body ``{"code", "detail",
+    "gpu_model", "mig_profile" (usage) / "reservation" (reservation), "currency", "at"}``."""
+
+    kind: str
+    tenant_id: uuid.UUID
+    cluster_id: uuid.UUID | None
+    nodepool_id: uuid.UUID | None
+    gpu_model: str
+    mig_profile: str
+    gpu_seconds: Decimal
+    reason: dict
+    day: date | None = None
+    reservation_id: uuid.UUID | None = None
+    reservation_name: str = ""
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return gpu_hours(self.gpu_seconds)
+
+
+@dataclass(frozen=True)
+class Covered:
+    """Billable GPU-seconds of one cluster / pool / model / profile (/ day) that a capacity
+    reservation covers: no usage line bills them, the reservation's own line does."""
+
+    tenant_id: uuid.UUID
+    cluster_id: uuid.UUID
+    nodepool_id: uuid.UUID
+    gpu_model: str
+    mig_profile: str
+    day: date | None
+    reservation_id: uuid.UUID
+    reservation_name: str
+    gpu_seconds: Decimal
+
+
 @dataclass
 class Costs:
-    """The cost lines of one tenant's usage in ``[start, end)``, in its invoice ``currency``."""
+    """The cost lines of one tenant's usage in ``[start, end)``, in its invoice ``currency``;
+    ``through``: the end of what they cover (stored usage and reservation charges alike);
+    ``unpriced``: what has no price (no line); ``covered``: usage reservations cover."""
 
     tenant_id: uuid.UUID
     currency: str
     start: datetime
     end: datetime
     lines: list[CostLine]
+    unpriced: list[Unpriced] = field(default_factory=list)
+    covered: list[Covered] = field(default_factory=list)
+    through: datetime | None = None
 
     @property
-    def total(self) -> Decimal:
-        """Sum of the rounded line amounts (the invoice's total for a whole month)."""
+    def total(self) -> Decimal | None:
+        """Sum of the rounded line amounts (the invoice's total for a whole month); None when
+        something has no price (the sum would not be the invoice's)."""
+        if self.unpriced:
+            return None
         return sum((ln.amount for ln in self.lines), Decimal(0))
 
     def usage_lines(self) -> list[CostLine]:
@@ -83,6 +147,11 @@ class Costs:
 
     def reservation_lines(self) -> list[CostLine]:
         return [ln for ln in self.lines if ln.kind == LineKind.RESERVATION]
+
+
+def reason(exc: Conflict) -> dict:
+    """A Conflict as the body of its 409: ``{"code", "detail", **extra}``."""
+    return {"code": exc.code, "detail": str(exc.detail), **exc.extra}
 
 
 def usage_costs(
@@ -95,32 +164,40 @@ def usage_costs(
 ) -> Costs:
     """Rate the tenant's stored usage records whose bucket starts in ``[start, end)``.
 
-    ``by_day``: usage lines are also split by the local day (the tenant's billing time zone)
-    of their buckets, each rounded on its own (the day chart); without it, the lines are the
-    invoice's. Reservations are charged over ``[start, min(end, now))``. Raises Conflict
-    ``missing_price`` / ``missing_reservation_price`` (409) like the invoice when usage or a
-    reservation has no price in the tenant's currency: a cost is never shown as a guess.
+    ``by_day``: usage lines (and ``covered``, ``unpriced``) are also split by the local day
+    (the tenant's billing time zone) of their buckets, each rounded on its own (the day
+    chart); without it, the lines are the invoice's. Reservations are charged over
+    ``[start, through)``, ``through`` = ``min(end, usage_complete_through(tenant, now))`` (at
+    least ``start``): the window the stored usage covers. Usage or a reservation with no price
+    in the tenant's currency is listed in ``unpriced`` with the reason the invoice build
+    raises (``missing_price`` / ``missing_reservation_price``), never priced by a guess.
     """
     now = now or timezone.now()
     account = get_account(tenant_id)
     currency = account.currency
+    through = max(start, min(end, usage_complete_through(tenant_id, now)))
     params = {"tenant": tenant_id, "ps": start, "pe": end}
-    window = Period("", start, end)
+    day_tz = account.time_zone if by_day else None
+    no_price: list[RatedKey] = []
+    no_rate: list[ReservationCharge] = []
     with transaction.atomic():  # the rating's temporary tables live until the commit
         rated = rate_usage(
             tenant_id,
             currency,
-            window,
+            Period("", start, end),
             RECORDS,
             params,
             now,
-            day_tz=account.time_zone if by_day else None,
+            day_tz=day_tz,
+            unpriced=no_price,
         )
+        covered = covered_usage(RECORDS, params, day_tz=day_tz)
         charges = reservation_charges(
-            tenant_id, currency, start, end, now, covered_seconds(RECORDS, params)
+            tenant_id, currency, start, end, through, per_reservation(covered), unpriced=no_rate
         )
     lines: list[CostLine] = []
     for r in rated:
+        assert r.unit_price is not None  # rate_usage lists the unpriced keys apart
         common = dict(
             tenant_id=tenant_id,
             cluster_id=r.cluster_id,
@@ -148,6 +225,7 @@ def usage_costs(
                 )
             )
     for c in charges:
+        assert c.unit_price is not None
         lines.append(
             CostLine(
                 kind=LineKind.RESERVATION,
@@ -160,10 +238,61 @@ def usage_costs(
                 gpu_seconds=c.gpu_seconds,
                 amount=line_amount(c.gpu_seconds, c.unit_price, currency),
                 reservation_id=c.reservation.id,
-                reservation_name=c.reservation.name or str(c.reservation.id),
+                reservation_name=_name(c.reservation),
             )
         )
-    return Costs(tenant_id, currency, start, end, lines)
+    unpriced = [
+        Unpriced(
+            kind=LineKind.USAGE,
+            tenant_id=tenant_id,
+            cluster_id=r.cluster_id,
+            nodepool_id=r.nodepool_id,
+            gpu_model=r.gpu_model,
+            mig_profile=r.mig_profile,
+            gpu_seconds=r.gpu_seconds,
+            reason=reason(missing_price(r.gpu_model, r.mig_profile, currency, r.first_start)),
+            day=r.day,
+        )
+        for r in no_price
+    ]
+    unpriced += [
+        Unpriced(
+            kind=LineKind.RESERVATION,
+            tenant_id=tenant_id,
+            cluster_id=None,
+            nodepool_id=None,
+            gpu_model=c.reservation.gpu_model_id,
+            mig_profile="",
+            gpu_seconds=c.gpu_seconds,
+            reason=reason(missing_reservation_rate(c.reservation, currency, c.start)),
+            reservation_id=c.reservation.id,
+            reservation_name=_name(c.reservation),
+        )
+        for c in no_rate
+    ]
+    names = {
+        r.id: _name(r)
+        for r in Reservation.objects.filter(id__in={c.reservation_id for c in covered})
+    }
+    covers = [
+        Covered(
+            tenant_id=tenant_id,
+            cluster_id=c.cluster_id,
+            nodepool_id=c.nodepool_id,
+            gpu_model=c.gpu_model,
+            mig_profile=c.mig_profile,
+            day=c.day,
+            reservation_id=c.reservation_id,
+            reservation_name=names.get(c.reservation_id, str(c.reservation_id)),
+            gpu_seconds=c.gpu_seconds,
+        )
+        for c in covered
+    ]
+    return Costs(tenant_id, currency, start, end, lines, unpriced, covers, through)
+
+
+def _name(r: Reservation) -> str:
+    return r.name or str(r.id)
 
 
 def costs_of_tenants(
@@ -175,9 +304,44 @@ def costs_of_tenants(
     return [usage_costs(t, start, end, now, by_day=by_day) for t in tenants]
 
 
+def cost_error(reasons: list[dict]) -> dict:
+    """What a figure that cannot be shown says instead: the earliest reason (the invoice
+    build's 409 body, as :func:`reason`) and ``missing``: each distinct unpriced (code, GPU
+    model, MIG profile, currency[, reservation]) once, with its earliest ``detail`` and
+    ``at``, sorted."""
+
+    def when(r: dict) -> tuple:
+        return (str(r.get("at", "")), r["code"], r["gpu_model"])
+
+    keys = ("code", "gpu_model", "mig_profile", "currency", "reservation")
+    first: dict[tuple, dict] = {}
+    for r in sorted(reasons, key=when):
+        key = tuple((k, str(r[k])) for k in keys if k in r)
+        first.setdefault(key, {**dict(key), "detail": str(r["detail"]), "at": r.get("at")})
+    return {**min(reasons, key=when), "missing": [first[k] for k in sorted(first)]}
+
+
 #: the usage API's ``group_by`` fields (:data:`billing.reports.USAGE_GROUPS` values) that a
 #: cost line carries
 _LINE_FIELDS = ("tenant_id", "cluster_id", "nodepool_id", "gpu_model", "mig_profile", "day")
+
+
+@dataclass
+class _Group:
+    cost: dict[str, Decimal] = field(default_factory=dict)
+    reasons: list[dict] = field(default_factory=list)
+    covered: Decimal = Decimal(0)
+    covered_by: set[str] = field(default_factory=set)
+
+    def put(self, row: dict) -> None:
+        """``cost`` (None with ``cost_error`` when part of it has no price), ``covered_gpu_hours``
+        (billable GPU-hours a reservation covers: (billable - covered) x price = cost) and
+        ``covered_by`` (the reservations' names)."""
+        row["cost"] = None if self.reasons else self.cost
+        if self.reasons:
+            row["cost_error"] = cost_error(self.reasons)
+        row["covered_gpu_hours"] = gpu_hours(self.covered)
+        row["covered_by"] = sorted(self.covered_by)
 
 
 def add_costs(
@@ -191,61 +355,96 @@ def add_costs(
     cluster_id=None,
     nodepool_id=None,
 ) -> list[dict]:
-    """Put ``cost`` (``{currency: amount}``) on the usage API's ``rows`` (grouped by
-    ``fields``) and ``totals``, from the cost lines of :func:`usage_costs`; returns the
-    reservation lines as dicts. A row's cost is the sum of the lines in its group (lines split
-    by day when ``day`` is a field, each rounded like an invoice line); the totals are the
-    invoice's lines plus the reservations (when no cluster or pool filter is given: a
-    reservation belongs to neither). On a missing price every cost is None and
-    ``totals["cost_error"]`` names the model, profile and currency (the invoice's 409 body).
+    """Put ``cost`` (``{currency: amount}``), ``covered_gpu_hours`` and ``covered_by`` on the
+    usage API's ``rows`` (grouped by ``fields``) and ``totals``, from :func:`usage_costs`;
+    returns the reservations (their lines) as dicts.
+
+    A row's cost is the sum of the lines in its group (lines split by day when ``day`` is a
+    field, each rounded like an invoice line), so ``(billable_gpu_hours - covered_gpu_hours) x
+    unit price = cost`` (to the rounding of its lines). The totals are the invoice's lines plus
+    the reservations (when no cluster or pool filter is given: a reservation belongs to
+    neither), over ``totals["cost_window"]`` (``{"start", "end"}``: the reservations are
+    charged up to where the stored usage ends; with several tenants, the earliest such end).
+    A row whose usage, in part, has no price: ``cost`` None and ``cost_error`` (the invoice's
+    409 body and ``missing``, :func:`cost_error`); the other rows keep their cost; the total
+    is then None too, with ``totals["cost_error"]``.
     """
-    from nvke.errors import Conflict
+    plain = costs_of_tenants(tenant_ids, start, end)
+    split = costs_of_tenants(tenant_ids, start, end, by_day=True) if "day" in fields else plain
 
-    try:
-        plain = costs_of_tenants(tenant_ids, start, end)
-        split = costs_of_tenants(tenant_ids, start, end, by_day=True) if "day" in fields else plain
-    except Conflict as exc:
-        for row in rows:
-            row["cost"] = None
-        totals["cost"] = None
-        totals["cost_error"] = {"code": exc.code, "detail": str(exc.detail), **exc.extra}
-        return []
-
-    def wanted(ln: CostLine) -> bool:
-        return (cluster_id is None or ln.cluster_id == cluster_id) and (
-            nodepool_id is None or ln.nodepool_id == nodepool_id
+    def wanted(x) -> bool:
+        return (cluster_id is None or x.cluster_id == cluster_id) and (
+            nodepool_id is None or x.nodepool_id == nodepool_id
         )
 
-    by_key: dict[tuple, dict[str, Decimal]] = {}
+    groups: dict[tuple, _Group] = {}
+
+    def group(x) -> _Group:
+        return groups.setdefault(tuple(getattr(x, f) for f in fields), _Group())
+
     for costs in split:
         for ln in costs.usage_lines():
             if wanted(ln):
-                key = tuple(getattr(ln, f) for f in fields)
-                bucket = by_key.setdefault(key, {})
-                bucket[costs.currency] = bucket.get(costs.currency, Decimal(0)) + ln.amount
+                cost = group(ln).cost
+                cost[costs.currency] = cost.get(costs.currency, Decimal(0)) + ln.amount
+        for u in costs.unpriced:
+            if u.kind == LineKind.USAGE and wanted(u):
+                group(u).reasons.append(u.reason)
+        for c in costs.covered:
+            if wanted(c):
+                group(c).covered += c.gpu_seconds
+                group(c).covered_by.add(c.reservation_name)
     for row in rows:
-        row["cost"] = by_key.get(tuple(row.get(f) for f in fields), {})
-    total: dict[str, Decimal] = {}
+        groups.get(tuple(row.get(f) for f in fields), _Group()).put(row)
+    total = _Group()
     reservations = []
+    both = cluster_id is None and nodepool_id is None
     for costs in plain:
         for ln in costs.usage_lines():
             if wanted(ln):
-                total[costs.currency] = total.get(costs.currency, Decimal(0)) + ln.amount
-        if cluster_id is None and nodepool_id is None:
-            for ln in costs.reservation_lines():
-                total[costs.currency] = total.get(costs.currency, Decimal(0)) + ln.amount
+                total.cost[costs.currency] = total.cost.get(costs.currency, Decimal(0)) + ln.amount
+        for c in costs.covered:
+            if wanted(c):
+                total.covered += c.gpu_seconds
+                total.covered_by.add(c.reservation_name)
+        for u in costs.unpriced:
+            if u.kind == LineKind.USAGE and wanted(u):
+                total.reasons.append(u.reason)
+        if not both:
+            continue
+        for ln in costs.reservation_lines():
+            total.cost[costs.currency] = total.cost.get(costs.currency, Decimal(0)) + ln.amount
+            reservations.append(
+                {
+                    "tenant_id": ln.tenant_id,
+                    "reservation_id": ln.reservation_id,
+                    "reservation_name": ln.reservation_name,
+                    "gpu_model": ln.gpu_model,
+                    "reserved_gpu_hours": ln.gpu_hours,
+                    "unit_price": ln.unit_price,
+                    "cost": {costs.currency: ln.amount},
+                    "charged_through": costs.through,
+                }
+            )
+        for u in costs.unpriced:
+            if u.kind == LineKind.RESERVATION:
+                total.reasons.append(u.reason)
                 reservations.append(
                     {
-                        "tenant_id": ln.tenant_id,
-                        "reservation_id": ln.reservation_id,
-                        "reservation_name": ln.reservation_name,
-                        "gpu_model": ln.gpu_model,
-                        "reserved_gpu_hours": ln.gpu_hours,
-                        "unit_price": ln.unit_price,
-                        "cost": {costs.currency: ln.amount},
+                        "tenant_id": u.tenant_id,
+                        "reservation_id": u.reservation_id,
+                        "reservation_name": u.reservation_name,
+                        "gpu_model": u.gpu_model,
+                        "reserved_gpu_hours": gpu_hours(u.gpu_seconds),
+                        "unit_price": None,
+                        "cost": None,
+                        "cost_error": cost_error([u.reason]),
+                        "charged_through": costs.through,
                     }
                 )
-    totals["cost"] = total
+    total.put(totals)
+    ends = [c.through for c in plain if c.through is not None]
+    totals["cost_window"] = {"start": start, "end": min(ends) if ends else end}
     return reservations
 
 

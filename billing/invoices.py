@@ -44,6 +44,7 @@ from .reservations import (
     ReservationCharge,
     covered_seconds,
     fill_covered,
+    key_columns,
     reservation_charges,
 )
 from .signals import invoice_finalized
@@ -66,25 +67,29 @@ SELECT cluster_id, nodepool_id, gpu_model, mig_profile, s AS start, gpu_seconds,
 _RATE_SQL = """
 SELECT u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price,
        string_agg(DISTINCT r.source, '; '), SUM(u.gpu_seconds), SUM(u.sla_credit_gpu_seconds),
-       min(u.start), {day}
+       min(u.start), {day}, {tag}
   FROM ({source}) u
   JOIN billing_tmp_rates r
     ON r.gpu_model = u.gpu_model AND r.mig_profile = u.mig_profile
    AND u.start >= r.s AND u.start < r.e
  WHERE TRUE {not_covered}
- GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price, 10
+ GROUP BY u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile, r.unit_price, 10, 11
 """
+
+#: the codes of an invoice build that fails until an operator adds a price
+UNPRICEABLE = ("missing_price", "missing_reservation_price")
 
 
 @dataclass
 class RatedKey:
-    """Usage of one (cluster, pool, model, profile, unit price) in a period."""
+    """Usage of one (cluster, pool, model, profile, unit price) in a period; ``unit_price``
+    None only in :func:`rate_usage`'s ``unpriced`` list (usage with no price)."""
 
     cluster_id: uuid.UUID
     nodepool_id: uuid.UUID
     gpu_model: str
     mig_profile: str
-    unit_price: Decimal
+    unit_price: Decimal | None
     source: str
     gpu_seconds: Decimal
     credit_gpu_seconds: Decimal
@@ -92,6 +97,8 @@ class RatedKey:
     details: list[dict] = field(default_factory=list)
     #: the local day of the usage when rated ``by_day`` (else None)
     day: date | None = None
+    #: the source's ``tag`` when rated ``tagged`` (e.g. a ledger row id; else None)
+    tag: int | None = None
 
     @property
     def key(self) -> tuple:
@@ -109,6 +116,22 @@ def invoice_number(tenant_id: uuid.UUID, label: str) -> str:
     return f"NVKE-{label.replace('-', '')}-{uuid.UUID(str(tenant_id)).hex[:8].upper()}"
 
 
+def missing_price(model: str, profile: str, currency: str, at: datetime) -> Conflict:
+    """The Conflict ``missing_price`` (409) of usage of (model, profile) with no price in
+    ``currency`` from ``at``: what an invoice build raises, and the reason a view gives for
+    usage it shows no cost for."""
+    return Conflict(
+        f"no {currency} price for {model} {profile or '(whole GPU)'} at {at}",
+        code="missing_price",
+        extra={
+            "gpu_model": model,
+            "mig_profile": profile,
+            "currency": currency,
+            "at": at.isoformat(),
+        },
+    )
+
+
 def rate_usage(
     tenant_id,
     currency: str,
@@ -118,14 +141,19 @@ def rate_usage(
     now: datetime,
     *,
     day_tz: str | None = None,
+    tagged: bool = False,
+    unpriced: list[RatedKey] | None = None,
 ) -> list[RatedKey]:
     """Group ``source_sql``'s usage records (bucket starts in ``period``) by line key and the
     unit price in force at each bucket's start, leaving out usage a reservation covers: the
     invoice's USAGE and SLA_CREDIT lines, and every other view of what usage costs
-    (:mod:`billing.costs`). ``day_tz`` (an IANA zone) also groups by the local day of the
-    bucket (``RatedKey.day``). Must run inside a transaction (temporary tables). Raises
-    Conflict ``missing_price`` (409, naming the model, profile, currency and time) when usage
-    has no price in ``currency``."""
+    (:mod:`billing.costs`, the idle cost of :mod:`billing.reports`). ``day_tz`` (an IANA zone)
+    also groups by the local day of the bucket (``RatedKey.day``); ``tagged`` by the source's
+    ``tag`` column (``RatedKey.tag``). Must run inside a transaction (temporary tables).
+
+    Usage with no price in ``currency``: Conflict :func:`missing_price` (409, naming the model,
+    profile, currency and time), the invoice's rule; with an ``unpriced`` list, its keys are
+    appended there instead (``unit_price`` None) and the priced keys are still returned."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT DISTINCT gpu_model, mig_profile FROM ({source_sql}) u", params)
         pairs = {(m, p) for m, p in cursor.fetchall()}
@@ -152,32 +180,25 @@ def rate_usage(
                 ],
             )
         fill_covered(tenant_id, period.start, period.end)
-        day = "NULL::date"
-        if day_tz is not None:
-            day = "(u.start AT TIME ZONE %(day_tz)s)::date"
-            params = {**params, "day_tz": day_tz}
+        day, tag, params = key_columns(params, day_tz=day_tz, tagged=tagged)
         cursor.execute(
-            _RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED, day=day), params
+            _RATE_SQL.format(source=source_sql, not_covered=NOT_COVERED, day=day, tag=tag),
+            params,
         )
         rows = cursor.fetchall()
     rated = []
-    for cluster, pool, model, profile, price, source, seconds, credit, first, on in rows:
-        if price is None:
-            if seconds:
-                raise Conflict(
-                    f"no {currency} price for {model} {profile or '(whole GPU)'} at {first}",
-                    code="missing_price",
-                    extra={
-                        "gpu_model": model,
-                        "mig_profile": profile,
-                        "currency": currency,
-                        "at": first.isoformat(),
-                    },
-                )
-            continue
-        rated.append(
-            RatedKey(cluster, pool, model, profile, price, source, seconds, credit, first, day=on)
+    for cluster, pool, model, profile, price, source, seconds, credit, first, on, tg in rows:
+        key = RatedKey(
+            cluster, pool, model, profile, price, source, seconds, credit, first, day=on, tag=tg
         )
+        if price is None:
+            if not seconds:
+                continue
+            if unpriced is None:
+                raise missing_price(model, profile, currency, first)
+            unpriced.append(key)
+            continue
+        rated.append(key)
     _attach_credit_details(tenant_id, period, rated, segments, now)
     return rated
 
@@ -347,10 +368,43 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
     """Build (or rebuild) the tenant's DRAFT invoice for month ``label`` (``YYYY-MM``, local).
 
     A FINALIZED invoice of that month is returned unchanged. Raises Conflict ``missing_price``
-    when usage has no price in the tenant's currency, Conflict ``period_before_tenant`` when the
-    month ended before the tenant was created (:func:`tenant_existed_in`).
+    when usage has no price in the tenant's currency (``missing_reservation_price``: a
+    reservation without a reservation rate), Conflict ``period_before_tenant`` when the month
+    ended before the tenant was created (:func:`tenant_existed_in`).
+
+    A rebuild that fails for a missing price leaves the DRAFT as it was, but marks it
+    (``Invoice.build_error``, :func:`mark_build_failed`): its lines are stale and it cannot be
+    finalized until a rebuild succeeds, which clears the mark.
     """
     now = now or timezone.now()
+    try:
+        return _build_invoice(tenant_id, label, now)
+    except Conflict as exc:
+        if exc.code in UNPRICEABLE:
+            mark_build_failed(tenant_id, label, exc, now)
+        raise
+
+
+def mark_build_failed(tenant_id, label: str, exc: Conflict, now: datetime) -> None:
+    """Record on the tenant's DRAFT of month ``label`` that its latest rebuild failed:
+    ``build_error`` = ``{"code", "detail", "failed_at", …the Conflict's extra (gpu_model,
+    mig_profile, currency, at)}``. Written outside the failed build's transaction; a no-op
+    when there is no draft (nothing stale to warn about)."""
+    account = get_account(tenant_id)
+    period = month_period(account.time_zone, label)
+    Invoice.objects.filter(
+        tenant_id=tenant_id, period_start=period.start, status=InvoiceStatus.DRAFT
+    ).update(
+        build_error={
+            "code": exc.code,
+            "detail": str(exc.detail),
+            "failed_at": now.isoformat(),
+            **{k: str(v) for k, v in exc.extra.items()},
+        }
+    )
+
+
+def _build_invoice(tenant_id, label: str, now: datetime) -> Invoice:
     with transaction.atomic():
         account = get_account(tenant_id, lock=True)
         tz, currency = account.time_zone, account.currency
@@ -396,6 +450,7 @@ def build_invoice(tenant_id, label: str, now: datetime | None = None) -> Invoice
                 "currency": currency,
                 "status": InvoiceStatus.DRAFT,
                 "computed_at": now,
+                "build_error": None,
             },
         )
         invoice.lines.all().delete()
@@ -532,9 +587,28 @@ def finalize_invoice(invoice_id, now: datetime | None = None) -> Invoice:
 
     Raises Conflict ``period_not_ended`` (the month is not over), ``invoice_finalized``
     (already final) or ``earlier_period_not_finalized`` (usage before this month that no
-    finalized invoice covers: finalize months in order).
+    finalized invoice covers: finalize months in order). When the rebuild fails for a missing
+    price, the draft is not frozen (its lines are stale): the Conflict keeps its code
+    (``missing_price`` / ``missing_reservation_price``, 409) and says which invoice could not
+    be finalized and why, and the draft is marked (:func:`mark_build_failed`).
     """
     now = now or timezone.now()
+    try:
+        return _finalize_invoice(invoice_id, now)
+    except Conflict as exc:
+        if exc.code not in UNPRICEABLE:
+            raise
+        invoice = Invoice.objects.get(pk=invoice_id)
+        # the rebuild's own mark was rolled back with the finalization: write it again
+        mark_build_failed(invoice.tenant_id, invoice.period_label, exc, now)
+        raise Conflict(
+            f"{invoice.number} cannot be finalized: its rebuild failed: {exc.detail}",
+            code=exc.code,
+            extra=exc.extra,
+        ) from exc
+
+
+def _finalize_invoice(invoice_id, now: datetime) -> Invoice:
     with transaction.atomic():
         invoice = Invoice.objects.get(pk=invoice_id)
         account = get_account(invoice.tenant_id, lock=True)

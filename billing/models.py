@@ -18,6 +18,7 @@ the currency's minor unit (:mod:`billing.money`).
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import (
@@ -307,6 +308,10 @@ class Invoice(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     computed_at = models.DateTimeField(null=True, blank=True)
     finalized_at = models.DateTimeField(null=True, blank=True)
+    #: why the latest rebuild of this DRAFT failed (its lines are stale; it cannot be
+    #: finalized): ``{"code", "detail", "failed_at", "gpu_model", "currency", …}``; null once
+    #: a rebuild succeeds (:func:`billing.invoices.build_invoice`)
+    build_error = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-period_start", "tenant"]
@@ -316,6 +321,13 @@ class Invoice(models.Model):
 
     def __str__(self) -> str:
         return self.number
+
+    @property
+    def build_failed_at(self) -> datetime | None:
+        """When the latest rebuild failed, or None (see ``build_error``)."""
+        if not self.build_error or not self.build_error.get("failed_at"):
+            return None
+        return datetime.fromisoformat(self.build_error["failed_at"])
 
 
 class LineKind(models.TextChoices):

@@ -6,18 +6,26 @@ utilization reads GPU telemetry (``fleet_gpusample``) and is for right-sizing on
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Max, QuerySet, Sum
 from django.db.models.expressions import RawSQL
 
-from .models import BillingAccount, LedgerEntry, UsageRecord
-from .money import SECONDS_PER_HOUR, gpu_hours, round_money
-from .prices import rate_segments
+from reservations.models import Reservation
+
+from .aggregation import get_account
+from .costs import cost_error, reason
+from .invoices import missing_price, rate_usage
+from .models import LedgerEntry, UsageRecord
+from .money import gpu_hours, line_amount, round_money
+from .periods import Period
+from .prices import price_cuts
+from .reservations import covered_usage, reservation_cuts
 from .samples import samples_of
 
 #: ``group_by`` names of the usage API -> UsageRecord fields.
@@ -149,11 +157,12 @@ hours AS (
        AND s.ts >= %(start)s AND s.ts < %(stop)s AND s.ts <@ r.p
      GROUP BY r.id, date_trunc('hour', s.ts)
 )
-SELECT r.id, r.tenant_id, r.cluster_id, r.nodepool_id, r.gpu_uuid, r.gpu_model, r.mig_profile,
-       h.h, h.util, h.mem, h.mem_peak,
-       r.f * EXTRACT(EPOCH FROM upper(r.p * tstzrange(h.h, h.h + interval '1 hour', '[)'))
-                              - lower(r.p * tstzrange(h.h, h.h + interval '1 hour', '[)'))) AS w
-  FROM hours h JOIN rows r ON r.id = h.id
+SELECT id, tenant_id, cluster_id, nodepool_id, gpu_uuid, gpu_model, mig_profile,
+       h, util, mem, mem_peak, f * EXTRACT(EPOCH FROM upper(x) - lower(x)) AS w, f,
+       lower(x), upper(x)
+  FROM (SELECT r.*, h.h, h.util, h.mem, h.mem_peak,
+               r.p * tstzrange(h.h, h.h + interval '1 hour', '[)') AS x
+          FROM hours h JOIN rows r ON r.id = h.id) pieces
 """
 )
 
@@ -178,7 +187,31 @@ class _Acc:
     mem_w: Decimal = Decimal(0)
     mem_peak: Decimal | None = None
     idle: Decimal = Decimal(0)
-    idle_cost: dict | None = None
+
+
+@dataclass(frozen=True)
+class _IdlePiece:
+    """A ledger row's allocated time ``[lo, hi)`` inside one UTC hour whose mean utilization
+    was below the threshold; ``gpu_seconds`` = billable fraction x seconds."""
+
+    ledger_id: int
+    tenant_id: object
+    cluster_id: object
+    nodepool_id: object
+    gpu_uuid: str
+    gpu_model: str
+    mig_profile: str
+    fraction: Decimal
+    lo: datetime
+    hi: datetime
+
+    @property
+    def seconds(self) -> Decimal:
+        return Decimal(str((self.hi - self.lo).total_seconds()))
+
+    @property
+    def gpu_seconds(self) -> Decimal:
+        return self.fraction * self.seconds
 
 
 def utilization(
@@ -197,10 +230,15 @@ def utilization(
     %, memory used / total): a whole GPU's, or a MIG GPU instance's own (:mod:`billing.samples`; a
     shared GPU's whole-GPU samples carry the co-tenants' memory). Weighted by the
     allocation's billable GPU-seconds in that hour. An hour is idle when its mean
-    utilization is below ``idle_threshold_pct``; an idle GPU is an allocation with at least
-    ``idle_min_hours`` idle hours in the window. Idle cost = idle GPU-hours at the unit price
-    in force (the tenant's currency). MIG GPU instances report no utilization (NVML: N/A) and are
-    counted as allocated but not measured.
+    utilization is below ``idle_threshold_pct``; an idle GPU is an allocation idle in at
+    least ``idle_min_hours`` clock hours of the window; its ``idle_hours`` is the time it was
+    allocated in those hours (3 minutes held: 0.05, not 1).
+
+    Idle cost is rated as the invoice rates usage (:func:`_idle_costs`): the unit price in
+    force, idle time inside a capacity reservation costs nothing more (``idle_covered_gpu_hours``,
+    ``idle_covered_by``); idle time with no price in the tenant's currency gives ``idle_cost``
+    None and ``idle_cost_error`` (the invoice build's reason), never a guess. MIG GPU instances
+    report no utilization (NVML: N/A) and are counted as allocated but not measured.
     Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
     """
     # a window that has not begun yet is empty (an inverted range is a PostgreSQL error)
@@ -216,8 +254,8 @@ def utilization(
         cursor.execute(_UTILIZATION_SQL, params)
         hours = cursor.fetchall()
     threshold = Decimal(str(idle_threshold_pct))
-    idle_by_row: dict = defaultdict(list)
-    for lid, tenant, cluster, pool, gpu, model, profile, h, util, mem, peak, w in hours:
+    idle_by_row: dict[int, list[_IdlePiece]] = defaultdict(list)
+    for lid, tenant, cluster, pool, gpu, model, profile, _h, util, mem, peak, w, f, lo, hi in hours:
         row = {"tenant_id": tenant, "cluster_id": cluster, "nodepool_id": pool}
         acc = groups[row[key]]
         w = Decimal(w)
@@ -226,12 +264,14 @@ def utilization(
             acc.util_w += w * Decimal(util)
             if Decimal(util) < threshold:
                 acc.idle += w
-                idle_by_row[lid].append((tenant, cluster, pool, gpu, model, profile, h, w))
+                idle_by_row[lid].append(
+                    _IdlePiece(lid, tenant, cluster, pool, gpu, model, profile, f, lo, hi)
+                )
         if mem is not None:
             acc.mem_measured += w
             acc.mem_w += w * mem
             acc.mem_peak = peak if acc.mem_peak is None else max(acc.mem_peak, peak)
-    idle_cost = _idle_cost(idle_by_row, start, stop)
+    rows_cost, groups_cost = _idle_costs(idle_by_row, start, stop, now)
     out_groups = []
     for group, acc in sorted(groups.items(), key=lambda kv: str(kv[0])):
         out_groups.append(
@@ -247,7 +287,7 @@ def utilization(
                 if acc.mem_peak is None
                 else _round2(100 * (1 - acc.mem_peak)),
                 "idle_gpu_hours": gpu_hours(acc.idle),
-                "idle_cost": idle_cost["groups"].get((key, group), {}),
+                **groups_cost.get((key, group), _IdleCost()).as_dict(),
             }
         )
     idle_gpus = []
@@ -255,21 +295,21 @@ def utilization(
     public_ids = dict(
         LedgerEntry.objects.filter(id__in=list(idle_by_row)).values_list("id", "public_id")
     )
-    for lid, hrs in sorted(idle_by_row.items()):
-        if len(hrs) < idle_min_hours:
+    for lid, pieces in sorted(idle_by_row.items()):
+        if len(pieces) < idle_min_hours:
             continue
-        tenant, cluster, pool, gpu, model, profile, _, _ = hrs[0]
+        first = pieces[0]
         idle_gpus.append(
             {
                 "ledger_entry_id": str(public_ids[lid]),
-                "tenant_id": tenant,
-                "cluster_id": cluster,
-                "nodepool_id": pool,
-                "gpu_uuid": gpu,
-                "gpu_model": model,
-                "idle_hours": len(hrs),
-                "idle_gpu_hours": gpu_hours(sum((x[-1] for x in hrs), Decimal(0))),
-                "idle_cost": idle_cost["rows"].get(lid, {}),
+                "tenant_id": first.tenant_id,
+                "cluster_id": first.cluster_id,
+                "nodepool_id": first.nodepool_id,
+                "gpu_uuid": first.gpu_uuid,
+                "gpu_model": first.gpu_model,
+                "idle_hours": gpu_hours(sum((p.seconds for p in pieces), Decimal(0))),
+                "idle_gpu_hours": gpu_hours(sum((p.gpu_seconds for p in pieces), Decimal(0))),
+                **rows_cost.get(lid, _IdleCost()).as_dict(),
             }
         )
     return {"groups": out_groups, "idle_gpus": idle_gpus}
@@ -283,46 +323,119 @@ def _round2(value: Decimal) -> Decimal:
     return Decimal(value).quantize(Decimal("0.01"))
 
 
-def _idle_cost(idle_by_row: dict, start: datetime, stop: datetime) -> dict:
-    """``{"groups": {(key, id): {currency: amount}}, "rows": {ledger id: {currency: amount}}}``."""
-    out: dict = {"groups": defaultdict(dict), "rows": defaultdict(dict)}
+@dataclass
+class _IdleCost:
+    """The idle cost of a ledger row or a group: ``{currency: amount}`` (the sum of rated
+    lines, each rounded like an invoice line), the covered GPU-seconds and the reasons of
+    what has no price."""
+
+    cost: dict[str, Decimal] = field(default_factory=dict)
+    covered: Decimal = Decimal(0)
+    covered_by: set[str] = field(default_factory=set)
+    reasons: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        out: dict = {
+            "idle_cost": None if self.reasons else self.cost,
+            "idle_covered_gpu_hours": gpu_hours(self.covered),
+            "idle_covered_by": sorted(self.covered_by),
+        }
+        if self.reasons:
+            out["idle_cost_error"] = cost_error(self.reasons)
+        return out
+
+
+#: the idle pieces of one tenant (:func:`_idle_costs`), as usage records with a ``tag``
+_IDLE = """
+SELECT tag, cluster_id, nodepool_id, gpu_model, mig_profile, start, gpu_seconds,
+       sla_credit_gpu_seconds
+  FROM billing_tmp_idle
+"""
+
+
+def _idle_costs(
+    idle_by_row: dict[int, list[_IdlePiece]], start: datetime, stop: datetime, now: datetime
+) -> tuple[dict[int, _IdleCost], dict[tuple, _IdleCost]]:
+    """Rate the idle time of each ledger row as the invoice rates usage: each tenant's idle
+    pieces, cut at its price and reservation bounds (as usage buckets are), go through
+    :func:`billing.invoices.rate_usage` tagged with their ledger row (reservation-covered time
+    left out, unpriced time reported, not raised) and :func:`billing.reservations.covered_usage`.
+    Returns ``(by ledger row id, by (group field, id))`` for tenant, cluster and pool groups."""
+    rows: dict[int, _IdleCost] = defaultdict(_IdleCost)
+    groups: dict[tuple, _IdleCost] = defaultdict(_IdleCost)
     by_tenant: dict = defaultdict(list)
-    for lid, hrs in idle_by_row.items():
-        for item in hrs:
-            by_tenant[item[0]].append((lid, *item))
-    for tenant, items in by_tenant.items():
-        account = BillingAccount.objects.filter(tenant_id=tenant).first()
-        currency = account.currency if account else "USD"
-        pairs = {(i[5], i[6]) for i in items}
-        segments = rate_segments(
-            tenant_id=tenant, currency=currency, pairs=pairs, start=start, end=stop
-        )
-        for lid, _t, cluster, pool, _gpu, model, profile, h, w in items:
-            at = max(h, start)
-            price = next(
-                (
-                    seg.unit_price
-                    for seg in segments
-                    if (seg.gpu_model, seg.mig_profile) == (model, profile)
-                    and seg.start <= at < seg.end
-                ),
-                None,
+    for pieces in idle_by_row.values():
+        for piece in pieces:
+            by_tenant[piece.tenant_id].append(piece)
+    meta = {lid: pieces[0] for lid, pieces in idle_by_row.items()}
+
+    def targets(lid: int) -> list[_IdleCost]:
+        p = meta[lid]
+        return [
+            rows[lid],
+            groups[("tenant_id", p.tenant_id)],
+            groups[("cluster_id", p.cluster_id)],
+            groups[("nodepool_id", p.nodepool_id)],
+        ]
+
+    for tenant, pieces in by_tenant.items():
+        currency = get_account(tenant).currency
+        cuts = sorted({*price_cuts(tenant, start, stop), *reservation_cuts(tenant, start, stop)})
+        records = []
+        for p in pieces:
+            bounds = [p.lo, *(c for c in cuts if p.lo < c < p.hi), p.hi]
+            for lo, hi in itertools.pairwise(bounds):
+                seconds = p.fraction * Decimal(str((hi - lo).total_seconds()))
+                records.append((p, lo, seconds))
+        missing: list = []
+        with transaction.atomic():  # the rating's temporary tables live until the commit
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "DROP TABLE IF EXISTS billing_tmp_idle;"
+                    "CREATE TEMP TABLE billing_tmp_idle (tag bigint, cluster_id uuid,"
+                    " nodepool_id uuid, gpu_model text, mig_profile text, start timestamptz,"
+                    " gpu_seconds numeric, sla_credit_gpu_seconds numeric) ON COMMIT DROP"
+                )
+                cursor.execute(
+                    "INSERT INTO billing_tmp_idle SELECT t, c, n, m, pr, s, g, 0 FROM"
+                    " unnest(%s::bigint[], %s::uuid[], %s::uuid[], %s::text[], %s::text[],"
+                    " %s::timestamptz[], %s::numeric[]) AS x(t, c, n, m, pr, s, g)",
+                    [
+                        [p.ledger_id for p, _, _ in records],
+                        [p.cluster_id for p, _, _ in records],
+                        [p.nodepool_id for p, _, _ in records],
+                        [p.gpu_model for p, _, _ in records],
+                        [p.mig_profile for p, _, _ in records],
+                        [lo for _, lo, _ in records],
+                        [g for _, _, g in records],
+                    ],
+                )
+            window = Period("", start, stop)
+            rated = rate_usage(
+                tenant, currency, window, _IDLE, {}, now, tagged=True, unpriced=missing
             )
-            if price is None:
-                continue
-            cost = w * price / SECONDS_PER_HOUR
-            for bucket in (
-                out["rows"][lid],
-                out["groups"][("tenant_id", tenant)],
-                out["groups"][("cluster_id", cluster)],
-                out["groups"][("nodepool_id", pool)],
-            ):
-                bucket[currency] = bucket.get(currency, Decimal(0)) + cost
-    for table in (out["rows"], out["groups"]):
-        for costs in table.values():
-            for currency, amount in costs.items():
-                costs[currency] = round_money(amount, currency)
-    return out
+            covered = covered_usage(_IDLE, {}, tagged=True)
+        for r in rated:
+            amount = line_amount(r.gpu_seconds, r.unit_price, currency)
+            for target in targets(r.tag):
+                target.cost[currency] = target.cost.get(currency, Decimal(0)) + amount
+        for r in missing:
+            why = reason(missing_price(r.gpu_model, r.mig_profile, currency, r.first_start))
+            for target in targets(r.tag):
+                target.reasons.append(why)
+        names = dict(
+            Reservation.objects.filter(id__in={c.reservation_id for c in covered}).values_list(
+                "id", "name"
+            )
+        )
+        for c in covered:
+            name = names.get(c.reservation_id) or str(c.reservation_id)
+            for target in targets(c.tag):
+                target.covered += c.gpu_seconds
+                target.covered_by.add(name)
+                # covered idle time costs nothing more: 0, not "unknown"
+                target.cost.setdefault(currency, round_money(Decimal(0), currency))
+    return rows, groups
 
 
 def scoped_ledger_ids(ledger_qs, start: datetime, end: datetime) -> list[int]:

@@ -87,18 +87,65 @@ NOT_COVERED = """
 """
 
 
+def key_columns(params: dict, *, day_tz: str | None = None, tagged: bool = False):
+    """The optional grouping columns of a rating of usage records ``u``: ``(day_sql, tag_sql,
+    params)``. ``day_tz`` (an IANA zone): the bucket's local day, else NULL; ``tagged``: the
+    source's own ``tag`` column (e.g. a ledger row id), else NULL."""
+    day, tag = "NULL::date", "NULL::bigint"
+    if day_tz is not None:
+        day = "(u.start AT TIME ZONE %(day_tz)s)::date"
+        params = {**params, "day_tz": day_tz}
+    if tagged:
+        tag = "u.tag"
+    return day, tag, params
+
+
+@dataclass(frozen=True)
+class CoveredUsage:
+    """Billable GPU-seconds (usage minus SLA credit) of one (cluster, pool, model, profile[,
+    day][, tag]) that reservation ``reservation_id`` covers: no USAGE line bills them."""
+
+    reservation_id: object
+    cluster_id: object
+    nodepool_id: object
+    gpu_model: str
+    mig_profile: str
+    day: object
+    tag: object
+    gpu_seconds: Decimal
+
+
+def covered_usage(
+    source_sql: str, params: dict, *, day_tz: str | None = None, tagged: bool = False
+) -> list[CoveredUsage]:
+    """The usage in ``source_sql`` that reservations cover (after :func:`fill_covered`), by
+    reservation and usage key (the local day with ``day_tz``, the source's ``tag`` with
+    ``tagged``, as :func:`billing.invoices.rate_usage` groups)."""
+    day, tag, params = key_columns(params, day_tz=day_tz, tagged=tagged)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT c.reservation_id, u.cluster_id, u.nodepool_id, u.gpu_model, u.mig_profile,"
+            f"       {day}, {tag}, SUM(u.gpu_seconds - u.sla_credit_gpu_seconds)"
+            f"  FROM ({source_sql}) u JOIN billing_tmp_covered c"
+            f"    ON c.nodepool_id = u.nodepool_id AND u.start >= c.s AND u.start < c.e"
+            f" GROUP BY 1, 2, 3, 4, 5, 6, 7",
+            params,
+        )
+        return [CoveredUsage(*row[:7], Decimal(row[7])) for row in cursor.fetchall()]
+
+
+def per_reservation(covered: list[CoveredUsage]) -> dict:
+    """``{reservation_id: gpu_seconds}``: :func:`covered_usage` summed per reservation."""
+    out: dict = {}
+    for c in covered:
+        out[c.reservation_id] = out.get(c.reservation_id, Decimal(0)) + c.gpu_seconds
+    return out
+
+
 def covered_seconds(source_sql: str, params: dict) -> dict:
     """``{reservation_id: gpu_seconds}`` of the usage in ``source_sql`` that reservations
     cover (after :func:`fill_covered`)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT c.reservation_id, SUM(u.gpu_seconds - u.sla_credit_gpu_seconds)"
-            f"  FROM ({source_sql}) u JOIN billing_tmp_covered c"
-            f"    ON c.nodepool_id = u.nodepool_id AND u.start >= c.s AND u.start < c.e"
-            f" GROUP BY c.reservation_id",
-            params,
-        )
-        return {rid: secs for rid, secs in cursor.fetchall()}
+    return per_reservation(covered_usage(source_sql, params))
 
 
 @dataclass
@@ -106,7 +153,8 @@ class ReservationCharge:
     """Reserved GPU-seconds of one reservation at one reservation rate, in a period."""
 
     reservation: Reservation
-    unit_price: Decimal
+    #: None only in :func:`reservation_charges`' ``unpriced`` list (no reservation rate)
+    unit_price: Decimal | None
     source: str
     gpu_seconds: Decimal
     start: datetime
@@ -144,34 +192,52 @@ def unpriced_reservations(tenant_id, currency: str, start: datetime, end: dateti
     return list(out.values())
 
 
+def missing_reservation_rate(r: Reservation, currency: str, at: datetime) -> Conflict:
+    """The Conflict ``missing_reservation_price`` (409) of reservation ``r`` with no reservation
+    rate in ``currency`` from ``at``: what an invoice build raises, and the reason a view gives
+    for a reservation it shows no cost for."""
+    return Conflict(
+        f"no {currency} reservation rate for {r.gpu_model_id} at {at}",
+        code="missing_reservation_price",
+        extra={
+            "gpu_model": r.gpu_model_id,
+            "currency": currency,
+            "reservation": r.name,
+            "at": at.isoformat(),
+        },
+    )
+
+
 def reservation_charges(
-    tenant_id, currency: str, start: datetime, end: datetime, now: datetime, covered: dict
+    tenant_id,
+    currency: str,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    covered: dict,
+    *,
+    unpriced: list[ReservationCharge] | None = None,
 ) -> list[ReservationCharge]:
     """What the tenant's reservations cost in ``[start, min(end, now))``. Conflict
-    ``missing_reservation_price`` when a reserved stretch has no reservation rate."""
+    ``missing_reservation_price`` (:func:`missing_reservation_rate`) when a reserved stretch
+    has no reservation rate; with an ``unpriced`` list, such a stretch is appended to it
+    instead (``unit_price`` None) and the priced stretches are still returned."""
     out = []
     for r, seg in _rate_stretches(tenant_id, currency, start, min(end, now)):
-        if seg.unit_price is None:
-            raise Conflict(
-                f"no {currency} reservation rate for {r.gpu_model_id} at {seg.start}",
-                code="missing_reservation_price",
-                extra={
-                    "gpu_model": r.gpu_model_id,
-                    "currency": currency,
-                    "reservation": r.name,
-                    "at": seg.start.isoformat(),
-                },
-            )
+        if seg.unit_price is None and unpriced is None:
+            raise missing_reservation_rate(r, currency, seg.start)
         seconds = Decimal(r.gpus) * Decimal(str((seg.end - seg.start).total_seconds()))
-        out.append(
-            ReservationCharge(
-                r,
-                seg.unit_price,
-                seg.source,
-                seconds,
-                seg.start,
-                seg.end,
-                Decimal(covered.get(r.id, 0) or 0),
-            )
+        charge = ReservationCharge(
+            r,
+            seg.unit_price,
+            seg.source,
+            seconds,
+            seg.start,
+            seg.end,
+            Decimal(covered.get(r.id, 0) or 0),
         )
+        if seg.unit_price is None and unpriced is not None:
+            unpriced.append(charge)
+        else:
+            out.append(charge)
     return out

@@ -20,14 +20,11 @@ from nvke.errors import Conflict
 from nvke.queueing import clear_pending, enqueue_once
 
 from .aggregation import aggregate_usage, get_account, tenants_with_usage
-from .invoices import build_invoice, tenant_existed_in, tenant_since
+from .invoices import UNPRICEABLE, build_invoice, tenant_existed_in, tenant_since
 from .metrics import INVOICE_BUILD_FAILURES
 from .periods import period_of
 
 log = logging.getLogger(__name__)
-
-#: the codes of an invoice that cannot be priced until an operator adds a price
-UNPRICEABLE = ("missing_price", "missing_reservation_price")
 
 #: How far back the periodic refresh recomputes (late ledger changes, late Xids).
 REFRESH_WINDOW = timedelta(days=35)
@@ -59,7 +56,9 @@ def build_tenant_invoices(tenant_id: str) -> list[str]:
     reservation rate) is not retried — nothing changes until an operator adds the price
     — but reported for an operator: one ERROR line ``invoice_build_failed`` naming the tenant,
     month, model and currency, and ``nvke_invoice_build_failures_total`` (billing/metrics.py);
-    the other month is still built. Returns the codes of the months that failed."""
+    the month's DRAFT, if any, is marked stale (``Invoice.build_error``: the console shows why
+    and offers no Finalize); the other month is still built. Returns the codes of the months
+    that failed."""
     clear_pending(build_tenant_invoices.name, tenant_id)
     now = timezone.now()
     failed = []

@@ -21,8 +21,8 @@ from typing import Any
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.costs import CostLine, costs_of_tenants
-from billing.models import BillingAccount, UsageRecord
+from billing.costs import CostLine, Unpriced, cost_error, costs_of_tenants
+from billing.models import BillingAccount, LineKind, UsageRecord
 from billing.money import gpu_hours, round_money
 from billing.periods import local_date
 from catalog.models import GpuModel, XidCode
@@ -32,7 +32,6 @@ from fleet.models import Gpu, GpuInstance, GpuRollup1h, Host, XidEvent
 from fleet.placeable import placeable_gpus_q
 from fleet.placement import max_host_gpus
 from nodepools.models import NodePool
-from nvke.errors import Conflict
 
 ZERO = Decimal(0)
 
@@ -75,13 +74,19 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
 @dataclass
 class Sums:
     """GPU-seconds, SLA credit and cost of one group; cost per currency is the sum of the
-    group's cost lines (:mod:`billing.costs`, each rounded like an invoice line)."""
+    group's cost lines (:mod:`billing.costs`, each rounded like an invoice line). ``missing``:
+    why part of the group has no price (then no cost is shown: never a guess);
+    ``covered_seconds``: billable GPU-seconds capacity reservations cover (``covered_by``),
+    which cost nothing more: (billable - covered) GPU-hours x price = cost."""
 
     gpu_seconds: Decimal = ZERO
     credit_seconds: Decimal = ZERO
     cost: dict[str, Decimal] = field(default_factory=dict)
     #: the unit prices (per GPU-hour) the group's usage was rated at: {(currency, price)}
     prices: set[tuple[str, Decimal]] = field(default_factory=set)
+    missing: list[dict] = field(default_factory=list)
+    covered_seconds: Decimal = ZERO
+    covered_by: set[str] = field(default_factory=set)
 
     def add_usage(self, seconds: Decimal, credit: Decimal) -> None:
         self.gpu_seconds += seconds
@@ -91,6 +96,10 @@ class Sums:
         self.cost[currency] = self.cost.get(currency, ZERO) + amount
         if price is not None:
             self.prices.add((currency, price))
+
+    def add_covered(self, seconds: Decimal, reservation: str) -> None:
+        self.covered_seconds += seconds
+        self.covered_by.add(reservation)
 
     @property
     def gpu_hours(self) -> Decimal:
@@ -105,6 +114,19 @@ class Sums:
         return gpu_hours(self.credit_seconds)
 
     @property
+    def covered_gpu_hours(self) -> Decimal:
+        return gpu_hours(self.covered_seconds)
+
+    @property
+    def covered_note(self) -> str:
+        """``"0.493 GPU-h covered by reservation short-block"``; "" when none is covered."""
+        if not self.covered_seconds:
+            return ""
+        names = ", ".join(sorted(self.covered_by))
+        word = "reservation" if len(self.covered_by) == 1 else "reservations"
+        return f"{self.covered_gpu_hours.normalize():f} GPU-h covered by {word} {names}"
+
+    @property
     def price_list(self) -> str:
         """``"2.5, 3 USD"``: the unit prices used, ascending."""
         by_currency: dict[str, list[Decimal]] = defaultdict(list)
@@ -116,15 +138,28 @@ class Sums:
         )
 
     @property
-    def rounded_cost(self) -> dict[str, Decimal]:
+    def rounded_cost(self) -> dict[str, Decimal] | None:
+        """The cost per currency; None when part of the group has no price (``no_price``)."""
+        if self.missing:
+            return None
         return {cur: round_money(v, cur) for cur, v in sorted(self.cost.items())}
+
+    @property
+    def no_price(self) -> str:
+        """Why no cost is shown: ``"no USD price for a100-sxm4-80gb (whole GPU) at …"`` (each
+        unpriced model, profile and currency once); "" when every line has a price."""
+        if not self.missing:
+            return ""
+        return "; ".join(m["detail"] for m in cost_error(self.missing)["missing"])
 
 
 @dataclass
 class UsageReport:
     """Usage of ``[start, end)`` by local day, cluster, node pool and (model, MIG profile),
-    the reservations' charges, and the total (usage and reservations); ``price_error`` is the
-    message of a missing price (then no cost is shown: never a guess)."""
+    the reservations' charges, and the total (usage and reservations) over ``[start,
+    through)``; a group (or the total) with usage that has no price shows no cost and says
+    why (``Sums.no_price``), the others keep theirs; ``unpriced_reservations``: reservations
+    with no reservation rate (no cost shown)."""
 
     start: datetime
     end: datetime
@@ -137,22 +172,31 @@ class UsageReport:
     aggregated_at: datetime | None
     reservations: list[CostLine] = field(default_factory=list)
     currency: str = "USD"
-    price_error: str = ""
+    through: datetime | None = None
+    unpriced_reservations: list[Unpriced] = field(default_factory=list)
 
     @property
     def currencies(self) -> list[str]:
         return sorted(self.total.cost)
 
+    @property
+    def price_error(self) -> str:
+        """Why the total cannot be shown ("" when it can)."""
+        return self.total.no_price
+
     def chart(self) -> dict[str, Any]:
-        """Chart.js-ready series: labels (days), GPU-hours and cost in the first currency."""
+        """Chart.js-ready series: labels (days), GPU-hours and cost in the first currency
+        (a day with unpriced usage: no cost point)."""
         currency = (self.currencies or ["USD"])[0]
         labels = [d.isoformat() for d in sorted(self.days)]
+        costs = []
+        for d in sorted(self.days):
+            cost = self.days[d].rounded_cost
+            costs.append(None if cost is None else float(cost.get(currency, ZERO)))
         return {
             "labels": labels,
             "gpu_hours": [float(self.days[d].gpu_hours) for d in sorted(self.days)],
-            "cost": [
-                float(self.days[d].rounded_cost.get(currency, ZERO)) for d in sorted(self.days)
-            ],
+            "cost": costs,
             "currency": currency,
         }
 
@@ -170,7 +214,8 @@ def usage_report(
 ) -> UsageReport:
     """GPU-hours of the (scoped) usage records whose bucket starts in ``[start, end)``, and
     their cost from :func:`billing.costs.usage_costs` — the invoice's own lines: usage a
-    reservation covers costs 0 and the reservation is charged on its own line.
+    reservation covers costs 0 (counted as covered, by the reservation's name) and the
+    reservation is charged on its own line, up to where the stored usage ends (``through``).
 
     Days are the tenant's billing-time-zone days (a day with no usage shows as zero when the
     zone is UTC); a day's cost is its usage rated by day (reservations are not split by day).
@@ -213,28 +258,47 @@ def usage_report(
             sums.add_usage(seconds, credit)
         aggregated_at = computed if aggregated_at is None else max(aggregated_at, computed)
     reservations: list[CostLine] = []
-    currency, price_error = "USD", ""
-    try:
-        for costs in costs_of_tenants(tenants, start, end):
-            currency = costs.currency
-            for ln in costs.usage_lines():
-                for sums in (clusters[ln.cluster_id], pools[ln.nodepool_id], total):
-                    sums.add_cost(costs.currency, ln.amount, ln.unit_price)
-                models[(ln.gpu_model, ln.mig_profile)].add_cost(
-                    costs.currency, ln.amount, ln.unit_price
-                )
-            for ln in costs.reservation_lines():
-                total.add_cost(costs.currency, ln.amount)
-                reservations.append(ln)
-        for costs in costs_of_tenants(tenants, start, end, by_day=True):
-            for ln in costs.usage_lines():
-                days.setdefault(ln.day, Sums()).add_cost(costs.currency, ln.amount)
-    except Conflict as exc:
-        price_error = str(exc.detail)
-        for sums in (*days.values(), *clusters.values(), *pools.values(), *models.values(), total):
-            sums.cost.clear()
-            sums.prices.clear()
-        reservations = []
+    unpriced_reservations: list[Unpriced] = []
+    currency, through = "USD", None
+    for costs in costs_of_tenants(tenants, start, end):
+        currency = costs.currency
+        through = costs.through if through is None else min(through, costs.through)
+        for ln in costs.usage_lines():
+            for sums in (clusters[ln.cluster_id], pools[ln.nodepool_id], total):
+                sums.add_cost(costs.currency, ln.amount, ln.unit_price)
+            models[(ln.gpu_model, ln.mig_profile)].add_cost(
+                costs.currency, ln.amount, ln.unit_price
+            )
+        for ln in costs.reservation_lines():
+            total.add_cost(costs.currency, ln.amount)
+            reservations.append(ln)
+        for u in costs.unpriced:
+            total.missing.append(u.reason)
+            if u.kind == LineKind.RESERVATION:
+                unpriced_reservations.append(u)
+                continue
+            for sums in (
+                clusters[u.cluster_id],
+                pools[u.nodepool_id],
+                models[(u.gpu_model, u.mig_profile)],
+            ):
+                sums.missing.append(u.reason)
+        for c in costs.covered:
+            for sums in (
+                clusters[c.cluster_id],
+                pools[c.nodepool_id],
+                models[(c.gpu_model, c.mig_profile)],
+                total,
+            ):
+                sums.add_covered(c.gpu_seconds, c.reservation_name)
+    for costs in costs_of_tenants(tenants, start, end, by_day=True):
+        for ln in costs.usage_lines():
+            days.setdefault(ln.day, Sums()).add_cost(costs.currency, ln.amount)
+        for u in costs.unpriced:
+            if u.kind == LineKind.USAGE:
+                days.setdefault(u.day, Sums()).missing.append(u.reason)
+        for c in costs.covered:
+            days.setdefault(c.day, Sums()).add_covered(c.gpu_seconds, c.reservation_name)
     names = dict(Cluster.objects.filter(id__in=list(clusters)).values_list("id", "name"))
     names.update(NodePool.objects.filter(id__in=list(pools)).values_list("id", "name"))
     return UsageReport(
@@ -249,7 +313,8 @@ def usage_report(
         aggregated_at,
         reservations,
         currency,
-        price_error,
+        through,
+        unpriced_reservations,
     )
 
 

@@ -75,7 +75,15 @@ class InvoiceSerializer(serializers.ModelSerializer):
             "total",
             "computed_at",
             "finalized_at",
+            "build_error",
         ]
+        extra_kwargs = {
+            "build_error": {
+                "help_text": "why the latest rebuild of this DRAFT failed (its lines are stale "
+                "and it cannot be finalized): {code, detail, failed_at, gpu_model, currency, "
+                "...}; null when the latest build succeeded"
+            }
+        }
 
     def get_usage_amount(self, obj) -> str:
         return money(obj.usage_amount, obj.currency)

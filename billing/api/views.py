@@ -132,9 +132,13 @@ class UsageView(APIView):
     day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
     (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
     ``cost`` (``{currency: amount}``) is rated as the invoice rates it (:mod:`billing.costs`):
-    usage inside a capacity reservation costs 0 and each reservation's charge is listed under
-    ``reservations`` and counted in ``totals.cost``; a missing price gives ``cost: null`` and
-    ``totals.cost_error`` naming the model, profile and currency.
+    usage inside a capacity reservation costs 0 and is counted in ``covered_gpu_hours``
+    (``covered_by`` names the reservations), so ``(billable_gpu_hours - covered_gpu_hours) x
+    unit price = cost``; each reservation's charge is listed under ``reservations`` and counted
+    in ``totals.cost``, charged up to where the stored usage ends (``totals.cost_window``).
+    A row whose usage has no price gives ``cost: null`` and ``cost_error`` naming the model,
+    profile and currency (the other rows keep their cost); ``totals.cost`` is then null, with
+    ``totals.cost_error`` (``missing``: every unpriced model, profile and currency).
     """
 
     csv = False
@@ -191,8 +195,11 @@ class UsageView(APIView):
                 "gpu_hours",
                 "sla_credit_gpu_hours",
                 "billable_gpu_hours",
+                "covered_gpu_hours",
+                "covered_by",
                 "cost",
                 "currency",
+                "cost_error",
                 "allocated_hours",
                 "gpu_seconds",
             ]
@@ -200,6 +207,8 @@ class UsageView(APIView):
                 costs = row["cost"] or {}
                 row["currency"] = " + ".join(costs)
                 row["cost"] = " + ".join(f"{v:f}" for v in costs.values())
+                row["cost_error"] = (row.get("cost_error") or {}).get("detail", "")
+                row["covered_by"] = " + ".join(row["covered_by"])
             return csv_response("usage.csv", cols, ([r.get(c) for c in cols] for r in rows))
         return Response(
             {

@@ -504,7 +504,7 @@ def usage(
         "day": "day",
     }
     cols = [groups[g] for g in body["group_by"] if g in groups]
-    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "cost"]
+    cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "covered", "cost"]
     emit(usage_cli.usage_rows(body), cols, output, raw=body)
     if output is Format.table:
         for line in usage_cli.usage_notes(body):

@@ -1,6 +1,7 @@
 """What ``nvkectl usage`` and ``nvkectl invoices`` print beside the API's rows: each row's
-cost (the API rates it as the invoice does), the total with the reservations' charges, and
-why a list is empty (usage is aggregated every few minutes; invoices are built by an
+cost (the API rates it as the invoice does) or why it has none, the GPU-hours a reservation
+covers, the total with the reservations' charges and the window it covers, and why a list
+is empty (usage is aggregated every few minutes; invoices are built by an
 operator, never on request)."""
 
 from __future__ import annotations
@@ -17,23 +18,52 @@ def money(cost: dict[str, str] | None) -> str:
     return " + ".join(f"{amount} {currency}" for currency, amount in sorted(cost.items()))
 
 
+def no_price(error: dict | None) -> str:
+    """Why the API shows no cost (its ``cost_error``): ``no price: <each unpriced model's
+    reason>``, e.g. ``no price: no USD price for a100-sxm4-80gb (whole GPU) at …``."""
+    if not error:
+        return "no price"
+    reasons = [m.get("detail", "") for m in error.get("missing") or []] or [error.get("detail")]
+    return "no price: " + "; ".join(str(r) for r in reasons)
+
+
+def cost_text(row: dict[str, Any]) -> str:
+    """A row's (or the total's) cost as text, or why there is none."""
+    if row.get("cost") is None:
+        return no_price(row.get("cost_error"))
+    return money(row.get("cost"))
+
+
+def covered_text(row: dict[str, Any]) -> str:
+    """``0.493000 GPU-h by reservation short-block``: the row's GPU-hours a capacity
+    reservation covers (they cost nothing more: the reservation is charged on its own);
+    ``-`` for none."""
+    hours = row.get("covered_gpu_hours")
+    if not hours or float(hours) == 0:
+        return "-"
+    names = ", ".join(row.get("covered_by") or [])
+    return f"{hours} GPU-h by reservation {names}".rstrip()
+
+
 def usage_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The API's rows with ``cost`` as text (``10.00 USD``)."""
-    return [{**row, "cost": money(row.get("cost"))} for row in body.get("results", [])]
+    """The API's rows with ``cost`` as text (``10.00 USD``, or why there is none) and
+    ``covered`` (the GPU-hours a reservation covers, by name): (billable - covered) GPU-h x
+    the unit price = cost."""
+    return [
+        {**row, "cost": cost_text(row), "covered": covered_text(row)}
+        for row in body.get("results", [])
+    ]
 
 
 def usage_notes(body: dict[str, Any]) -> list[str]:
-    """Lines for stderr after the table: the total, the reservations, a missing price, and
-    why nothing is listed."""
+    """Lines for stderr after the table: the reservations, a missing price, the total and the
+    window it covers, and why nothing is listed."""
     totals = body.get("totals") or {}
     notes = []
-    error = totals.get("cost_error")
-    if error:
-        notes.append(f"cost: none shown: {error.get('detail')} ({error.get('code')})")
     for r in body.get("reservations") or []:
         notes.append(
             f"reservation {r['reservation_name']}: {r['reserved_gpu_hours']} reserved GPU-h, "
-            f"{money(r.get('cost'))} (the usage it covers costs nothing more)"
+            f"{cost_text(r)} (the usage it covers costs nothing more)"
         )
     if not body.get("results") and not float(totals.get("gpu_hours") or 0):
         every = body.get("aggregated_every_s")
@@ -43,8 +73,15 @@ def usage_notes(body: dict[str, Any]) -> list[str]:
             "from the allocation ledger, so a node that became READY just now shows up later"
         )
     else:
+        window = totals.get("cost_window") or {}
+        covered = totals.get("covered_gpu_hours")
+        inside = (
+            f" ({covered} of them covered by reservations)" if covered and float(covered) else ""
+        )
         notes.append(
-            f"total: {totals.get('billable_gpu_hours')} billable GPU-h, {money(totals.get('cost'))}"
+            f"total: {totals.get('billable_gpu_hours')} billable GPU-h{inside}, "
+            f"{cost_text(totals)}, for usage and reservations "
+            f"{window.get('start', body.get('start'))} .. {window.get('end', body.get('end'))}"
         )
     return notes
 

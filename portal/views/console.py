@@ -567,7 +567,9 @@ def _missing_prices() -> list[dict]:
 @require_POST
 @console_page
 def invoices_build(request: HttpRequest) -> HttpResponse:
-    """Enqueue the billing worker's draft build for every tenant with recent allocations."""
+    """Enqueue the billing worker's draft build for every tenant with recent allocations; the
+    message counts those that can be priced (one that cannot is named, and its build marks its
+    drafts stale)."""
     now = timezone.now()
     ids = tenants_with_usage(now - timedelta(days=62), now)
     missing = _missing_prices()
@@ -589,6 +591,10 @@ def invoices_build(request: HttpRequest) -> HttpResponse:
         )
     blocked = {m["tenant_id"] for m in missing}
     sent = sum(enqueue_once(build_tenant_invoices, tid) for tid in ids if tid not in blocked)
+    # a blocked tenant's build is still attempted: it fails and marks its drafts stale
+    # (Invoice.build_error: no Finalize offered on stale lines), and builds a month it can price
+    for tid in blocked & set(ids):
+        enqueue_once(build_tenant_invoices, tid)
     if ids:
         messages.success(request, f"Draft invoices of {sent} tenant(s) are being built.")
     else:

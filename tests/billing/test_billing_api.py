@@ -195,7 +195,7 @@ def test_utilization_weighted_by_gpu_hours_with_idle_gpus_and_their_cost(
     assert group["idle_gpu_hours"] == "2.000000"
     assert group["idle_cost"] == {"USD": "5.00"}
     assert [(g["gpu_uuid"], g["idle_hours"], g["idle_cost"]) for g in body["idle_gpus"]] == [
-        (g1, 2, {"USD": "5.00"})
+        (g1, "2.000000", {"USD": "5.00"})
     ]
 
 

@@ -191,8 +191,10 @@ def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_cl
     total = re.search(r'id="total-cost">([^<]*)<', html).group(1)
     assert total == "19.86 USD"  # was 20.16: reserved usage on-demand, no reservation
     pools = re.search(r'id="by-pool">(.*?)</table>', html, re.S).group(1)
-    rows = dict(re.findall(r"<tr><td>([a-z]+)</td><td>[^<]*</td><td>([^<]*)</td></tr>", pools))
+    rows = dict(re.findall(r"<tr><td>([a-z]+)</td><td>[^<]*</td><td>([^<]*)", pools))
     assert rows == {"od": "10.00 USD", "rsv": "—", "mig": "1.43 USD", "ts": "7.50 USD"}
+    # the reserved pool's usage is named as covered, not shown as free (issue 33, trial)
+    assert "0.493 GPU-h covered by reservation short-block" in pools
     reservations = re.search(r'id="by-reservation">(.*?)</table>', html, re.S).group(1)
     assert "short-block" in reservations and "0.93 USD" in reservations
 
@@ -216,7 +218,7 @@ def test_a_missing_price_shows_no_guess(tenant_a, world, owner, alice_client):  
     )
     assert body["totals"]["gpu_hours"] == "2.000000"
     html = alice_client.get("/usage", {"start": "2026-03-01", "end": "2026-03-31"}).content
-    assert "No cost can be shown" in html.decode()
+    assert "No total cost can be shown" in html.decode()
     assert "no USD price for a100-sxm4-80gb" in html.decode()
 
 
@@ -262,11 +264,19 @@ def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
 
     build_invoice(tenant_a.id, "2026-03", now=NOW)
     body = march_usage(owner, group_by="pool")
-    rows = {r["nodepool_name"]: r["cost"] for r in usage_cli.usage_rows(body)}
-    assert rows == {"od": "10.00 USD", "rsv": "-", "mig": "1.43 USD", "ts": "7.50 USD"}
+    rows = {r["nodepool_name"]: (r["cost"], r["covered"]) for r in usage_cli.usage_rows(body)}
+    assert rows == {
+        "od": ("10.00 USD", "-"),
+        "rsv": ("-", "0.493000 GPU-h by reservation short-block"),
+        "mig": ("1.43 USD", "-"),
+        "ts": ("7.50 USD", "-"),
+    }
     notes = usage_cli.usage_notes(body)
     assert notes[0].startswith("reservation short-block: 0.500000 reserved GPU-h, 0.93 USD")
-    assert notes[-1].endswith(", 19.86 USD")
+    assert notes[-1] == (
+        "total: 8.064428 billable GPU-h (0.493000 of them covered by reservations), 19.86 USD, "
+        "for usage and reservations 2026-03-01T00:00:00+00:00 .. 2026-04-01T00:00:00+00:00"
+    )
 
 
 def test_nvkectl_says_why_usage_is_empty(tenant_a, owner):

@@ -38,6 +38,11 @@ def test_the_usage_page_and_the_missing_price_alert_in_chromium(
     expect(page.locator("#by-reservation")).to_contain_text("short-block")
     expect(page.locator("#by-reservation")).to_contain_text("0.93 USD")
     expect(page.locator("#by-pool")).to_contain_text("10.00 USD")
+    # the reserved pool's usage is named as covered (issue 33, a fresh-user trial)
+    expect(page.locator("#by-pool")).to_contain_text(
+        "0.493 GPU-h covered by reservation short-block"
+    )
+    expect(page.locator("#cost-window")).to_contain_text("2026-03-01 00:00 to 2026-04-01 00:00")
     shots(page, "usage-costs")
     page.context.close()
 

@@ -219,7 +219,9 @@ def test_the_readme_tour(live_server, worker, import_capture, tmp_path, nvkectl)
     table = nvkectl("usage", "--group-by", "cluster").stdout
     assert "CLUSTER_NAME" in table and "train" in table and f"{row['cost']['USD']} USD" in table
     usage_csv = nvkectl("usage", "--group-by", "cluster", "-o", "csv").stdout.splitlines()
-    assert usage_csv[0] == "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours,cost"
+    assert usage_csv[0] == (
+        "cluster_name,gpu_hours,sla_credit_gpu_hours,billable_gpu_hours,covered,cost"
+    )
     assert usage_csv[1].startswith("train,")
     assert usage_csv[1].endswith(f",{row['cost']['USD']} USD")
 
