@@ -27,8 +27,10 @@ strategy, time-slicing / MPS replicas), as the ConfigMap does on a real cluster:
 
 :func:`sync_cluster_nodes` is the one writer: it hands the derived nodes of every pool of a
 cluster to the provider (:meth:`clusters.providers.base.Provider.sync_nodes`), which creates,
-updates and deletes the API's Nodes (and DRA pools' ResourceSlices); the node pool reconciler
-calls it at every step and the ``gpu_health_changed`` receiver through
+updates and deletes the API's Nodes (and DRA pools' ResourceSlices): ``hosted``, and
+``clusterapi`` where its machines are simulated (``NVKE_CLUSTERAPI_SIMULATED_NODES``: it also
+gets the nodes still ``PROVISIONING`` and names each Node after its Machine's); the reconciler
+of node pools calls it at every step and the ``gpu_health_changed`` receiver through
 :func:`nodepools.tasks.sync_tenant_nodes`.
 """
 
@@ -37,6 +39,8 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
+
+from django.db.models import QuerySet
 
 from clusters.providers import get_provider
 from clusters.providers.base import DRA_NODE_LABEL, TenantNode
@@ -229,6 +233,7 @@ def tenant_node(
         unschedulable=node.phase in UNSCHEDULABLE,
         kubelet_version=kubelet_version,
         dra_devices=dra_devices,
+        node_id=node.id,
     )
 
 
@@ -254,14 +259,22 @@ def kubelet_version(node: Node, control_plane_version: str) -> str:
     return "v" + version.lstrip("v")
 
 
-def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
-    """Every node of the cluster's pools that is placed and booted (:data:`IN_API`), derived
-    from its host's latest report."""
-    nodes = list(
-        Node.objects.filter(cluster_id=cluster_id, phase__in=IN_API)
+def cluster_tenant_nodes(
+    cluster_id: uuid.UUID | str, phases: tuple[str, ...] = IN_API
+) -> list[TenantNode]:
+    """Every node of the cluster's pools in ``phases`` (default: placed and booted,
+    :data:`IN_API`), derived from its host's latest report."""
+    return tenant_nodes_of(
+        Node.objects.filter(cluster_id=cluster_id, phase__in=phases)
         .select_related("nodepool__gpu_model", "cluster")
         .order_by("name")
     )
+
+
+def tenant_nodes_of(queryset: QuerySet[Node]) -> list[TenantNode]:
+    """The nodes of ``queryset`` (with ``nodepool__gpu_model`` and ``cluster``), each
+    derived from its host's latest report by :func:`tenant_node`."""
+    nodes = list(queryset)
     uuids = [u for n in nodes for u in n.gpu_uuids]
     xids = dict(
         GpuHealthInterval.objects.filter(
@@ -295,6 +308,16 @@ def cluster_tenant_nodes(cluster_id: uuid.UUID | str) -> list[TenantNode]:
     return out
 
 
+def node_tenant_node(node_id: uuid.UUID | str) -> TenantNode | None:
+    """One node, whatever its phase, as :func:`cluster_tenant_nodes` derives it (None when it
+    does not exist): the ``clusterapi`` provider writes a simulated machine's Node as soon as
+    the machine boots (:mod:`clusters.providers.clusterapi.simulated_nodes`)."""
+    found = tenant_nodes_of(
+        Node.objects.filter(pk=node_id).select_related("nodepool__gpu_model", "cluster")
+    )
+    return found[0] if found else None
+
+
 def sync_cluster_nodes(
     cluster_id: uuid.UUID | str, cluster: Cluster | None = None
 ) -> list[TenantNode]:
@@ -311,6 +334,7 @@ def sync_cluster_nodes(
     provider = get_provider(cluster.provider)
     if not provider.publishes_nodes:
         return []
-    nodes = cluster_tenant_nodes(cluster_id)
+    phases = (NodePhase.PROVISIONING, *IN_API) if provider.publishes_booting_nodes else IN_API
+    nodes = cluster_tenant_nodes(cluster_id, phases)
     provider.sync_nodes(cluster_spec(cluster), nodes)
     return nodes

@@ -827,6 +827,17 @@ SETTINGS: tuple[Setting, ...] = (
         CAPI,
         audience=DEV,
     ),
+    _s(
+        "NVKE_CLUSTERAPI_SIMULATED_NODES",
+        "bool",
+        False,
+        "Test beds only: the machines are simulated (CAPD's in-memory backend), so no kubelet "
+        "or GPU Operator publishes their Nodes; NVKE writes each Machine's Node into the "
+        "workload API from its host agent's latest report, as for hosted clusters, and a KWOK "
+        "against that API keeps them Ready (off: real machines publish their own Nodes).",
+        CAPI,
+        audience=DEV,
+    ),
     # ------------------------------------------------------------------ quotas, reservations
     _s(
         "NVKE_DEFAULT_MAX_CLUSTERS",

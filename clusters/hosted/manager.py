@@ -367,7 +367,7 @@ class ControlPlaneManager:
                 KWOK,
                 kwok_argv(
                     binary=binaries.binary("kwok", "kwok"),
-                    files=plane.files,
+                    kubeconfig=plane.files.path("kwok.kubeconfig"),
                     stages=binaries.kwok_stages(),
                     lease_duration_s=int(settings.NVKE_KWOK_NODE_LEASE_S),
                 ),

@@ -104,18 +104,38 @@ def _patches(current: dict[str, Any], node: TenantNode) -> tuple[dict, dict]:
     return obj, stat
 
 
-def existing(api) -> dict[str, dict[str, Any]]:
-    """The Nodes NVKE made (label ``nvke.io/nodepool``) in the API behind ``api``, by name."""
+def existing(api, selector: str = MANAGED_LABEL) -> dict[str, dict[str, Any]]:
+    """The Nodes NVKE made (label ``nvke.io/nodepool``) in the API behind ``api``, by name;
+    ``selector``: a label selector that narrows them further (a Cluster API test bed, where one
+    API server plays every workload cluster: one cluster's)."""
     from kubernetes import client
 
-    resp = client.CoreV1Api(api).list_node(label_selector=MANAGED_LABEL, _preload_content=False)
+    resp = client.CoreV1Api(api).list_node(label_selector=selector, _preload_content=False)
     return {n["metadata"]["name"]: n for n in json.loads(resp.data)["items"]}
+
+
+def put(api, node: TenantNode, current: dict[str, Any] | None) -> None:
+    """Create ``node`` in the API behind ``api`` (``current`` None) or patch ``current`` (its
+    Node as :func:`existing` listed it) into it where they differ.
+    Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    if current is None:
+        core.create_node(_body(node))
+        return
+    obj, stat = _patches(current, node)
+    if obj:
+        core.patch_node(node.name, obj, _content_type=STRATEGIC)
+    if stat:
+        core.patch_node_status(node.name, {"status": stat}, _content_type=STRATEGIC)
 
 
 def sync(api, nodes: list[TenantNode], listed: dict[str, dict[str, Any]] | None = None) -> None:
     """Make the API behind ``api`` (a ``kubernetes`` ApiClient with NVKE's credential) hold
     exactly ``nodes`` among the Nodes labelled ``nvke.io/nodepool`` (see module doc);
-    ``listed``: :func:`existing`, when the caller read it already.
+    ``listed``: :func:`existing`, when the caller read it already (narrowed by a selector:
+    only those are candidates for deletion).
     Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -123,15 +143,7 @@ def sync(api, nodes: list[TenantNode], listed: dict[str, dict[str, Any]] | None 
     core = client.CoreV1Api(api)
     remaining = dict(existing(api) if listed is None else listed)
     for node in nodes:
-        current = remaining.pop(node.name, None)
-        if current is None:
-            core.create_node(_body(node))
-            continue
-        obj, stat = _patches(current, node)
-        if obj:
-            core.patch_node(node.name, obj, _content_type=STRATEGIC)
-        if stat:
-            core.patch_node_status(node.name, {"status": stat}, _content_type=STRATEGIC)
+        put(api, node, remaining.pop(node.name, None))
     for name in remaining:
         try:
             core.delete_node(name)

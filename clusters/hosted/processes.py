@@ -93,14 +93,16 @@ class ControlPlaneFiles:
 
 
 def kwok_argv(
-    *, binary: Path, files: ControlPlaneFiles, stages: Path, lease_duration_s: int
+    *, binary: Path, kubeconfig: Path | str, stages: Path, lease_duration_s: int
 ) -> list[str]:
-    """KWOK's command line: the cluster's kubeconfig for it, the Stages file the builder copied
-    from KWOK's module, the Nodes annotated ``kwok.x-k8s.io/node=fake`` only, Leases of
-    ``lease_duration_s`` (renewed every quarter of it: the heartbeats), no server of its own."""
+    """KWOK's command line against the API of ``kubeconfig`` (a hosted cluster's
+    ``kwok.kubeconfig``; the Cluster API test bed's workload API server): the Stages file the
+    builder copied from KWOK's module, the Nodes annotated ``kwok.x-k8s.io/node=fake`` only,
+    Leases of ``lease_duration_s`` (renewed every quarter of it: the heartbeats), no server of
+    its own."""
     return [
         str(binary),
-        f"--kubeconfig={files.path('kwok.kubeconfig')}",
+        f"--kubeconfig={kubeconfig}",
         f"--config={stages}",
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}={KWOK_ANNOTATION_VALUE}",
         f"--node-lease-duration-seconds={lease_duration_s}",

@@ -160,7 +160,9 @@ class TenantNode:
     ``"v1.36.3"``. ``dra_devices``: None where the device plugin publishes the node's GPUs
     (in ``capacity``); else the node's DRA devices of :data:`DRA_DRIVER`, as
     ``resource.k8s.io/v1`` ResourceSlice ``spec.devices`` entries (``{"name", "attributes":
-    {name: {"string"|"version"|"int": v}}, "capacity": {name: {"value": quantity}}}``)."""
+    {name: {"string"|"version"|"int": v}}, "capacity": {name: {"value": quantity}}}``).
+    ``node_id``: the NVKE node it stands for (a provider whose Node names are not NVKE's, the
+    ``clusterapi`` one's simulated machines, finds the node's machine by it)."""
 
     name: str
     labels: dict[str, str]
@@ -171,6 +173,7 @@ class TenantNode:
     unschedulable: bool
     kubelet_version: str
     dra_devices: tuple[dict[str, Any], ...] | None = None
+    node_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,9 @@ class Provider(abc.ABC):
     name: str
     #: whether :meth:`sync_nodes` writes Nodes (NVKE then derives them for it)
     publishes_nodes: bool = False
+    #: whether :meth:`sync_nodes` also gets the nodes still ``PROVISIONING`` (a Cluster API
+    #: machine's Node is there once the machine boots, before NVKE counts the node ready)
+    publishes_booting_nodes: bool = False
     #: whether :meth:`sync_addons` applies the pools' GPU add-ons to the cluster's API
     applies_addons: bool = False
 

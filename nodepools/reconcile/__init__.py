@@ -51,10 +51,11 @@ save status, return the requeue delay (None when converged):
 
 After every step on a RUNNING cluster, the cluster's Nodes are written from its hosts' latest
 reports (:func:`nodepools.tenant_nodes.sync_cluster_nodes`; a no-op unless the provider
-publishes Nodes: ``hosted``): a node placed and booted appears, a released one is deleted, a
-cordoned one is unschedulable. Then the pools' GPU add-ons (GPU Operator objects, ComputeDomains)
-are applied to its API (:func:`nodepools.addons.sync_cluster_addons`; ``hosted`` only) and the
-stepped pool's ``AddonsApplied`` condition says whether the API took those rendered for it.
+publishes Nodes: ``hosted``, ``clusterapi`` with simulated machines): a node placed and
+booted appears, a released one is deleted, a cordoned one is unschedulable. Then the pools'
+GPU add-ons (GPU Operator objects, ComputeDomains) are applied to its API
+(:func:`nodepools.addons.sync_cluster_addons`; ``hosted`` only) and the stepped pool's
+``AddonsApplied`` condition says whether the API took those rendered for it.
 
 The package, one file per step: ``delete`` (1), ``ensure`` (2-8, in order), ``scale`` (3, 4:
 placing and removing nodes; removal through :mod:`nodepools.disruption`), ``nodes_up`` (5),

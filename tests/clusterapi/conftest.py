@@ -1,7 +1,8 @@
 """Fixtures of the clusterapi tests: a real Cluster API management cluster (testbed.py: etcd,
 kube-apiserver, the Cluster API controllers and CAPD's in-memory backend, which SIMULATES the
 machines), started once per session, and the second kube-apiserver that plays the workload
-clusters, kept in step by the SIMULATED kubelets and GPU Operator of sim_nodes.py."""
+clusters, where NVKE writes the SIMULATED machines' Nodes from their hosts' agent reports and
+a KWOK keeps them Ready (testbed.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ def capi_testbed(tmp_path_factory):
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
 
-    from tests.clusterapi.sim_nodes import SimulatedNodes
     from tests.clusterapi.testbed import start_testbed
 
     bed = start_testbed(tmp_path_factory.mktemp("capi"))
@@ -34,11 +34,7 @@ def capi_testbed(tmp_path_factory):
         ext = k8s.ApiextensionsV1Api(workload)
         for path in sorted(NVIDIA_CRDS.glob("*nvidia.com_*.yaml")):
             ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
-        sim = SimulatedNodes(management, workload, NS)
-        sim.start()
-        bed.sim = sim
         yield bed
-        sim.stop()
     finally:
         bed.stop()
 
@@ -49,6 +45,7 @@ def capi_settings(settings, capi_testbed):
     settings.NVKE_DEFAULT_PROVIDER = "clusterapi"
     settings.NVKE_CLUSTERAPI_KUBECONFIG = capi_testbed.management_kubeconfig
     settings.NVKE_CLUSTERAPI_WORKLOAD_KUBECONFIG = capi_testbed.workload_kubeconfig
+    settings.NVKE_CLUSTERAPI_SIMULATED_NODES = True
     settings.NVKE_CLUSTERAPI_NAMESPACE = NS
     settings.NVKE_CLUSTERAPI_INFRASTRUCTURE = "Dev"
     settings.NVKE_CLUSTERAPI_CONTROL_PLANE_REPLICAS = 1

@@ -1,8 +1,9 @@
 """NVKE's clusterapi provider against REAL Cluster API controllers on a REAL kube-apiserver
 (testbed.py: Cluster API v1.13.6 core, kubeadm bootstrap and control plane, CAPD v1.13.7),
 through NVKE's REST API and real reconcilers. SIMULATED: the machines and the workload
-clusters' control planes (CAPD's in-memory backend), the kubelets and the GPU Operator in the
-workload API server (sim_nodes.py), and the GPU hosts (``make_host`` rows).
+clusters' control planes (CAPD's in-memory backend), the GPU hosts (``make_host`` rows, their
+agents reporting in-process) and so the machines' Nodes in the workload API server, which NVKE
+writes from those reports (``NVKE_CLUSTERAPI_SIMULATED_NODES``) and KWOK keeps Ready.
 
 Each test makes its own cluster; the testbed is shared by the session.
 """
@@ -67,12 +68,38 @@ def test_a_cluster_runs_scales_and_is_deleted_with_its_load_balancer(
         assert machine["status"]["phase"] == "Running"
         ready = {c["type"]: c["status"] for c in machine["status"]["conditions"]}
         assert ready["NodeReady"] == "True"
+        # what a real kubelet would register with: NVKE's template, rendered by the real
+        # bootstrap provider into the Machine's KubeadmConfig
+        config = apis.get(
+            "kubeadmconfigs",
+            machine["spec"]["bootstrap"]["configRef"]["name"],
+            ("bootstrap.cluster.x-k8s.io", "v1beta2"),
+        )
+        registration = config["spec"]["joinConfiguration"]["nodeRegistration"]
+        node_labels = dict(
+            kv.split("=", 1)
+            for kv in next(
+                a["value"] for a in registration["kubeletExtraArgs"] if a["name"] == "node-labels"
+            ).split(",")
+        )
+        assert node_labels["nvidia.com/mig.config"] == "all-1g.10gb"
+        assert node_labels["nvke.io/nodepool-id"] == pool_id
+        assert registration["taints"] == [
+            {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        ]
+        # the simulated machine's Node: NVKE wrote it from the host's report (KWOK posted
+        # Ready) with the same labels and taint, and what GFD would add for 2 GPUs in MIG
+        # (7 x 1g.10gb each, strategy single)
         node_obj = apis.core.read_node(machine["status"]["nodeRef"]["name"])
         assert {c.type: c.status for c in node_obj.status.conditions}["Ready"] == "True"
-        # what the kubelet registered with: NVKE's template, rendered by the real bootstrap
-        # provider into the Machine's KubeadmConfig
+        assert node_obj.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
         assert node_obj.metadata.labels["nvidia.com/mig.config"] == "all-1g.10gb"
         assert node_obj.metadata.labels["nvke.io/nodepool-id"] == pool_id
+        assert node_obj.metadata.labels["nvidia.com/mig.config.state"] == "success"
+        assert node_obj.metadata.labels["nvidia.com/gpu.count"] == "14"
+        assert node_obj.metadata.labels["nvidia.com/cuda.driver-version.full"] == "580.95.05"
+        assert node_obj.status.allocatable["nvidia.com/gpu"] == "14"
+        assert node_obj.status.node_info.kubelet_version == "v1.36.0"
         assert [(t.key, t.effect) for t in node_obj.spec.taints] == [
             ("nvidia.com/gpu", "NoSchedule")
         ]

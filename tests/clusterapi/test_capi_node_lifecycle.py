@@ -1,6 +1,6 @@
 """Upgrades, drains and MachineHealthCheck remediation with the clusterapi provider against
 REAL Cluster API controllers on a REAL kube-apiserver (see test_capi_controllers.py for what
-is SIMULATED: the machines, the kubelets and GPU Operator, the GPU hosts)."""
+is SIMULATED: the machines, the GPU hosts and so the machines' Nodes, kept Ready by KWOK)."""
 
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ def test_control_plane_then_node_upgrade_replace_machines_under_nvke_drain_rules
         },
     )
     # the Eviction API ignores budgets for a Pending pod (canIgnorePDB in kube-apiserver's
-    # eviction handler): until the simulated kubelet has the pod Running, a drain would evict
-    # it and the rollout would go through instead of pausing (CI failed so once under load)
+    # eviction handler): until KWOK (the simulated kubelet) has the pod Running, a drain would
+    # evict it and the rollout would go through instead of pausing (CI failed so once under load)
     wait_for(
         "the trainer pod Running",
         lambda: apis.core.read_namespaced_pod("upg-trainer", "default").status.phase == "Running",

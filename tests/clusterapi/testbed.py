@@ -9,7 +9,10 @@ manager's webhook server (self-signed certificate from :func:`make_pki`) likewis
 in-memory workload API servers take ports from 20000-30000 and a debug server on 19000
 (CAPD's fixed defaults). A second kube-apiserver on the same etcd (another ``--etcd-prefix``)
 plays the workload cluster for what the in-memory one cannot hold (server-side apply, the GPU
-Operator's CRDs, evictions, PodDisruptionBudgets): see ``sim_nodes.py``.
+Operator's CRDs, evictions, PodDisruptionBudgets); NVKE writes the simulated machines' Nodes
+there from their hosts' agent reports (``NVKE_CLUSTERAPI_SIMULATED_NODES``:
+clusters/providers/clusterapi/simulated_nodes.py) and a KWOK against it keeps them Ready and
+runs their pods, as for hosted clusters (:meth:`Testbed.start_kwok`).
 
 Shapes: :class:`Testbed` ``.management_kubeconfig`` / ``.workload_kubeconfig`` are file
 paths; ``.logs`` the folder of every process' output (printed when a start fails).
@@ -233,8 +236,11 @@ class Testbed:
         _wait("etcd", healthy, proc, 60)
         return url
 
-    def start_apiserver(self, name: str, etcd: str) -> tuple[str, str]:
-        """A kube-apiserver (etcd prefix ``/<name>``); returns (url, kubeconfig path)."""
+    def start_apiserver(
+        self, name: str, etcd: str, *, no_admission: tuple[str, ...] = ("ServiceAccount",)
+    ) -> tuple[str, str]:
+        """A kube-apiserver (etcd prefix ``/<name>``) without the admission plugins
+        ``no_admission``; returns (url, kubeconfig path)."""
         port = free_port()
         url = f"https://127.0.0.1:{port}"
         pki = self.pki
@@ -258,7 +264,7 @@ class Testbed:
                 "--allow-privileged=true",
                 "--authorization-mode=RBAC",
                 # no kube-controller-manager runs: no "default" ServiceAccounts to admit with
-                "--disable-admission-plugins=ServiceAccount",
+                f"--disable-admission-plugins={','.join(no_admission)}",
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 "--v=1",
@@ -268,6 +274,53 @@ class Testbed:
         kubeconfig = self.folder / f"{name}.kubeconfig"
         kubeconfig.write_text(self.kubeconfig_text(url, name))
         return url, str(kubeconfig)
+
+    def start_kwok(self) -> Process:
+        """The workload API server's KWOK, started as the hosted control-plane manager starts
+        a hosted cluster's (:func:`clusters.hosted.processes.kwok_argv`; the binary and its
+        Stages from ``deploy/k8s/build.sh kwok``, built when missing): it takes over the
+        Nodes NVKE writes for the simulated machines (Ready, Lease heartbeats) and runs their
+        pods. Ready once it posted Ready on a probe Node (then deleted)."""
+        from django.conf import settings
+        from kubernetes import client as k8s
+        from kubernetes import config as k8s_config
+
+        from clusters.hosted import binaries
+        from clusters.hosted.processes import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE, kwok_argv
+
+        if binaries.missing("kwok"):
+            build = binaries.start_build(["kwok"], self.logs / "kwok-build.log")
+            if build.wait(3600) != 0 or binaries.missing("kwok"):
+                raise TestbedError(f"kwok could not be built: see {self.logs / 'kwok-build.log'}")
+        proc = self.start(
+            "kwok",
+            kwok_argv(
+                binary=binaries.binary("kwok", "kwok"),
+                kubeconfig=self.workload_kubeconfig,
+                stages=binaries.kwok_stages(),
+                lease_duration_s=int(settings.NVKE_KWOK_NODE_LEASE_S),
+            ),
+        )
+        core = k8s.CoreV1Api(
+            k8s_config.new_client_from_config(config_file=self.workload_kubeconfig)
+        )
+        probe = "nvke-testbed-kwok-probe"
+        core.create_node(
+            {
+                "metadata": {
+                    "name": probe,
+                    "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE},
+                }
+            }
+        )
+
+        def ready() -> bool:
+            conditions = core.read_node(probe).status.conditions or []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+        _wait("kwok", ready, proc, 120)
+        core.delete_node(probe)
+        return proc
 
     def kubeconfig_text(self, url: str, name: str) -> str:
         return yaml.safe_dump(
@@ -382,7 +435,12 @@ def start_testbed(folder: Path | None = None) -> Testbed:
     try:
         etcd = bed.start_etcd()
         bed.management_url, bed.management_kubeconfig = bed.start_apiserver("management", etcd)
-        bed.workload_url, bed.workload_kubeconfig = bed.start_apiserver("workload", etcd)
+        # nor does a kube-controller-manager lift node.kubernetes.io/not-ready once KWOK
+        # posts a Node Ready: the workload API server does not add it
+        bed.workload_url, bed.workload_kubeconfig = bed.start_apiserver(
+            "workload", etcd, no_admission=("ServiceAccount", "TaintNodesByCondition")
+        )
+        bed.start_kwok()
         ports = {component: free_port() for component, _ in MANAGERS}
         for component, _ in MANAGERS:
             bed.install(component, ports[component])

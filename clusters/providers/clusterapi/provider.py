@@ -24,6 +24,11 @@ What each call does (objects: :mod:`.render`; status mapping: :mod:`.status`; AP
 * ``delete_control_plane``: delete the ``Cluster`` (Cluster API deletes what it owns) and
   NVKE's leftovers; done when none is left;
 * ``kubeconfig``: the admin kubeconfig from ``<cluster>-kubeconfig``.
+* ``sync_nodes`` (only with ``NVKE_CLUSTERAPI_SIMULATED_NODES``, test beds whose machines
+  CAPD simulates: no kubelet or GPU Operator publishes their Nodes): the Node of each bound
+  Machine, derived from its host's agent report as for hosted clusters
+  (:mod:`.simulated_nodes`); ``machine_status`` writes a joined machine's Node at once and
+  waits for KWOK to post it Ready.
 
 Tested against real Cluster API controllers on a real kube-apiserver, with CAPD's in-memory
 backend simulating the machines (docs/operator/cluster-api.md, tests/clusterapi/).
@@ -55,6 +60,7 @@ from ..base import (
     Provider,
     ProviderError,
     ReplacedMachine,
+    TenantNode,
 )
 from ..fleet_claims import claim_fleet_gpus
 from . import render, status
@@ -118,6 +124,14 @@ class ClusterApiProvider(Provider):
     """Cluster API on the management cluster named by ``NVKE_CLUSTERAPI_KUBECONFIG``."""
 
     name = "clusterapi"
+    #: a simulated machine's Node is written once the machine boots (simulated_nodes.py)
+    publishes_booting_nodes = True
+
+    @property
+    def publishes_nodes(self) -> bool:  # type: ignore[override]
+        """Only where the machines are simulated (``NVKE_CLUSTERAPI_SIMULATED_NODES``): real
+        machines' kubelets and GPU Operator publish their Nodes."""
+        return bool(settings.NVKE_CLUSTERAPI_SIMULATED_NODES)
 
     def __init__(
         self,
@@ -189,6 +203,8 @@ class ClusterApiProvider(Provider):
                 leftovers=(f"Cluster {self.namespace}/{name}",),
                 message="waiting for Cluster API to delete the cluster",
             )
+        if self.publishes_nodes:  # the simulated machines are gone: so are their Nodes
+            self.sync_nodes(cluster, [])
         selector = {render.L_CLUSTER_ID: str(cluster.id)}
         left = []
         for kind in (
@@ -265,6 +281,40 @@ class ClusterApiProvider(Provider):
             return api
         return workload_api(self._kubeconfig(cluster), name=render.cluster_name(cluster))
 
+    # --- the Nodes of simulated machines ------------------------------------------------------
+
+    def sync_nodes(self, cluster: ClusterSpec, nodes: list[TenantNode]) -> None:
+        """Where the machines are simulated: the workload API holds the Node of each of
+        ``nodes`` a live Machine of the cluster runs, named after the Machine's ``nodeRef``
+        (:mod:`.simulated_nodes`); the cluster's other Nodes NVKE made are deleted."""
+        if not self.publishes_nodes:
+            return
+        from . import simulated_nodes
+
+        machines = self.api.list(
+            MACHINE,
+            self.namespace,
+            label_selector={render.CAPI_CLUSTER_NAME_LABEL: render.cluster_name(cluster)},
+        )
+        workload = self._workload(cluster)
+        with _refused("the workload cluster's API refused NVKE's Nodes"):
+            simulated_nodes.sync(workload.api_client, cluster.id, machines, nodes)
+
+    def _put_simulated_node(
+        self, pool: NodePoolSpec, node: NodeSpec, machine: dict[str, Any], workload: KubeApi
+    ) -> None:
+        """A simulated machine that joined gets its node's Node at once, as its kubelet would
+        register it (the sync after each step keeps it up to date)."""
+        from nodepools.tenant_nodes import node_tenant_node
+
+        from . import simulated_nodes
+
+        derived = node_tenant_node(node.id)
+        if derived is None:
+            return
+        with _refused("the workload cluster's API refused NVKE's Node"):
+            simulated_nodes.put(workload.api_client, pool.cluster.id, machine, derived)
+
     # --- machines -------------------------------------------------------------------------------
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
@@ -326,7 +376,17 @@ class ClusterApiProvider(Provider):
                 _name(machine),
                 placed.hostname,
             )
-        node_obj = self._workload(pool.cluster).get(NODE, status.node_name(machine))
+        workload = self._workload(pool.cluster)
+        if self.publishes_nodes:
+            self._put_simulated_node(pool, node, machine, workload)
+        node_obj = workload.get(NODE, status.node_name(machine))
+        if self.publishes_nodes and not status.node_ready(node_obj):
+            return MachineStatus(
+                node.id,
+                ready=False,
+                message=f"Node {status.node_name(machine)} is not Ready yet (KWOK posts it)",
+                retry_after_s=1.0,
+            )
         config = self._node_config(pool, node, node_obj, now)
         if config.state != "success":
             return MachineStatus(
@@ -751,6 +811,20 @@ class ClusterApiProvider(Provider):
                 continue
             for template in self.api.list(kind, self.namespace, label_selector=selector):
                 self.api.delete(kind, _name(template), self.namespace)
+
+
+@contextlib.contextmanager
+def _refused(refused: str) -> Iterator[None]:
+    """The kubernetes client's refusals inside as ``"<refused> (<status> <reason>)"``
+    ProviderErrors (retryable)."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        raise ProviderError(
+            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
+        ) from exc
 
 
 @contextlib.contextmanager

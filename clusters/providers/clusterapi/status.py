@@ -216,6 +216,11 @@ def node_name(machine: Mapping[str, Any] | None) -> str:
     return (((machine or {}).get("status") or {}).get("nodeRef") or {}).get("name", "")
 
 
+def node_ready(node_obj: Mapping[str, Any] | None) -> bool:
+    """Whether a workload Node's ``Ready`` condition is True (its kubelet posts it)."""
+    return is_true(node_obj, "Ready")
+
+
 def machine_status(
     node_id: uuid.UUID, machine: Mapping[str, Any] | None, *, deployment: str
 ) -> MachineStatus:
