@@ -308,16 +308,6 @@ def tenant_nodes_of(queryset: QuerySet[Node]) -> list[TenantNode]:
     return out
 
 
-def node_tenant_node(node_id: uuid.UUID | str) -> TenantNode | None:
-    """One node, whatever its phase, as :func:`cluster_tenant_nodes` derives it (None when it
-    does not exist): the ``clusterapi`` provider writes a simulated machine's Node as soon as
-    the machine boots (:mod:`clusters.providers.clusterapi.simulated_nodes`)."""
-    found = tenant_nodes_of(
-        Node.objects.filter(pk=node_id).select_related("nodepool__gpu_model", "cluster")
-    )
-    return found[0] if found else None
-
-
 def sync_cluster_nodes(
     cluster_id: uuid.UUID | str, cluster: Cluster | None = None
 ) -> list[TenantNode]:

@@ -27,8 +27,8 @@ What each call does (objects: :mod:`.render`; status mapping: :mod:`.status`; AP
 * ``sync_nodes`` (only with ``NVKE_CLUSTERAPI_SIMULATED_NODES``, test beds whose machines
   CAPD simulates: no kubelet or GPU Operator publishes their Nodes): the Node of each bound
   Machine, derived from its host's agent report as for hosted clusters
-  (:mod:`.simulated_nodes`); ``machine_status`` writes a joined machine's Node at once and
-  waits for KWOK to post it Ready.
+  (:mod:`.simulated_nodes`), written by the Node sync after every reconcile step;
+  ``machine_status`` waits for KWOK to post a joined machine's Node Ready.
 
 Tested against real Cluster API controllers on a real kube-apiserver, with CAPD's in-memory
 backend simulating the machines (docs/operator/cluster-api.md, tests/clusterapi/).
@@ -300,21 +300,6 @@ class ClusterApiProvider(Provider):
         with _refused("the workload cluster's API refused NVKE's Nodes"):
             simulated_nodes.sync(workload.api_client, cluster.id, machines, nodes)
 
-    def _put_simulated_node(
-        self, pool: NodePoolSpec, node: NodeSpec, machine: dict[str, Any], workload: KubeApi
-    ) -> None:
-        """A simulated machine that joined gets its node's Node at once, as its kubelet would
-        register it (the sync after each step keeps it up to date)."""
-        from nodepools.tenant_nodes import node_tenant_node
-
-        from . import simulated_nodes
-
-        derived = node_tenant_node(node.id)
-        if derived is None:
-            return
-        with _refused("the workload cluster's API refused NVKE's Node"):
-            simulated_nodes.put(workload.api_client, pool.cluster.id, machine, derived)
-
     # --- machines -------------------------------------------------------------------------------
 
     def ensure_machines(self, pool: NodePoolSpec, nodes: list[NodeSpec]) -> list[MachinePlacement]:
@@ -376,11 +361,10 @@ class ClusterApiProvider(Provider):
                 _name(machine),
                 placed.hostname,
             )
-        workload = self._workload(pool.cluster)
-        if self.publishes_nodes:
-            self._put_simulated_node(pool, node, machine, workload)
-        node_obj = workload.get(NODE, status.node_name(machine))
+        node_obj = self._workload(pool.cluster).get(NODE, status.node_name(machine))
         if self.publishes_nodes and not status.node_ready(node_obj):
+            # the reconciler's Node sync after this step writes it (sync_nodes); KWOK posts
+            # it Ready
             return MachineStatus(
                 node.id,
                 ready=False,

@@ -80,11 +80,3 @@ def sync(api, cluster_id: Any, machines: list[dict[str, Any]], nodes: list[Tenan
     Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
     listed = hosted_nodes.existing(api, selector(cluster_id))
     hosted_nodes.sync(api, machine_nodes(cluster_id, machines, nodes, listed), listed)
-
-
-def put(api, cluster_id: Any, machine: dict[str, Any], node: TenantNode) -> None:
-    """Write the Node of the NVKE node ``node`` that ``machine`` runs (nothing while the
-    Machine has no Node). Raises ``kubernetes.client.rest.ApiException`` when the API refuses."""
-    listed = hosted_nodes.existing(api, selector(cluster_id))
-    for one in machine_nodes(cluster_id, [machine], [node], listed):
-        hosted_nodes.put(api, one, listed.get(one.name))
