@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .choices import SCHEDULABLE_HOST_STATES, HostState, ScrubState
+from .choices import SCHEDULABLE_HOST_STATES, HostState, HostTenancy, ScrubState
 from .models import Gpu, Host, host_in_region, region_of_zone
 
 #: tenancy key of hosts nobody holds a GPU of
@@ -169,22 +169,34 @@ class PlacementScrubbing(PlacementContended):
 
 
 def scrubbing_gpus(request: GpuRequest) -> int:
-    """Free, healthy, listed GPUs of ``request``'s model in its region (zone) on schedulable
-    hosts whose scrub is not confirmed yet (``scrub_state`` PENDING)."""
+    """:func:`scrubbing_count` of ``request``'s model in its region (zone)."""
+    return scrubbing_count(request.gpu_model, request.region, request.zone)
+
+
+def scrubbing_count(gpu_model: str, region: str, zone: str | None = None) -> int:
+    """Free, healthy, listed GPUs of ``gpu_model`` in ``region`` (``zone``) on schedulable
+    dedicated hosts whose scrub is not confirmed yet (``scrub_state`` PENDING): not placeable
+    now (:mod:`fleet.placeable`), free once the agent reports the scrub. One count for the
+    placement's retry (:class:`PlacementScrubbing`) and the dry run's free GPUs."""
+    return _scrubbing_q(gpu_model, region, zone).count()
+
+
+def _scrubbing_q(gpu_model: str, region: str, zone: str | None):
     hosts = Host.objects.filter(
-        Host.in_region_q(request.region),
-        gpu_model_id=request.gpu_model,
+        Host.in_region_q(region),
+        gpu_model_id=gpu_model,
         state__in=SCHEDULABLE_HOST_STATES,
+        tenancy=HostTenancy.DEDICATED,
     )
-    if request.zone:
-        hosts = hosts.filter(zone=request.zone)
+    if zone:
+        hosts = hosts.filter(zone=zone)
     return Gpu.objects.filter(
         host__in=hosts,
         holder_id__isnull=True,
         health="HEALTHY",
         scrub_state=ScrubState.PENDING,
         missing_since__isnull=True,
-    ).count()
+    )
 
 
 # --- the in-memory model ------------------------------------------------------------------------
@@ -572,7 +584,12 @@ def claim_gpus(requests: Sequence[GpuRequest]) -> list[Placement]:
     return [placed[r.holder_id] for r in requests]
 
 
-def fits(requests: Sequence[GpuRequest], *, released: Iterable[uuid.UUID] = ()) -> bool:
+def fits(
+    requests: Sequence[GpuRequest],
+    *,
+    released: Iterable[uuid.UUID] = (),
+    scrubbed: bool = False,
+) -> bool:
     """Whether :func:`claim_gpus` would place every request on the hosts as they are now —
     the same candidates (:func:`load_host_views`) and :class:`Planner`, nothing locked or
     claimed: the shape-aware answer of dry runs (a node of ``k`` GPUs needs one host with
@@ -581,9 +598,21 @@ def fits(requests: Sequence[GpuRequest], *, released: Iterable[uuid.UUID] = ()) 
     ``released``: holder ids (nodes) whose GPUs count as free — the fleet at a later instant,
     once those nodes are gone (e.g. a reservation's nodes drained at its end); their hosts are
     candidates too even when full now. A GPU freed that way counts as placeable if it is
-    healthy and listed now (a held GPU is scrubbed: its scrub comes with its release)."""
+    healthy and listed now (a held GPU is scrubbed: its scrub comes with its release).
+    ``scrubbed``: the free GPUs being scrubbed now (:func:`scrubbing_count`) count as
+    scrubbed — the fleet once the agent reports their scrubs."""
     gone = set(released)
     views = load_host_views(requests)
+    if scrubbed:
+        pending = _pending_scrubs(requests)
+        loaded = {v.id for v in views}
+        views += _views_for_hosts({h for h, _ in pending} - loaded)
+        uuids = {u for _, u in pending}
+        for view in views:
+            for slot in view.gpus:
+                if slot.holder is None and slot.uuid in uuids:
+                    slot.usable = True
+            view.refresh()
     if gone:
         loaded = {v.id for v in views}
         held_on = set(
@@ -601,6 +630,15 @@ def fits(requests: Sequence[GpuRequest], *, released: Iterable[uuid.UUID] = ()) 
     except InsufficientCapacity:
         return False
     return True
+
+
+def _pending_scrubs(requests: Sequence[GpuRequest]) -> set[tuple[uuid.UUID, str]]:
+    """``(host id, GPU uuid)`` of the free GPUs being scrubbed that :func:`scrubbing_count`
+    counts for the requests' models and regions (zones)."""
+    out: set[tuple[uuid.UUID, str]] = set()
+    for model, region, zone in {(r.gpu_model, r.region, r.zone) for r in requests}:
+        out.update(_scrubbing_q(model, region, zone).values_list("host_id", "uuid"))
+    return out
 
 
 def _claim_batch(

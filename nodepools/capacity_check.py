@@ -80,15 +80,20 @@ def capacity_answer(
     hosts (``unit`` ``gpu_instance``, :func:`_shared_answer`).
 
     ``free_gpus``: for an on-demand pool the GPUs an unreserved pool may take now
-    (``C - D - max R``), for a reservation pool what its reservation has left after its other
-    pools (0 once it is cancelled or ended, as its ``reserved_gpus``); ``reserved_gpus``:
+    (``C - D - max R`` less ``scrubbing_gpus``, the free GPUs whose scrub after their last
+    release is not confirmed yet: placement hands none of those out, and fragmentation does
+    not count them; ``scrubbing_gpus`` is None for a reservation pool), for a reservation
+    pool what its reservation has left after its other pools (0 once it is cancelled or
+    ended, as its ``reserved_gpus``); ``reserved_gpus``:
     the largest count reserved from now on in the region (on-demand pools cannot take those),
     for a reservation pool its reservation's size; ``held_by_reservations``: GPUs of the
     model in the region that nodes of active reservations (other than the pool's own) hold
     now — a fact of the fleet, the same whatever the pool's size; ``placeable_from``: when it
     fits if not now (a reservation's start, or when reservations end and a host shape for
     every node is free: :func:`reservations.capacity.placeable_from`), None when it does not
-    fit at any future instant as the fleet is now. ``gpu_instances`` is None here.
+    fit at any future instant as the fleet is now, and None too when only GPUs being scrubbed
+    keep the nodes out (the message says they will be free shortly: no instant is known).
+    ``gpu_instances`` is None here.
     """
     now = now or timezone.now()
     if is_shared_policy(isolation or {}):
@@ -125,6 +130,7 @@ def capacity_answer(
             "unit": "gpu",
             "needed_gpus": needed,
             "free_gpus": max(left, 0),
+            "scrubbing_gpus": None,
             "reserved_gpus": reservation.gpus if live else 0,
             "held_by_reservations": capacity.held_by_reservations(
                 gpu_model, region, now, other_than=reservation.pk
@@ -149,25 +155,41 @@ def capacity_answer(
     room = capacity.on_demand_room(gpu_model, region, now)
     requests = new_node_requests(tenant_id, gpu_model, region, "", gpus_per_node, node_count)
     when = capacity.placeable_from(requests, now)
+    # the GPUs being scrubbed keep the nodes out only until the agent reports the scrubs
+    scrub_wait = (
+        when != now
+        and room.scrubbing > 0
+        and room.unreserved >= needed
+        and placement.fits(requests, scrubbed=True)
+    )
     answer = {
         "placeable_now": when == now,
-        "placeable_from": when,
+        "placeable_from": None if scrub_wait else when,
         "reservation_id": None,
         "unit": "gpu",
         "needed_gpus": needed,
         "free_gpus": room.free,
+        "scrubbing_gpus": room.scrubbing,
         "reserved_gpus": room.reserved_peak,
         "held_by_reservations": room.held_by_reservations,
         "gpu_instances": None,
     }
     if answer["placeable_now"]:
         answer["message"] = f"placeable now: {room.free} GPU(s) free on-demand"
+    elif scrub_wait:
+        answer["message"] = (
+            f"not placeable now: {room.free} GPU(s) free on-demand; {room.scrubbing} more "
+            "GPU(s) are being scrubbed after their last release and will be free shortly "
+            "(when the agent reports the scrub), then the nodes fit"
+        )
     elif (block := capacity.reserved_block(requests, now)) is not None:
         answer["message"] = block.message(gpu_model, region)
     else:
         answer["message"] = f"not placeable now: {room.free} GPU(s) free on-demand" + (
             "" if room.free < needed else ", but no host set fits the nodes"
         )
+        if room.scrubbing:
+            answer["message"] += f" ({room.scrubbing} more being scrubbed)"
         if when is not None:
             answer["message"] += f"; placeable from {when.isoformat()}, when reservations end"
     return answer
@@ -233,6 +255,7 @@ def _shared_answer(
         "unit": "gpu_instance",
         "needed_gpus": None,
         "free_gpus": None,
+        "scrubbing_gpus": None,
         "reserved_gpus": None,
         "held_by_reservations": None,
         "gpu_instances": rows,

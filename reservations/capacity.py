@@ -139,18 +139,30 @@ class OnDemandRoom:
     """What an on-demand (unreserved) claim may take in a region now.
 
     ``held_by_reservations``: GPUs that nodes of active reservations hold now
-    (:func:`held_by_reservations`): a fact of the fleet, whatever is asked of it."""
+    (:func:`held_by_reservations`): a fact of the fleet, whatever is asked of it.
+    ``scrubbing``: free GPUs of ``C`` whose scrub after their last release is not confirmed
+    yet (:func:`fleet.placement.scrubbing_gpus`): capacity, but placement hands none out
+    until the scrub is done, so they are not free now."""
 
     capacity: int
     on_demand: int
     reserved_peak: int
     reservation_ids: tuple
     held_by_reservations: int
+    scrubbing: int = 0
+
+    @property
+    def unreserved(self) -> int:
+        """GPUs no on-demand node and no reservation counts on: ``C - D - max_{t >= now}
+        R(t)`` (the guard's counts; scrubbing GPUs included: they come back)."""
+        return max(self.capacity - self.on_demand - self.reserved_peak, 0)
 
     @property
     def free(self) -> int:
-        """GPUs an on-demand pool may still take: ``C - D - max_{t >= now} R(t)``."""
-        return max(self.capacity - self.on_demand - self.reserved_peak, 0)
+        """GPUs an on-demand pool may take now: :attr:`unreserved` less the GPUs being
+        scrubbed (the placement, :mod:`fleet.placeable` and the fragmentation report do not
+        count those as free either)."""
+        return max(self.unreserved - self.scrubbing, 0)
 
 
 def on_demand_room(model: str, region: str, now: datetime, zone: str = "") -> OnDemandRoom:
@@ -166,6 +178,7 @@ def on_demand_room(model: str, region: str, now: datetime, zone: str = "") -> On
         reserved_peak=top,
         reservation_ids=tuple(d.reservation_id for d in demand),
         held_by_reservations=_held_by_active(live, now, zone),
+        scrubbing=placement.scrubbing_count(model, region, zone or None),
     )
 
 
@@ -291,7 +304,8 @@ def reserved_block(
     if not live_reservations(model, region, now).exists():
         return None
     room = on_demand_room(model, region, now, zone)
-    if room.free >= needed or room.capacity - room.on_demand < needed:
+    # GPUs being scrubbed come back shortly: only the reservations' counts block here
+    if room.unreserved >= needed or room.capacity - room.on_demand < needed:
         return None
     return ReservedBlock(
         needed=needed,
@@ -299,6 +313,6 @@ def reserved_block(
         on_demand=room.on_demand,
         reserved=room.reserved_peak,
         held_by_reservations=room.held_by_reservations,
-        free_on_demand=room.free,
+        free_on_demand=room.unreserved,
         until=placeable_from(requests, now, zone),
     )

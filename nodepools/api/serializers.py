@@ -236,7 +236,13 @@ class DryRunCapacitySerializer(serializers.Serializer):
     needed_gpus = serializers.IntegerField(allow_null=True)
     free_gpus = serializers.IntegerField(
         allow_null=True,
-        help_text="on-demand: GPUs unreserved pools may take now; reservation: GPUs left in it",
+        help_text="on-demand: GPUs unreserved pools may take now (scrubbing ones not counted); "
+        "reservation: GPUs left in it",
+    )
+    scrubbing_gpus = serializers.IntegerField(
+        allow_null=True,
+        help_text="on-demand: GPUs being scrubbed after their last release (not in free_gpus; "
+        "free once the agent reports the scrub); null for reservation and shared pools",
     )
     reserved_gpus = serializers.IntegerField(
         allow_null=True,
