@@ -19,7 +19,7 @@ from tenants.principal import Principal
 from . import nvlink
 from .disruption import removal_order, unhealthy
 from .models import Node, NodePool
-from .services import DryRun
+from .services import DryRun, check_reservation_left
 
 
 def set_node_pool_size(
@@ -31,7 +31,8 @@ def set_node_pool_size(
     (:func:`size_dry_run`); it writes nothing and takes no lock, so it is answered while
     another operation runs on the cluster.
 
-    Raises Conflict ``nodepool_not_active`` (deleting/deleted), ``quota_exceeded`` or, for a
+    Raises Conflict ``nodepool_not_active`` (deleting/deleted), ``reservation_exhausted`` (a
+    pool on a reservation growing past it), ``quota_exceeded`` or, for a
     pool kept in one NVLink domain, ``nvlink_domain_full`` (its domain has no room for the
     new nodes); a dry run raises the same except ``quota_exceeded`` (its ``quota`` says).
     Lock order: the pool row, then the quota row (as everywhere).
@@ -68,10 +69,16 @@ def set_node_pool_size(
 
 
 def _check_resize(pool: NodePool, node_count: int) -> None:
-    """Conflict ``nodepool_not_active`` for a pool being deleted; for a pool kept in one
-    NVLink domain growing, Conflict ``nvlink_domain_full`` when its domain has no room."""
+    """Conflict ``nodepool_not_active`` for a pool being deleted; for a pool on a
+    reservation growing past what the reservation has left after its other pools, Conflict
+    ``reservation_exhausted`` (as create); for a pool kept in one NVLink domain growing,
+    Conflict ``nvlink_domain_full`` when its domain has no room."""
     if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
         raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
+    if node_count > pool.node_count and pool.reservation_id is not None:
+        # as create does: a pool on a reservation grows only within it (409 now, not a
+        # resize operation that fails after placing what the reservation had room for)
+        check_reservation_left(pool.reservation, node_count * pool.gpus_per_node, pool_id=pool.id)
     if node_count > pool.node_count and nvlink.wants_one_domain(pool.placement):
         # Scale-up stays in the pool's domain: 409 now when it has no room for them.
         # (A pool that grows past one domain's size is refused by the same check.)

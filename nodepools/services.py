@@ -184,8 +184,6 @@ def _check_reservation_room(reservation, needed: int) -> None:
     other pools. Conflict ``reservation_not_active`` / ``reservation_exhausted``."""
     from reservations.models import Reservation
 
-    from .capacity_check import planned_gpus
-
     reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
     state = reservation.state_at(timezone.now())
     if state != "ACTIVE":
@@ -195,7 +193,17 @@ def _check_reservation_room(reservation, needed: int) -> None:
             field="reservation",
             extra={"start": reservation.start.isoformat(), "state": state},
         )
-    planned = planned_gpus(reservation)
+    check_reservation_left(reservation, needed)
+
+
+def check_reservation_left(reservation, needed: int, *, pool_id=None) -> None:
+    """Conflict ``reservation_exhausted`` when the live pools drawing from ``reservation``
+    other than ``pool_id`` plan so many GPUs that ``needed`` more do not fit in its size: a
+    pool is created, or resized to ``needed`` GPUs, only within its reservation (the cost of
+    its GPUs beyond it would not be covered, nor its nodes placed on it)."""
+    from .capacity_check import planned_gpus
+
+    planned = planned_gpus(reservation, exclude_pool=pool_id)
     if planned + needed > reservation.gpus:
         raise Conflict(
             f"reservation {reservation.id} holds {reservation.gpus} GPU(s), {planned} are "

@@ -115,6 +115,8 @@ def _grow_short(pool: NodePool, live: list[Node], reason: str, now: datetime) ->
         f"retried every {host_moves.SHORT_RETRY_S:g} s"
     )
     save_conditions(pool, now, ("CapacityShort", True, GROW_SHORT_REASON, message[:1000]))
+    # the failed operation's progress counts the placed nodes its error names
+    progress_operation(pool.id, stage="nodes", done=len(live), total=pool.node_count, now=now)
     finish_operation(
         pool.id,
         types=(OperationType.SET_NODE_POOL_SIZE,),

@@ -58,6 +58,8 @@ def test_a_scale_up_without_capacity_keeps_the_pool_serving_and_retries_until_ca
         True,
     )
     assert "the pool serves its 1 node(s) meanwhile" in body["error"]["message"]
+    # its progress counts the node placed, as its error says (a trial saw done 0 / total 2)
+    assert body["progress"] == {"done": 1, "total": 2, "stage": "failed"}
     assert pool in {str(i) for i in nodepools_needing_reconcile()}  # the beat retries too
 
     # a retry without room changes nothing; a new host heals it

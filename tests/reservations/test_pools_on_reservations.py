@@ -202,3 +202,42 @@ def test_an_on_demand_pool_kept_out_by_held_reserved_gpus_is_told_so_with_values
         "8 of 16 GPU(s) are reserved, 8 of them held by reservation pools now" in ready["message"]
     )
     assert f"placeable from {end}" in ready["message"].replace("Z", "+00:00")
+
+
+def test_a_pool_on_a_reservation_is_not_resized_past_it(owner, h100_fleet):
+    """Issue 33 D6: a fresh-user trial scaled pool ``rp`` (1 x 2 GPUs) on a 2-GPU reservation
+    to 2 nodes: the dry run said "0 of 2 GPU(s) left" but priced 4 GPU-h per hour as covered;
+    the resize was accepted and its operation failed later. By hand: the reservation holds 2,
+    the pool's other nodes plan 0 (its own spec is what changes), 2 x 2 = 4 needed > 2: 409
+    ``reservation_exhausted`` for the dry run and the resize alike, nothing changed."""
+    from clusters.models import Operation
+    from nodepools.models import NodePool
+
+    made = reserve(owner, 2)
+    assert made.status_code == 201, made.content
+    cluster = make_cluster(owner, "llm")
+    created = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        pool_body("rp", 1, gpus=2, reservation=made.json()["id"]),
+        format="json",
+    )
+    assert created.status_code == 202, created.content
+    pool_id = created.json()["target_id"]
+    drive_pool(pool_id)
+    url = f"/api/v1/clusters/{cluster}/nodepools/{pool_id}/set-size"
+    ops_before = Operation.objects.count()
+    for suffix in ("?dry_run=true", ""):
+        resp = owner.post(url + suffix, {"node_count": 2}, format="json")
+        assert resp.status_code == 409, resp.content
+        body = resp.json()
+        assert (body["code"], body["reserved"], body["planned"], body["needed"]) == (
+            "reservation_exhausted",
+            2,
+            0,
+            4,
+        )
+    pool = NodePool.objects.get(pk=pool_id)
+    assert (pool.node_count, Operation.objects.count()) == (1, ops_before)
+    # within the reservation a resize is taken (1 x 2 GPUs is its whole size)
+    same = owner.post(url + "?dry_run=true", {"node_count": 1}, format="json")
+    assert same.status_code == 200, same.content
