@@ -4,8 +4,11 @@ node moves that would free whole hosts again.
 Per GPU model and zone, over the schedulable hosts (``AVAILABLE``/``ALLOCATED``):
 
 * ``free_gpus`` (placeable, :mod:`fleet.placeable`: free, healthy, scrubbed, reported, on a
-  dedicated host), ``hosts``, ``whole_hosts_free``; ``shared_hosts`` and ``shared_free_gpus``
-  (shared hosts serve only MIG instances of shared pools, so they count in no shape below);
+  dedicated host), ``hosts``, ``whole_hosts_free``; ``shared_hosts``, ``shared_free_gpus``
+  (placeable GPUs of shared hosts carrying no tenant's GPU instance) and
+  ``shared_in_instances_gpus`` (those carrying one: their free slices serve more instances) —
+  shared hosts serve only MIG instances of shared pools, so they count in no shape below; the
+  console overview's Free and In instances columns count the same GPUs the same way;
 * ``dedicated_free_gpus``: free GPUs on hosts a tenant holds GPUs of — only that tenant can
   use them (DESIGN §4 dedicated hosts);
 * for each shape of 8, 4, 2 and 1 GPUs (those no larger than the model's biggest host):
@@ -45,8 +48,30 @@ def _nodes_of_shape(view: HostView, k: int) -> int:
     return sum(len(free) // k for free in view.free_by_island.values())
 
 
-def summarise(views: Iterable[HostView], mig: dict[str, list[tuple[str, int]]]) -> list[dict]:
-    """The per model and zone summary (see module docstring)."""
+def _free(view: HostView) -> list:
+    """The GPUs of ``view`` free and usable (those its ``free`` counts)."""
+    return [g for g in view.gpus if g.holder is None and g.usable]
+
+
+def gpus_in_instances(host_ids: Iterable) -> frozenset[str]:
+    """The uuids of the GPUs of ``host_ids`` carrying a tenant's GPU instance (a shared
+    host's GPU partitioned across tenants: not held whole, not free either)."""
+    from .models import GpuInstance
+
+    return frozenset(
+        GpuInstance.objects.filter(host_id__in=list(host_ids), holder_id__isnull=False)
+        .values_list("gpu__uuid", flat=True)
+        .distinct()
+    )
+
+
+def summarise(
+    views: Iterable[HostView],
+    mig: dict[str, list[tuple[str, int]]],
+    in_instances: frozenset[str] = frozenset(),
+) -> list[dict]:
+    """The per model and zone summary (see module docstring); ``in_instances``: the uuids of
+    the GPUs carrying a tenant's GPU instance (:func:`gpus_in_instances`)."""
     groups: dict[tuple[str, str], list[HostView]] = defaultdict(list)
     for view in views:
         groups[(view.gpu_model, view.zone)].append(view)
@@ -73,7 +98,12 @@ def summarise(views: Iterable[HostView], mig: dict[str, list[tuple[str, int]]]) 
                 "free_gpus": free,
                 "dedicated_free_gpus": sum(v.free for v in hosts if v.tenancy() != FREE),
                 "shared_hosts": len(shared),
-                "shared_free_gpus": sum(v.free for v in shared),
+                "shared_free_gpus": sum(
+                    1 for v in shared for g in _free(v) if g.uuid not in in_instances
+                ),
+                "shared_in_instances_gpus": sum(
+                    1 for v in shared for g in _free(v) if g.uuid in in_instances
+                ),
                 "shapes": shapes,
                 "mig": [
                     {"profile": name, "instances": free * per_gpu}
@@ -126,4 +156,5 @@ def fragmentation_report(*, gpu_model: str | None = None, zone: str | None = Non
     if zone:
         hosts = hosts.filter(zone=zone)
     views = _views_for_hosts(hosts.values_list("pk", flat=True))
-    return {"groups": summarise(views, mig_capacity_table()), **plan_moves(views)}
+    carrying = gpus_in_instances(v.id for v in views if not v.schedulable)
+    return {"groups": summarise(views, mig_capacity_table(), carrying), **plan_moves(views)}

@@ -13,7 +13,8 @@ from decimal import Decimal
 from django import forms
 from django.contrib import messages
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -97,9 +98,20 @@ def overview(request: HttpRequest) -> HttpResponse:
 def host_list(request: HttpRequest) -> HttpResponse:
     """Hosts, filtered by state, zone and GPU model."""
     form = HostFilterForm(request.GET or None)
+    # a shared host's GPU carrying tenants' GPU instances is neither held whole nor free: the
+    # row says so (a fresh-user trial read a shared host ALLOCATED with "GPUs held 0 / 8")
+    carrying = (
+        Gpu.objects.filter(
+            host=OuterRef("pk"), holder_id__isnull=True, instances__holder_id__isnull=False
+        )
+        .values("host")
+        .annotate(n=Count("id", distinct=True))
+        .values("n")
+    )
     hosts = Host.objects.select_related("gpu_model").annotate(
         held=Count("gpus", filter=Q(gpus__holder_id__isnull=False)),
         unhealthy=Count("gpus", filter=Q(gpus__health="UNHEALTHY")),
+        in_instances=Coalesce(Subquery(carrying), 0),
     )
     if form.is_valid():
         data = form.cleaned_data

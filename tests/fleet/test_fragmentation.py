@@ -51,6 +51,7 @@ def test_the_summary_by_hand():
         "dedicated_free_gpus": 9,
         "shared_hosts": 0,
         "shared_free_gpus": 0,
+        "shared_in_instances_gpus": 0,
         "shapes": [
             {"gpus": 8, "nodes": 1, "stranded_gpus": 9},
             {"gpus": 4, "nodes": 3, "stranded_gpus": 5},

@@ -52,6 +52,7 @@ def test_fragmentation_counts_no_shared_host_as_whole_and_free(fleet):
     (h100,) = [g for g in fragmentation_report()["groups"] if g["gpu_model"] == H100]
     assert (h100["hosts"], h100["whole_hosts_free"], h100["free_gpus"]) == (1, 0, 6)
     assert (h100["shared_hosts"], h100["shared_free_gpus"]) == (1, 8)
+    assert h100["shared_in_instances_gpus"] == 0
     shapes = {s["gpus"]: s["nodes"] for s in h100["shapes"]}
     assert shapes[8] == 0  # no room for an 8-GPU node, as the dry run says
     assert shapes[1] == 6
@@ -96,6 +97,15 @@ def test_a_shared_gpu_carrying_a_tenants_instance_is_not_counted_free(fleet, ten
     h100 = rows[H100]
     assert (h100["held"], h100["in_instances"], h100["free"], h100["unavailable"]) == (0, 1, 13, 2)
     assert h100["held"] + h100["in_instances"] + h100["free"] + h100["unavailable"] == 16
+    # the fragmentation report counts the same GPUs the same way (issue 33 D5; a fresh-user
+    # trial read "In instances 1, Free 9" on the overview beside "8 GPU(s) free for MIG
+    # instances" in fragmentation): of the shared host's 8 GPUs, 1 carries an instance, 7 are
+    # free; the dedicated host's 6 placeable GPUs make 13 free with the 7
+    from fleet.fragmentation import fragmentation_report
+
+    (group,) = [g for g in fragmentation_report()["groups"] if g["gpu_model"] == H100]
+    assert (group["shared_free_gpus"], group["shared_in_instances_gpus"]) == (7, 1)
+    assert group["free_gpus"] + group["shared_free_gpus"] == h100["free"]
 
 
 def test_the_node_pool_form_offers_a_model_with_gpus_free_first(fleet):

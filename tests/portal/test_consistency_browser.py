@@ -148,7 +148,7 @@ def test_the_console_overview_counts_only_placeable_gpus_as_free(
     expect(row.locator("td").nth(4)).to_have_text("6")  # free GPUs
     expect(row).to_contain_text("8-GPU: 0")
     expect(row).to_contain_text(
-        "+ 1 shared host(s), 8 GPU(s) free for MIG instances of shared pools only"
+        "+ 1 shared host(s), 8 GPU(s) free, for MIG instances of shared pools only"
     )
     shots(ops, "console-fragmentation")
     ops.context.close()

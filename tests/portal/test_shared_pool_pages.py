@@ -121,3 +121,12 @@ def test_the_console_names_each_holders_versions(make_host, owner, ops_client):
     html = ops_client.get(f"/console/hosts/{host.id}").content.decode()
     assert re.findall(r'data-col="kubernetes">Kubernetes ([^<]*)<', html) == ["1.36"] * 2
     assert re.findall(r'data-col="driver">driver ([^<]*)<', html) == ["580.95.05"] * 2
+
+
+def test_the_console_host_list_names_the_gpu_carrying_instances(shared_pool, ops_client):
+    """The shared host's one GPU carries the pool's four 1g.10gb instances: held whole by no
+    node (0 of 1), in instances (1) — not a host that reads "GPUs held 0 / 1" and nothing
+    else (issue 33 D5)."""
+    html = ops_client.get("/console/hosts").content.decode()
+    row = html.split('<tr data-host="hv-pages-1">')[1].split("</tr>")[0]
+    assert re.search(r'data-col="held">([^<]*)<', row).group(1) == "0 / 1 · 1 in instances"
