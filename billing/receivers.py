@@ -106,12 +106,12 @@ def price_of_nodepool(
 
     gpu_hours = Decimal(gpus)
     profile = (isolation or {}).get("mig_profile")
-    # the (model, profile) its ledger rows will carry, so the rate is the invoice's: a shared
-    # pool's rows name the profile (a profile's own price, else the model's)
-    rated_profile = ""
-    if pool_shares_gpus_across_tenants(isolation or {}) and isinstance(profile, str):
+    # the (model, profile) its ledger rows will carry (billing.receivers._open: every row of a
+    # pool whose isolation names a MIG profile names it, dedicated or shared), so the rate is
+    # the invoice's: the profile's own price, else the model's
+    rated_profile = profile if isinstance(profile, str) else ""
+    if pool_shares_gpus_across_tenants(isolation or {}) and rated_profile:
         gpu_hours = Decimal(gpus) * mig_billable_fraction(gpu_model, profile, now)
-        rated_profile = profile
     segments = rate_segments(
         tenant_id=tenant_id,
         currency=currency,
