@@ -39,7 +39,7 @@ from reservations.models import Reservation
 from .aggregation import get_account, usage_complete_through
 from .invoices import RECORDS, RatedKey, missing_price, rate_usage
 from .models import LineKind
-from .money import gpu_hours, line_amount
+from .money import gpu_hours, line_amount, round_money
 from .periods import Period
 from .reservations import (
     ReservationCharge,
@@ -333,6 +333,13 @@ class _Group:
     covered: Decimal = Decimal(0)
     covered_by: set[str] = field(default_factory=set)
 
+    def add_covered(self, c: Covered, currency: str) -> None:
+        """Usage a reservation covers: it costs nothing more, so the group's cost is at least
+        ``{currency: 0.00}`` (never ``{}``, which means no usage at all)."""
+        self.covered += c.gpu_seconds
+        self.covered_by.add(c.reservation_name)
+        self.cost.setdefault(currency, round_money(Decimal(0), currency))
+
     def put(self, row: dict) -> None:
         """``cost`` (None with ``cost_error`` when part of it has no price), ``covered_gpu_hours``
         (billable GPU-hours a reservation covers: (billable - covered) x price = cost) and
@@ -392,8 +399,7 @@ def add_costs(
                 group(u).reasons.append(u.reason)
         for c in costs.covered:
             if wanted(c):
-                group(c).covered += c.gpu_seconds
-                group(c).covered_by.add(c.reservation_name)
+                group(c).add_covered(c, costs.currency)
     for row in rows:
         groups.get(tuple(row.get(f) for f in fields), _Group()).put(row)
     total = _Group()
@@ -405,8 +411,7 @@ def add_costs(
                 total.cost[costs.currency] = total.cost.get(costs.currency, Decimal(0)) + ln.amount
         for c in costs.covered:
             if wanted(c):
-                total.covered += c.gpu_seconds
-                total.covered_by.add(c.reservation_name)
+                total.add_covered(c, costs.currency)
         for u in costs.unpriced:
             if u.kind == LineKind.USAGE and wanted(u):
                 total.reasons.append(u.reason)

@@ -156,7 +156,8 @@ def test_the_usage_api_shows_the_invoice_costs(tenant_a, month, owner):
     by_pool = {r["nodepool_name"]: r["cost"] for r in body["results"]}
     assert by_pool == {
         "od": {"USD": "10.00"},
-        "rsv": {},  # covered by the reservation: no usage line at all
+        # covered by the reservation: 0.00, as everywhere (it was {}; {} is for no usage)
+        "rsv": {"USD": "0.00"},
         "mig": {"USD": "1.43"},
         "ts": {"USD": "7.50"},
     }
@@ -176,7 +177,7 @@ def test_the_usage_api_by_day_sums_day_lines(tenant_a, month, owner):
     by_day = {r["day"]: r["cost"] for r in body["results"]}
     assert by_day == {
         "2026-03-10": {"USD": "10.00"},
-        "2026-03-12": {},
+        "2026-03-12": {"USD": "0.00"},  # all covered by the reservation
         "2026-03-14": {"USD": "1.43"},
         "2026-03-15": {"USD": "7.50"},
     }
@@ -192,7 +193,8 @@ def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_cl
     assert total == "19.86 USD"  # was 20.16: reserved usage on-demand, no reservation
     pools = re.search(r'id="by-pool">(.*?)</table>', html, re.S).group(1)
     rows = dict(re.findall(r"<tr><td>([a-z]+)</td><td>[^<]*</td><td>([^<]*)", pools))
-    assert rows == {"od": "10.00 USD", "rsv": "—", "mig": "1.43 USD", "ts": "7.50 USD"}
+    # covered: 0.00 USD, as the usage API and nvkectl (it was —)
+    assert rows == {"od": "10.00 USD", "rsv": "0.00 USD", "mig": "1.43 USD", "ts": "7.50 USD"}
     # the reserved pool's usage is named as covered, not shown as free (issue 33, trial)
     assert "0.493 GPU-h covered by reservation short-block" in pools
     reservations = re.search(r'id="by-reservation">(.*?)</table>', html, re.S).group(1)
@@ -316,7 +318,7 @@ def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
     rows = {r["nodepool_name"]: (r["cost"], r["covered"]) for r in usage_cli.usage_rows(body)}
     assert rows == {
         "od": ("10.00 USD", "-"),
-        "rsv": ("-", "0.493000 GPU-h by reservation short-block"),
+        "rsv": ("0.00 USD", "0.493000 GPU-h by reservation short-block"),  # was -
         "mig": ("1.43 USD", "-"),
         "ts": ("7.50 USD", "-"),
     }

@@ -74,7 +74,7 @@ def test_a_missing_price_blanks_only_the_rows_it_touches(
     by_pool = {r["nodepool_name"]: r for r in body["results"]}
     assert {name: r["cost"] for name, r in by_pool.items()} == {
         "od": {"USD": "10.00"},
-        "rsv": {},
+        "rsv": {"USD": "0.00"},  # covered by the reservation
         "mig": {"USD": "1.43"},
         "ts": {"USD": "7.50"},
         "a100": None,
@@ -180,7 +180,7 @@ def test_covered_gpu_hours_make_every_row_add_up(tenant_a, world, owner, alice_c
     by_day = {r["day"]: r for r in march_usage(owner, group_by="day")["results"]}
     assert (by_day["2026-03-12"]["covered_gpu_hours"], by_day["2026-03-12"]["cost"]) == (
         "0.493000",
-        {},
+        {"USD": "0.00"},  # all covered: 0.00 (it was {}, which reads as no usage)
     )
     totals = march_usage(owner)["totals"]
     assert (totals["covered_gpu_hours"], totals["covered_by"]) == ("0.493000", ["short-block"])
