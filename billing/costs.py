@@ -458,14 +458,14 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
     MIG profile) whose ledger rows overlap a stretch with no price in the tenant's currency.
 
     ``[{"tenant_id", "code", "gpu_model", "mig_profile", "currency", "at"}]`` (``at``: the
-    start of the first unpriced stretch the usage overlaps), sorted; ``[]`` when every line can
+    first usage in the unpriced stretch, :func:`billing.ledger.first_use`, as the usage API
+    and the invoice's 409 name it), sorted; ``[]`` when every line can
     be priced. ``code`` is ``missing_price`` for usage, ``missing_reservation_price`` for a
     reservation in force without a reservation rate (its entry also names
     ``reservation_name``; ``mig_profile`` ""), as :func:`billing.invoices.build_invoice`
     raises them.
     """
-    from django.db.models import Q
-
+    from .ledger import first_use
     from .models import BillingAccount, LedgerEntry
     from .prices import rate_segments
     from .reservations import unpriced_reservations
@@ -481,11 +481,8 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
         ):
             if seg.unit_price is not None:
                 continue
-            used = rows.filter(
-                Q(gpu_model=seg.gpu_model, mig_profile=seg.mig_profile),
-                period__overlap=(seg.start, seg.end),
-            ).exists()
-            if used:
+            at = first_use(tenant, seg.gpu_model, seg.mig_profile, seg.start, seg.end)
+            if at is not None:
                 out.append(
                     {
                         "tenant_id": tenant,
@@ -493,7 +490,7 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
                         "gpu_model": seg.gpu_model,
                         "mig_profile": seg.mig_profile,
                         "currency": currency,
-                        "at": seg.start,
+                        "at": at,
                     }
                 )
         for item in unpriced_reservations(tenant, currency, start, end):
