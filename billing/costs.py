@@ -39,7 +39,7 @@ from reservations.models import Reservation
 from .aggregation import get_account, usage_complete_through
 from .invoices import RECORDS, RatedKey, missing_price, rate_usage
 from .models import LineKind
-from .money import gpu_hours, line_amount
+from .money import gpu_hours, line_amount, round_money
 from .periods import Period
 from .reservations import (
     ReservationCharge,
@@ -333,6 +333,13 @@ class _Group:
     covered: Decimal = Decimal(0)
     covered_by: set[str] = field(default_factory=set)
 
+    def add_covered(self, c: Covered, currency: str) -> None:
+        """Usage a reservation covers: it costs nothing more, so the group's cost is at least
+        ``{currency: 0.00}`` (never ``{}``, which means no usage at all)."""
+        self.covered += c.gpu_seconds
+        self.covered_by.add(c.reservation_name)
+        self.cost.setdefault(currency, round_money(Decimal(0), currency))
+
     def put(self, row: dict) -> None:
         """``cost`` (None with ``cost_error`` when part of it has no price), ``covered_gpu_hours``
         (billable GPU-hours a reservation covers: (billable - covered) x price = cost) and
@@ -392,8 +399,7 @@ def add_costs(
                 group(u).reasons.append(u.reason)
         for c in costs.covered:
             if wanted(c):
-                group(c).covered += c.gpu_seconds
-                group(c).covered_by.add(c.reservation_name)
+                group(c).add_covered(c, costs.currency)
     for row in rows:
         groups.get(tuple(row.get(f) for f in fields), _Group()).put(row)
     total = _Group()
@@ -405,8 +411,7 @@ def add_costs(
                 total.cost[costs.currency] = total.cost.get(costs.currency, Decimal(0)) + ln.amount
         for c in costs.covered:
             if wanted(c):
-                total.covered += c.gpu_seconds
-                total.covered_by.add(c.reservation_name)
+                total.add_covered(c, costs.currency)
         for u in costs.unpriced:
             if u.kind == LineKind.USAGE and wanted(u):
                 total.reasons.append(u.reason)
@@ -453,14 +458,14 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
     MIG profile) whose ledger rows overlap a stretch with no price in the tenant's currency.
 
     ``[{"tenant_id", "code", "gpu_model", "mig_profile", "currency", "at"}]`` (``at``: the
-    start of the first unpriced stretch the usage overlaps), sorted; ``[]`` when every line can
+    first usage in the unpriced stretch, :func:`billing.ledger.first_use`, as the usage API
+    and the invoice's 409 name it), sorted; ``[]`` when every line can
     be priced. ``code`` is ``missing_price`` for usage, ``missing_reservation_price`` for a
     reservation in force without a reservation rate (its entry also names
     ``reservation_name``; ``mig_profile`` ""), as :func:`billing.invoices.build_invoice`
     raises them.
     """
-    from django.db.models import Q
-
+    from .ledger import first_use
     from .models import BillingAccount, LedgerEntry
     from .prices import rate_segments
     from .reservations import unpriced_reservations
@@ -476,11 +481,8 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
         ):
             if seg.unit_price is not None:
                 continue
-            used = rows.filter(
-                Q(gpu_model=seg.gpu_model, mig_profile=seg.mig_profile),
-                period__overlap=(seg.start, seg.end),
-            ).exists()
-            if used:
+            at = first_use(tenant, seg.gpu_model, seg.mig_profile, seg.start, seg.end)
+            if at is not None:
                 out.append(
                     {
                         "tenant_id": tenant,
@@ -488,7 +490,7 @@ def missing_prices(tenant_ids: Iterable, start: datetime, end: datetime) -> list
                         "gpu_model": seg.gpu_model,
                         "mig_profile": seg.mig_profile,
                         "currency": currency,
-                        "at": seg.start,
+                        "at": at,
                     }
                 )
         for item in unpriced_reservations(tenant, currency, start, end):

@@ -35,6 +35,7 @@ from nvke.errors import Conflict
 
 from .aggregation import aggregate_usage, compute_usage, get_account
 from .health import credit_intervals
+from .ledger import first_use
 from .models import Invoice, InvoiceLine, InvoiceStatus, LedgerEntry, LineKind
 from .money import format_rate, gpu_hours, line_amount
 from .periods import Period, month_period, period_of
@@ -152,8 +153,9 @@ def rate_usage(
     ``tag`` column (``RatedKey.tag``). Must run inside a transaction (temporary tables).
 
     Usage with no price in ``currency``: Conflict :func:`missing_price` (409, naming the model,
-    profile, currency and time), the invoice's rule; with an ``unpriced`` list, its keys are
-    appended there instead (``unit_price`` None) and the priced keys are still returned."""
+    profile, currency and the time of its first usage, :func:`billing.ledger.first_use`), the
+    invoice's rule; with an ``unpriced`` list, its keys are appended there instead
+    (``unit_price`` None) and the priced keys are still returned."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT DISTINCT gpu_model, mig_profile FROM ({source_sql}) u", params)
         pairs = {(m, p) for m, p in cursor.fetchall()}
@@ -194,6 +196,15 @@ def rate_usage(
         if price is None:
             if not seconds:
                 continue
+            # name the first usage the missing price stops, not its hour bucket's start
+            hour = first.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+            first = (
+                first_use(
+                    tenant_id, model, profile, first, hour, cluster_id=cluster, nodepool_id=pool
+                )
+                or first
+            )
+            key.first_start = first
             if unpriced is None:
                 raise missing_price(model, profile, currency, first)
             unpriced.append(key)

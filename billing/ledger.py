@@ -6,6 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import DateTimeField, F, Func, Min
 from psycopg.types.range import Range
 
 from nvke.errors import Conflict
@@ -96,3 +97,34 @@ def close_allocations(node, end: datetime) -> int:
             [end, node.id],
         )
         return cursor.rowcount + deleted
+
+
+def first_use(
+    tenant_id,
+    gpu_model: str,
+    mig_profile: str,
+    start: datetime,
+    end: datetime,
+    *,
+    cluster_id=None,
+    nodepool_id=None,
+) -> datetime | None:
+    """The earliest instant in ``[start, end)`` at which a ledger row of the tenant's
+    (``gpu_model``, ``mig_profile``) (of that cluster / node pool when given) holds a GPU;
+    None when none does. What a missing price names as its ``at`` (the console, the usage API,
+    the invoice's 409): the first usage it stops, not the hour bucket or the price gap's start.
+    Example: a row from 23:41, a window from 00:00 that day -> 23:41."""
+    rows = LedgerEntry.objects.filter(
+        tenant_id=tenant_id,
+        gpu_model=gpu_model,
+        mig_profile=mig_profile,
+        period__overlap=(start, end),
+    )
+    if cluster_id is not None:
+        rows = rows.filter(cluster_id=cluster_id)
+    if nodepool_id is not None:
+        rows = rows.filter(nodepool_id=nodepool_id)
+    lowest = rows.aggregate(
+        m=Min(Func(F("period"), function="lower", output_field=DateTimeField()))
+    )["m"]
+    return None if lowest is None else max(lowest, start)

@@ -76,8 +76,10 @@ def price_of_nodepool(
     sender, tenant_id, gpu_model, gpus, reservation=None, isolation=None, **kwargs
 ):
     """The dry run's ``cost``: ``{"currency", "basis", "gpus", "gpu_hours_per_hour",
-    "unit_price", "hourly", "reservation_unit_price", "reservation_hourly"}``; None when the
-    price sheet has no rate for the model now.
+    "unit_price", "hourly", "reservation_unit_price", "reservation_hourly"}``; when the price
+    sheet has no rate for the model (and profile) now, ``{"cost_error": {...}}``: the usage
+    API's ``cost_error`` (:func:`billing.invoices.missing_price`'s 409 body: ``code``
+    missing_price, ``gpu_model``, ``mig_profile``, ``currency``, ``at``).
 
     ``hourly`` = one hour of the pool's GPU-hours at the on-demand rate in force
     (:func:`billing.prices.rate_segments`), rounded like an invoice line: ``gpus`` whole GPUs,
@@ -106,12 +108,12 @@ def price_of_nodepool(
 
     gpu_hours = Decimal(gpus)
     profile = (isolation or {}).get("mig_profile")
-    # the (model, profile) its ledger rows will carry, so the rate is the invoice's: a shared
-    # pool's rows name the profile (a profile's own price, else the model's)
-    rated_profile = ""
-    if pool_shares_gpus_across_tenants(isolation or {}) and isinstance(profile, str):
+    # the (model, profile) its ledger rows will carry (billing.receivers._open: every row of a
+    # pool whose isolation names a MIG profile names it, dedicated or shared), so the rate is
+    # the invoice's: the profile's own price, else the model's
+    rated_profile = profile if isinstance(profile, str) else ""
+    if pool_shares_gpus_across_tenants(isolation or {}) and rated_profile:
         gpu_hours = Decimal(gpus) * mig_billable_fraction(gpu_model, profile, now)
-        rated_profile = profile
     segments = rate_segments(
         tenant_id=tenant_id,
         currency=currency,
@@ -121,7 +123,10 @@ def price_of_nodepool(
     )
     price = segments[0].unit_price if segments else None
     if price is None:
-        return None
+        from .costs import reason
+        from .invoices import missing_price
+
+        return {"cost_error": reason(missing_price(gpu_model, rated_profile, currency, now))}
     seconds = gpu_hours * 3600
     answer = {
         "currency": currency,

@@ -307,7 +307,8 @@ def cost_answer(
     reservation: Reservation | None,
     isolation: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """The first receiver's answer to :data:`price_nodepool` (billing), or None. ``gpus`` is
+    """The first receiver's answer to :data:`price_nodepool` (billing: a cost, or
+    ``{"cost_error"}``), or None. ``gpus`` is
     whole GPUs, or GPU instances for a pool sharing GPUs across tenants (``isolation``
     tenancy shared: billed by the GPU instance's fraction)."""
     for _, answer in price_nodepool.send(
@@ -321,3 +322,26 @@ def cost_answer(
         if answer is not None:
             return answer
     return None
+
+
+def cost_fields(
+    *,
+    tenant_id,
+    gpu_model: str,
+    gpus: int,
+    reservation: Reservation | None,
+    isolation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The dry run's ``{"cost", "cost_error"}`` from :func:`cost_answer`: ``cost`` the priced
+    answer, or None with ``cost_error`` (billing's ``missing_price`` body, as the usage API
+    gives it) when the price sheet has no rate; both None without billing's answer."""
+    answer = cost_answer(
+        tenant_id=tenant_id,
+        gpu_model=gpu_model,
+        gpus=gpus,
+        reservation=reservation,
+        isolation=isolation,
+    )
+    if answer is not None and "cost_error" in answer:
+        return {"cost": None, "cost_error": answer["cost_error"]}
+    return {"cost": answer, "cost_error": None}

@@ -106,7 +106,7 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
     A scale-up also answers ``capacity`` and ``quota`` for the added nodes
     (:mod:`nodepools.capacity_check`); ``cost`` is the pool at its new size (None without
     billing's answer)."""
-    from .capacity_check import capacity_answer, cost_answer, quota_answer
+    from .capacity_check import capacity_answer, cost_fields, quota_answer
 
     live = list(Node.objects.live().filter(nodepool=pool))
     leaving = removal_order(live)[: max(len(live) - node_count, 0)]
@@ -154,7 +154,7 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
         )
         if delta
         else None,
-        cost=cost_answer(
+        **cost_fields(
             tenant_id=pool.tenant_id,
             gpu_model=pool.gpu_model_id,
             gpus=node_count * pool.gpus_per_node,

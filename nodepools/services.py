@@ -134,6 +134,8 @@ class DryRun:
     capacity: dict[str, Any] | None = None
     quota: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
+    #: why ``cost`` is None: billing's ``missing_price`` body (as the usage API's cost_error)
+    cost_error: dict[str, Any] | None = None
     #: a resize's ``{"from", "to"}`` (:func:`nodepools.scaling.size_dry_run`), else None
     node_count: dict[str, int] | None = None
 
@@ -147,6 +149,8 @@ class DryRun:
             "quota": self.quota,
             "cost": self.cost,
         }
+        if self.cost_error is not None:
+            out["cost_error"] = self.cost_error
         if self.node_count is not None:
             out["node_count"] = self.node_count
         return out
@@ -363,7 +367,7 @@ def create_nodepool(
             )
         needed = node_count * gpus_per_node
         if dry_run:
-            from .capacity_check import capacity_answer, cost_answer, quota_answer
+            from .capacity_check import capacity_answer, cost_fields, quota_answer
 
             return DryRun(
                 policy,
@@ -384,7 +388,7 @@ def create_nodepool(
                     gpus=needed,
                     nodes=node_count,
                 ),
-                cost=cost_answer(
+                **cost_fields(
                     tenant_id=cluster.tenant_id,
                     gpu_model=model.slug,
                     gpus=needed,

@@ -17,7 +17,8 @@ node_repaired = Signal()
 
 # ``price_nodepool(sender, tenant_id, gpu_model, gpus, reservation)``: a dry run asks what a
 # pool holding ``gpus`` whole GPUs would cost per hour. Billing answers ``{"currency",
-# "unit_price", "gpus", "hourly", "basis": "on-demand" | "reservation", ...}`` or None.
+# "unit_price", "gpus", "hourly", "basis": "on-demand" | "reservation", ...}``, or
+# ``{"cost_error": {"code": "missing_price", "gpu_model", "mig_profile", "currency", ...}}``.
 price_nodepool = Signal()
 
 # ``disruption_requested(sender, request)``: a planned disruption of ``request.nodes`` asks the

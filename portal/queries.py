@@ -97,9 +97,12 @@ class Sums:
         if price is not None:
             self.prices.add((currency, price))
 
-    def add_covered(self, seconds: Decimal, reservation: str) -> None:
+    def add_covered(self, seconds: Decimal, reservation: str, currency: str) -> None:
+        """Usage ``reservation`` covers: it costs nothing more, so the group's cost is at least
+        0 in ``currency`` (shown 0.00, as the usage API; — only for no usage at all)."""
         self.covered_seconds += seconds
         self.covered_by.add(reservation)
+        self.cost.setdefault(currency, ZERO)
 
     @property
     def gpu_hours(self) -> Decimal:
@@ -290,7 +293,7 @@ def usage_report(
                 models[(c.gpu_model, c.mig_profile)],
                 total,
             ):
-                sums.add_covered(c.gpu_seconds, c.reservation_name)
+                sums.add_covered(c.gpu_seconds, c.reservation_name, costs.currency)
     for costs in costs_of_tenants(tenants, start, end, by_day=True):
         for ln in costs.usage_lines():
             days.setdefault(ln.day, Sums()).add_cost(costs.currency, ln.amount)
@@ -298,7 +301,9 @@ def usage_report(
             if u.kind == LineKind.USAGE:
                 days.setdefault(u.day, Sums()).missing.append(u.reason)
         for c in costs.covered:
-            days.setdefault(c.day, Sums()).add_covered(c.gpu_seconds, c.reservation_name)
+            days.setdefault(c.day, Sums()).add_covered(
+                c.gpu_seconds, c.reservation_name, costs.currency
+            )
     names = dict(Cluster.objects.filter(id__in=list(clusters)).values_list("id", "name"))
     names.update(NodePool.objects.filter(id__in=list(pools)).values_list("id", "name"))
     return UsageReport(

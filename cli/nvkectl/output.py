@@ -21,7 +21,7 @@ class Format(enum.StrEnum):
 
 def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: Format, raw: Any = None):
     """Print ``rows`` (the ``columns`` of each) as a table or CSV, or ``raw`` (default: rows)
-    as JSON."""
+    as JSON, and flush stdout (so lines written to stderr next come after it)."""
     if fmt is Format.json:
         sys.stdout.write(json.dumps(rows if raw is None else raw, indent=2) + "\n")
     elif fmt is Format.csv:
@@ -34,3 +34,6 @@ def emit(rows: Sequence[dict[str, Any]], columns: Sequence[str], fmt: Format, ra
         for row in rows:
             table.add_row(*["" if row.get(c) is None else str(row.get(c)) for c in columns])
         Console(width=200).print(table)
+    # the notes some commands print after the table go to stderr; with both on one pipe,
+    # stdout's block buffer would otherwise be flushed mid-line after them ("0.64 USDreser…")
+    sys.stdout.flush()

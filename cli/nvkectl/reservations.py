@@ -12,6 +12,7 @@ from rich.console import Console
 
 from .api import Client
 from .output import Format, emit
+from .usage import no_price
 
 app = typer.Typer(no_args_is_help=True, help="GPU capacity reservations and the calendar.")
 out = Console(width=200)
@@ -162,7 +163,8 @@ def print_dry_run(body: dict[str, Any]) -> None:
         highlight=False,
     )
     if cost is None:
-        out.print("cost: no price for this GPU model on the price sheet", markup=False)
+        # the API's reason (model, profile, currency), as `nvkectl usage` prints it
+        out.print(f"cost: {no_price(body.get('cost_error'))}", markup=False, highlight=False)
         return
     if cost["basis"] != "reservation":
         line = (

@@ -342,6 +342,11 @@ class DryRunSerializer(serializers.Serializer):
         allow_null=True,
         help_text="create and resize: the pool's hourly cost from the price sheet (or null)",
     )
+    cost_error = serializers.JSONField(
+        required=False,
+        help_text="only when cost is null for want of a price: the usage API's cost_error "
+        '({"code": "missing_price", "detail", "gpu_model", "mig_profile", "currency", "at"})',
+    )
     node_count = serializers.DictField(
         child=serializers.IntegerField(),
         required=False,

@@ -558,6 +558,9 @@ def invoice_list(request: HttpRequest) -> HttpResponse:
             "status": status,
             "statuses": InvoiceStatus.values,
             "missing_prices": _missing_prices(),
+            # Finalize is offered only once a draft's period has ended (finalize_invoice
+            # answers 409 period_not_ended before)
+            "now": timezone.now(),
         },
     )
 

@@ -156,7 +156,8 @@ def test_the_usage_api_shows_the_invoice_costs(tenant_a, month, owner):
     by_pool = {r["nodepool_name"]: r["cost"] for r in body["results"]}
     assert by_pool == {
         "od": {"USD": "10.00"},
-        "rsv": {},  # covered by the reservation: no usage line at all
+        # covered by the reservation: 0.00, as everywhere (it was {}; {} is for no usage)
+        "rsv": {"USD": "0.00"},
         "mig": {"USD": "1.43"},
         "ts": {"USD": "7.50"},
     }
@@ -176,7 +177,7 @@ def test_the_usage_api_by_day_sums_day_lines(tenant_a, month, owner):
     by_day = {r["day"]: r["cost"] for r in body["results"]}
     assert by_day == {
         "2026-03-10": {"USD": "10.00"},
-        "2026-03-12": {},
+        "2026-03-12": {"USD": "0.00"},  # all covered by the reservation
         "2026-03-14": {"USD": "1.43"},
         "2026-03-15": {"USD": "7.50"},
     }
@@ -192,7 +193,8 @@ def test_the_portal_usage_page_shows_the_invoice_costs(tenant_a, month, alice_cl
     assert total == "19.86 USD"  # was 20.16: reserved usage on-demand, no reservation
     pools = re.search(r'id="by-pool">(.*?)</table>', html, re.S).group(1)
     rows = dict(re.findall(r"<tr><td>([a-z]+)</td><td>[^<]*</td><td>([^<]*)", pools))
-    assert rows == {"od": "10.00 USD", "rsv": "—", "mig": "1.43 USD", "ts": "7.50 USD"}
+    # covered: 0.00 USD, as the usage API and nvkectl (it was —)
+    assert rows == {"od": "10.00 USD", "rsv": "0.00 USD", "mig": "1.43 USD", "ts": "7.50 USD"}
     # the reserved pool's usage is named as covered, not shown as free (issue 33, trial)
     assert "0.493 GPU-h covered by reservation short-block" in pools
     reservations = re.search(r'id="by-reservation">(.*?)</table>', html, re.S).group(1)
@@ -256,6 +258,55 @@ def test_the_dry_run_rates_a_shared_mig_pool_as_its_ledger_rows_are_rated(tenant
     assert (whole["unit_price"], whole["hourly"]) == (Decimal("2.50"), Decimal("5.00"))
 
 
+def test_the_dry_run_rates_a_dedicated_mig_pool_at_its_profile_price(world, tenant_a, catalog):
+    """A dedicated MIG-single pool (``{"mode": "mig", "mig_profile": "1g.10gb"}``, H100 list
+    2.50, 1g.10gb 2.80): its nodes' ledger rows name the profile (fraction 1.0), so the invoice
+    bills 2 GPUs x 1 h x 2.80 = 5.60 USD, and the dry run says the same: unit price 2.80,
+    5.60 USD per hour (it said 2.50 and 5.00: the whole-GPU price)."""
+    from django.utils import timezone
+
+    from billing.aggregation import aggregate_usage
+    from billing.costs import usage_costs
+    from billing.prices import set_price
+    from billing.receivers import close_ledger, open_ledger
+    from nodepools.capacity_check import cost_answer
+
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    set_price(gpu_model=MODEL, hourly_rate=Decimal("2.50"), effective_from=start, label="list")
+    set_price(
+        gpu_model=MODEL,
+        mig_profile="1g.10gb",
+        hourly_rate=Decimal("2.80"),
+        effective_from=start,
+        label="list 1g",
+    )
+    isolation = {"mode": "mig", "mig_profile": "1g.10gb"}
+    answer = cost_answer(
+        tenant_id=tenant_a.id, gpu_model=MODEL, gpus=2, reservation=None, isolation=isolation
+    )
+    assert (answer["unit_price"], answer["gpu_hours_per_hour"], answer["hourly"]) == (
+        Decimal("2.80"),
+        Decimal(2),
+        Decimal("5.60"),
+    )
+    pool = world.pool(tenant_a, name="migs", isolation=isolation, gpus_per_node=2)
+    host = world.make_host(MODEL, gpus=2)
+    gpus = list(host.gpus.order_by("index").values_list("uuid", flat=True))
+    node = world.node(pool, host, gpus, start)
+    open_ledger(sender=None, node=node)  # the receiver the reconciler's node_ready reaches
+    node.released_at = start + timedelta(hours=1)
+    node.save(update_fields=["released_at"])
+    close_ledger(sender=None, node=node)
+    aggregate_usage(tenant_a.id, start, start + timedelta(hours=1), now=timezone.now())
+    (line,) = usage_costs(tenant_a.id, start, start + timedelta(hours=1)).usage_lines()
+    assert (line.mig_profile, line.unit_price, line.gpu_hours, line.amount) == (
+        "1g.10gb",
+        answer["unit_price"],
+        Decimal("2.000000"),
+        answer["hourly"],
+    )
+
+
 def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
     """nvkectl usage prints the API's rows and totals (cli/nvkectl/usage.py) as text."""
     from nvkectl import usage as usage_cli
@@ -267,7 +318,7 @@ def test_nvkectl_usage_prints_the_invoice_costs(tenant_a, month, owner):
     rows = {r["nodepool_name"]: (r["cost"], r["covered"]) for r in usage_cli.usage_rows(body)}
     assert rows == {
         "od": ("10.00 USD", "-"),
-        "rsv": ("-", "0.493000 GPU-h by reservation short-block"),
+        "rsv": ("0.00 USD", "0.493000 GPU-h by reservation short-block"),  # was -
         "mig": ("1.43 USD", "-"),
         "ts": ("7.50 USD", "-"),
     }

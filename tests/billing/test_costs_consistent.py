@@ -74,7 +74,7 @@ def test_a_missing_price_blanks_only_the_rows_it_touches(
     by_pool = {r["nodepool_name"]: r for r in body["results"]}
     assert {name: r["cost"] for name, r in by_pool.items()} == {
         "od": {"USD": "10.00"},
-        "rsv": {},
+        "rsv": {"USD": "0.00"},  # covered by the reservation
         "mig": {"USD": "1.43"},
         "ts": {"USD": "7.50"},
         "a100": None,
@@ -180,7 +180,7 @@ def test_covered_gpu_hours_make_every_row_add_up(tenant_a, world, owner, alice_c
     by_day = {r["day"]: r for r in march_usage(owner, group_by="day")["results"]}
     assert (by_day["2026-03-12"]["covered_gpu_hours"], by_day["2026-03-12"]["cost"]) == (
         "0.493000",
-        {},
+        {"USD": "0.00"},  # all covered: 0.00 (it was {}, which reads as no usage)
     )
     totals = march_usage(owner)["totals"]
     assert (totals["covered_gpu_hours"], totals["covered_by"]) == ("0.493000", ["short-block"])
@@ -464,3 +464,31 @@ def test_build_drafts_now_marks_a_draft_it_cannot_rebuild(world, tenant_a, ops_c
     page = ops_client.get("/console/invoices").content.decode()
     assert f"/console/invoices/{draft.id}/finalize" not in page
     assert "Rebuild failed" in page and "no USD price for gb200 (whole GPU)" in page
+
+
+def test_a_missing_price_names_the_first_usage_everywhere(world, tenant_a, owner):
+    """One A100 (no A100 price) from 2026-03-10 23:41 to 11 March 01:00. The console's
+    missing_prices said the window's start (2026-03-01 00:00, the unpriced stretch clipped to
+    the window) and the usage API and the invoice's 409 the hour bucket (23:00); all now name
+    the first usage: 2026-03-10 23:41."""
+    from billing.aggregation import aggregate_usage
+    from billing.costs import missing_prices
+    from billing.invoices import build_invoice
+    from nvke.errors import Conflict
+
+    first = datetime(2026, 3, 10, 23, 41, tzinfo=UTC)
+    pool = world.pool(tenant_a, name="a100", cluster="infer", model=A100, gpus_per_node=1)
+    world.hold(pool, world.make_host(A100, gpus=1), first, end=t(11, 1))
+    aggregate_usage(tenant_a.id, *MARCH, now=NOW)
+    detail = "no USD price for a100-sxm4-80gb (whole GPU) at 2026-03-10 23:41:00+00:00"
+
+    (missing,) = missing_prices([tenant_a.id], *MARCH)
+    assert (missing["code"], missing["gpu_model"], missing["at"]) == ("missing_price", A100, first)
+    body = march_usage(owner, group_by="pool")
+    (row,) = body["results"]
+    assert (row["cost"], row["cost_error"]["detail"]) == (None, detail)
+    assert row["cost_error"]["at"] == first.isoformat()
+    assert body["totals"]["cost_error"]["detail"] == detail
+    with pytest.raises(Conflict) as caught:
+        build_invoice(tenant_a.id, "2026-03", now=NOW)
+    assert (caught.value.code, str(caught.value.detail)) == ("missing_price", detail)

@@ -219,6 +219,29 @@ def test_the_console_invoice_run_builds_no_invoice_for_the_month_before_the_tena
     assert refused.value.code == "period_before_tenant"
 
 
+def test_the_console_offers_no_finalize_before_the_period_ends(ops_client, tenant_a, catalog):
+    """The current month's draft: the API answers 409 period_not_ended, so the invoices page
+    shows no Finalize button for it (it did) but when it can be finalized."""
+    from django.utils import timezone
+
+    from billing.aggregation import get_account
+    from billing.invoices import build_invoice, finalize_invoice
+    from billing.periods import period_of
+    from nvke.errors import Conflict
+
+    now = timezone.now()
+    current = period_of(get_account(tenant_a.id).time_zone, now)
+    draft = build_invoice(tenant_a.id, current.label, now)
+    with pytest.raises(Conflict) as refused:
+        finalize_invoice(draft.id, now)
+    assert refused.value.code == "period_not_ended"
+    html = ops_client.get("/console/invoices").content.decode()
+    row = html[html.index(draft.number) :].split("</tr>")[0]
+    assert "Finalize</button>" not in row
+    end = timezone.localtime(current.end, UTC).strftime("%Y-%m-%d %H:%M")
+    assert f"Finalize from {end} UTC, when {current.label} has ended" in row
+
+
 # --- host drain: typed-name confirmation and live progress -----------------------------------
 
 

@@ -190,3 +190,28 @@ def test_the_boolean_words_of_dry_run_still_work(outsider, world, value, pools):
     )
     assert resp.status_code == (200 if pools == 0 else 202), resp.content
     assert NodePool.objects.count() == pools
+
+
+def test_dry_run_without_a_price_names_the_missing_price(outsider, world, capsys):
+    """No A100 price on the sheet: the dry run's cost is null with the usage API's cost_error
+    (code missing_price, model, profile, currency), and nvkectl and the portal print that
+    reason (it was "cost": null with no reason; nvkectl said "no price for this GPU model on
+    the price sheet", naming no currency)."""
+    from django.template.loader import render_to_string
+    from nvkectl.reservations import print_dry_run
+
+    body = dry(outsider, world["b"], {**pool_body("p", 1, gpus=1), "gpu_model": "a100-sxm4-80gb"})
+    assert body["cost"] is None
+    error = body["cost_error"]
+    assert (error["code"], error["gpu_model"], error["mig_profile"], error["currency"]) == (
+        "missing_price",
+        "a100-sxm4-80gb",
+        "",
+        "USD",
+    )
+    assert error["detail"].startswith("no USD price for a100-sxm4-80gb (whole GPU) at ")
+    print_dry_run(body)
+    printed = capsys.readouterr().out
+    assert f"cost: no price: {error['detail']}" in " ".join(printed.split())
+    html = " ".join(render_to_string("portal/partials/dry_run.html", {"dry_run": body}).split())
+    assert f"no cost: {error['detail']}" in html
