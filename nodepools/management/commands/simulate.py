@@ -15,6 +15,9 @@ function of ``POST /api/v1/agent/reports``).
   Xid 79 — NVML answers NVML_ERROR_GPU_IS_LOST for it and the agent lists it lost
   (``health.gpu_is_lost``) until the host reboots) — the GPU's driver logs an Xid; the agent
   reports it;
+* ``simulate mig GPU_UUID on|off`` — someone turns MIG mode on (no GPU instance) or off on a
+  GPU behind NVKE's back (``nvidia-smi -i N -mig 1``): drift under a READY node, which the
+  pool's ``NodesDrifted`` condition and the host's warning name;
 * ``simulate drain-blockers NODE_NAME "default/trainer-0 (PDB trainer allows 0 disruptions)"``
   — pods on a node that cannot be evicted (``--clear`` removes them); a node upgrade then pauses
   on that node once its ``drain_timeout_s`` passes.
@@ -54,6 +57,9 @@ class Command(BaseCommand):
             action="store_true",
             help="the GPU falls off the bus with it (lost to NVML until the host reboots)",
         )
+        mig = sub.add_parser("mig", help="MIG mode turned on or off on a GPU behind NVKE's back")
+        mig.add_argument("gpu_uuid")
+        mig.add_argument("mode", choices=["on", "off"])
         blockers = sub.add_parser("drain-blockers", help="pods that block a node's drain")
         blockers.add_argument("node")
         blockers.add_argument("pods", nargs="*")
@@ -70,10 +76,12 @@ class Command(BaseCommand):
             host, on = self._host(options["host"]), not options["clear"]
             simhosts.change(host, lambda s: simhosts.set_fault(s, options["name"], on))
             self._reported(host, f"fault {options['name']} {'injected' if on else 'cleared'}")
+        elif what == "mig":
+            gpu, on = self._gpu(options["gpu_uuid"]), options["mode"] == "on"
+            simhosts.change(gpu.host, lambda s: simhosts.apply_mig(s, [gpu.uuid], on, []))
+            self._reported(gpu.host, f"MIG mode {options['mode']} on {gpu.uuid}")
         elif what == "xid":
-            gpu = Gpu.objects.select_related("host").filter(uuid=options["gpu_uuid"]).first()
-            if gpu is None:
-                raise CommandError(f"no GPU {options['gpu_uuid']!r}")
+            gpu = self._gpu(options["gpu_uuid"])
             pending, lost = options["remap_pending"], options["fall_off_bus"]
 
             def xid(state):
@@ -110,6 +118,13 @@ class Command(BaseCommand):
             raise CommandError("name at least one pod, or use --clear")
         simulate_drain_blockers(node.id, pods)
         self.stdout.write(f"{node.name}: drain blockers {pods or 'cleared'} (simulated)")
+
+    @staticmethod
+    def _gpu(gpu_uuid: str) -> Gpu:
+        gpu = Gpu.objects.select_related("host").filter(uuid=gpu_uuid).first()
+        if gpu is None:
+            raise CommandError(f"no GPU {gpu_uuid!r}")
+        return gpu
 
     @staticmethod
     def _host(text: str) -> Host:
