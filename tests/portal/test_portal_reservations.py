@@ -56,7 +56,10 @@ def test_check_shows_capacity_quota_and_cost_of_an_on_demand_pool(
 
     html = check(alice_client, cluster.id, gpus_per_node="2")
     assert 'id="dry-run-capacity"' in html
-    assert "needs 2; 4 free on-demand (4 held by capacity reservations)" in html  # 8 - 0 - 4
+    assert (
+        "needs 2; 4 free on-demand, 4 reserved by capacity reservations; "
+        "0 held by reservations' nodes now"  # the reservation of 4 has no pool on it yet
+    ) in html  # 8 - 0 - 4
     assert "<dt>Placeable</dt><dd>now" in html
     assert "510 of 512 left after it" in html  # 512 - 0 - 2
     assert "199 of 200 left after it" in html
@@ -136,5 +139,8 @@ def test_check_says_when_reserved_gpus_block_an_on_demand_pool(
     reservation,
 ):
     html = check(alice_client, cluster.id, gpus_per_node="8")
-    assert "needs 8; 4 free on-demand (4 held by capacity reservations)" in html
+    assert (
+        "needs 8; 4 free on-demand, 4 reserved by capacity reservations; "
+        "0 held by reservations' nodes now"  # the reservation of 4 has no pool on it yet
+    ) in html
     assert "4 of 8 GPU(s) are reserved, unreserved pools may take 4" in html
