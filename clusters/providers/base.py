@@ -9,7 +9,9 @@ models (only ``nodepools`` writes Node rows). Errors are :class:`ProviderError` 
 from __future__ import annotations
 
 import abc
+import contextlib
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -197,6 +199,22 @@ class ProviderError(Exception):
         self.retryable = retryable
         if code:
             self.code = code
+
+
+@contextlib.contextmanager
+def api_refusals(refused: str) -> Iterator[None]:
+    """A Kubernetes API's refusals inside (``kubernetes.client.rest.ApiException``) raised as
+    retryable ProviderErrors ``"<refused> (<status> <reason>)"``, code ``cluster_api_error``:
+    the tenant cluster's API of the ``hosted`` provider, a workload cluster's of
+    ``clusterapi``."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        yield
+    except ApiException as exc:
+        raise ProviderError(
+            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
+        ) from exc
 
 
 class InsufficientCapacity(ProviderError):

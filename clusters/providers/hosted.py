@@ -26,12 +26,10 @@ restart. NVKE mints them with its own client certificate (``system:masters``), n
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import urllib3
@@ -50,6 +48,7 @@ from .base import (
     NodeSpec,
     ProviderError,
     TenantNode,
+    api_refusals,
 )
 from .simulated import SimulatedProvider
 
@@ -190,13 +189,13 @@ class HostedProvider(SimulatedProvider):
         slices_refused = "the cluster's API refused NVKE's ResourceSlices"
 
         def sync(api) -> None:
-            with _refusal(nodes_refused):
+            with api_refusals(nodes_refused):
                 existing = hosted_nodes.existing(api)
-            with _refusal(slices_refused):
+            with api_refusals(slices_refused):
                 kept = hosted_dra.prune(api, nodes, existing)
-            with _refusal(nodes_refused):
+            with api_refusals(nodes_refused):
                 hosted_nodes.sync(api, nodes, existing)
-            with _refusal(slices_refused):
+            with api_refusals(slices_refused):
                 hosted_dra.publish(api, nodes, kept)
 
         self._on_api(cluster, sync)
@@ -354,19 +353,6 @@ class HostedProvider(SimulatedProvider):
             client=bundle.nvke_admin,
         )
         return row, config.new_client_from_config_dict(yaml.safe_load(text))
-
-
-@contextlib.contextmanager
-def _refusal(refused: str) -> Iterator[None]:
-    """The API's refusals inside as ``"<refused> (<status> <reason>)"`` ProviderErrors."""
-    from kubernetes.client.rest import ApiException
-
-    try:
-        yield
-    except ApiException as exc:
-        raise ProviderError(
-            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
-        ) from exc
 
 
 def _create_ignoring_conflict(create, *args) -> None:

@@ -61,6 +61,7 @@ from ..base import (
     ProviderError,
     ReplacedMachine,
     TenantNode,
+    api_refusals,
 )
 from ..fleet_claims import claim_fleet_gpus
 from . import render, status
@@ -297,7 +298,7 @@ class ClusterApiProvider(Provider):
             label_selector={render.CAPI_CLUSTER_NAME_LABEL: render.cluster_name(cluster)},
         )
         workload = self._workload(cluster)
-        with _refused("the workload cluster's API refused NVKE's Nodes"):
+        with api_refusals("the workload cluster's API refused NVKE's Nodes"):
             simulated_nodes.sync(workload.api_client, cluster.id, machines, nodes)
 
     # --- machines -------------------------------------------------------------------------------
@@ -795,20 +796,6 @@ class ClusterApiProvider(Provider):
                 continue
             for template in self.api.list(kind, self.namespace, label_selector=selector):
                 self.api.delete(kind, _name(template), self.namespace)
-
-
-@contextlib.contextmanager
-def _refused(refused: str) -> Iterator[None]:
-    """The kubernetes client's refusals inside as ``"<refused> (<status> <reason>)"``
-    ProviderErrors (retryable)."""
-    from kubernetes.client.rest import ApiException
-
-    try:
-        yield
-    except ApiException as exc:
-        raise ProviderError(
-            f"{refused} ({exc.status} {exc.reason})", code="cluster_api_error"
-        ) from exc
 
 
 @contextlib.contextmanager
