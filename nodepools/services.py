@@ -134,7 +134,8 @@ class DryRun:
     capacity: dict[str, Any] | None = None
     quota: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
-    #: why ``cost`` is None: billing's ``missing_price`` body (as the usage API's cost_error)
+    #: why ``cost`` is None: billing's ``missing_price`` body (as the usage API's cost_error),
+    #: or the create's ``reservation_exhausted`` 409 body on a reservation without room
     cost_error: dict[str, Any] | None = None
     #: a resize's ``{"from", "to"}`` (:func:`nodepools.scaling.size_dry_run`), else None
     node_count: dict[str, int] | None = None
@@ -369,6 +370,22 @@ def create_nodepool(
         if dry_run:
             from .capacity_check import capacity_answer, cost_fields, quota_answer
 
+            costs = cost_fields(
+                tenant_id=cluster.tenant_id,
+                gpu_model=model.slug,
+                gpus=needed,
+                reservation=found,
+                isolation=policy,
+            )
+            if found is not None:
+                try:
+                    check_reservation_left(found, needed)
+                except Conflict as exc:
+                    # the create answers this 409: no cost is quoted as "covered by the
+                    # reservation" for GPUs it has no room for (a fresh-user trial read 4
+                    # GPU-h per hour covered by a reservation of 2)
+                    body = {"code": exc.code, "detail": str(exc.detail), **exc.extra}
+                    costs = {"cost": None, "cost_error": body}
             return DryRun(
                 policy,
                 gpu_config,
@@ -388,13 +405,7 @@ def create_nodepool(
                     gpus=needed,
                     nodes=node_count,
                 ),
-                **cost_fields(
-                    tenant_id=cluster.tenant_id,
-                    gpu_model=model.slug,
-                    gpus=needed,
-                    reservation=found,
-                    isolation=policy,
-                ),
+                **costs,
             )
         if found is not None:
             _check_reservation_room(found, needed)

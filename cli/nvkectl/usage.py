@@ -20,9 +20,13 @@ def money(cost: dict[str, str] | None) -> str:
 
 def no_price(error: dict | None) -> str:
     """Why the API shows no cost (its ``cost_error``): ``no price: <each unpriced model's
-    reason>``, e.g. ``no price: no USD price for a100-sxm4-80gb (whole GPU) at …``."""
+    reason>``, e.g. ``no price: no USD price for a100-sxm4-80gb (whole GPU) at …``; for
+    another reason (a dry run on a reservation without room: ``reservation_exhausted``)
+    ``no cost: <its detail>``."""
     if not error:
         return "no price"
+    if error.get("code") and not str(error["code"]).startswith("missing"):
+        return f"no cost: {error.get('detail')}"
     reasons = [m.get("detail", "") for m in error.get("missing") or []] or [error.get("detail")]
     return "no price: " + "; ".join(str(r) for r in reasons)
 

@@ -344,8 +344,10 @@ class DryRunSerializer(serializers.Serializer):
     )
     cost_error = serializers.JSONField(
         required=False,
-        help_text="only when cost is null for want of a price: the usage API's cost_error "
-        '({"code": "missing_price", "detail", "gpu_model", "mig_profile", "currency", "at"})',
+        help_text="only when cost is null: for want of a price, the usage API's cost_error "
+        '({"code": "missing_price", "detail", "gpu_model", "mig_profile", "currency", "at"}); '
+        "on a reservation without room for the pool, the create's 409 body "
+        '({"code": "reservation_exhausted", "detail", "reserved", "planned", "needed"})',
     )
     node_count = serializers.DictField(
         child=serializers.IntegerField(),

@@ -215,3 +215,36 @@ def test_dry_run_without_a_price_names_the_missing_price(outsider, world, capsys
     assert f"cost: no price: {error['detail']}" in " ".join(printed.split())
     html = " ".join(render_to_string("portal/partials/dry_run.html", {"dry_run": body}).split())
     assert f"no cost: {error['detail']}" in html
+
+
+def test_dry_run_on_a_reservation_without_room_quotes_no_covered_cost(owner, world, capsys):
+    """A pool asking a reservation of 8 for 12 GPUs: the create answers 409
+    reservation_exhausted (reserved 8, planned 0, needed 12), and the dry run quotes no cost
+    "covered by the reservation" for GPUs it has no room for, but that same reason (issue 33;
+    a fresh-user trial read 4 GPU-h per hour covered by a reservation of 2)."""
+    r = world["reservation"]
+    body = pool_body("p", 3, gpus=4, reservation=r["id"])
+    answer = dry(owner, world["a"], body)
+    assert answer["cost"] is None
+    error = answer["cost_error"]
+    assert (error["code"], error["reserved"], error["planned"], error["needed"]) == (
+        "reservation_exhausted",
+        8,
+        0,
+        12,
+    )
+    assert answer["capacity"]["placeable_now"] is False  # 8 left < 12 needed
+    created = owner.post(f"/api/v1/clusters/{world['a']}/nodepools", body, format="json")
+    assert (created.status_code, created.json()["code"]) == (409, "reservation_exhausted")
+    assert created.json()["detail"] == error["detail"]
+    # nvkectl and the portal say why, as no cost (not "no price": the price sheet is fine)
+    from django.template.loader import render_to_string
+    from nvkectl.reservations import print_dry_run
+
+    print_dry_run(answer)
+    assert f"cost: no cost: {error['detail']}" in " ".join(capsys.readouterr().out.split())
+    html = " ".join(render_to_string("portal/partials/dry_run.html", {"dry_run": answer}).split())
+    assert f"no cost: {error['detail']}" in html
+    # what fits still gets its cost: 2 nodes x 4 = 8 GPUs, covered, at 0 more per hour
+    fits = dry(owner, world["a"], pool_body("p", 2, gpus=4, reservation=r["id"]))
+    assert "cost_error" not in fits and fits["cost"]["basis"] == "reservation"
