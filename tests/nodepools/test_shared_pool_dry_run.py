@@ -61,15 +61,23 @@ def dry(client, cluster, body) -> dict:
 def test_a_shared_pool_dry_run_counts_free_instances_of_its_profile_on_shared_hosts(
     outsider, fleet
 ):
+    from datetime import datetime
+
+    from django.utils import timezone
+
     b = make_cluster(outsider, "b")
+    before = timezone.now()
     body = dry(outsider, b, pool_body("p", 2, 3, shared("1g.10gb")))
+    after = timezone.now()
     cap = body["capacity"]
     # 2 nodes x 3 instances = 6 of the 10 free 1g.10gb (before: needed_gpus 6, free_gpus 8,
     # the dedicated host's whole GPUs)
     assert cap["unit"] == "gpu_instance"
     assert cap["gpu_instances"] == [{"profile": "1g.10gb", "needed": 6, "free": 10}]
     assert (cap["needed_gpus"], cap["free_gpus"], cap["held_by_reservations"]) == (None,) * 3
-    assert cap["placeable_now"] is True and cap["placeable_from"] is not None
+    # placeable from the instant of the request: the dry run's own "now"
+    assert cap["placeable_now"] is True
+    assert before <= datetime.fromisoformat(cap["placeable_from"]) <= after
     assert cap["message"] == "placeable now: 10 x 1g.10gb GPU instance(s) free on shared hosts"
 
     short = dry(outsider, b, pool_body("p", 4, 3, shared("1g.10gb")))["capacity"]
