@@ -48,11 +48,6 @@ def _nodes_of_shape(view: HostView, k: int) -> int:
     return sum(len(free) // k for free in view.free_by_island.values())
 
 
-def _free(view: HostView) -> list:
-    """The GPUs of ``view`` free and usable (those its ``free`` counts)."""
-    return [g for g in view.gpus if g.holder is None and g.usable]
-
-
 def gpus_in_instances(host_ids: Iterable) -> frozenset[str]:
     """The uuids of the GPUs of ``host_ids`` carrying a tenant's GPU instance (a shared
     host's GPU partitioned across tenants: not held whole, not free either)."""
@@ -99,10 +94,10 @@ def summarise(
                 "dedicated_free_gpus": sum(v.free for v in hosts if v.tenancy() != FREE),
                 "shared_hosts": len(shared),
                 "shared_free_gpus": sum(
-                    1 for v in shared for g in _free(v) if g.uuid not in in_instances
+                    1 for v in shared for g in v.free_gpus() if g.uuid not in in_instances
                 ),
                 "shared_in_instances_gpus": sum(
-                    1 for v in shared for g in _free(v) if g.uuid in in_instances
+                    1 for v in shared for g in v.free_gpus() if g.uuid in in_instances
                 ),
                 "shapes": shapes,
                 "mig": [

@@ -240,12 +240,15 @@ class HostView:
     def gpu_count(self) -> int:
         return len(self.gpus)
 
+    def free_gpus(self) -> list[GpuSlot]:
+        """The GPUs held by nobody and usable (those :attr:`free` counts), by index."""
+        return [g for g in self.gpus if g.holder is None and g.usable]
+
     def refresh(self) -> None:
         """Recompute the free GPU sets after a change."""
         by_island: dict[int, list[int]] = defaultdict(list)
-        for g in self.gpus:
-            if g.holder is None and g.usable:
-                by_island[g.island].append(g.index)
+        for g in self.free_gpus():
+            by_island[g.island].append(g.index)
         self.free_by_island = dict(by_island)
         self.free = sum(len(v) for v in by_island.values())
 

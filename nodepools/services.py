@@ -370,22 +370,24 @@ def create_nodepool(
         if dry_run:
             from .capacity_check import capacity_answer, cost_fields, quota_answer
 
-            costs = cost_fields(
-                tenant_id=cluster.tenant_id,
-                gpu_model=model.slug,
-                gpus=needed,
-                reservation=found,
-                isolation=policy,
-            )
+            costs: dict[str, Any] | None = None
             if found is not None:
                 try:
                     check_reservation_left(found, needed)
                 except Conflict as exc:
                     # the create answers this 409: no cost is quoted as "covered by the
                     # reservation" for GPUs it has no room for (a fresh-user trial read 4
-                    # GPU-h per hour covered by a reservation of 2)
+                    # GPU-h per hour covered by a reservation of 2); nothing is priced
                     body = {"code": exc.code, "detail": str(exc.detail), **exc.extra}
                     costs = {"cost": None, "cost_error": body}
+            if costs is None:
+                costs = cost_fields(
+                    tenant_id=cluster.tenant_id,
+                    gpu_model=model.slug,
+                    gpus=needed,
+                    reservation=found,
+                    isolation=policy,
+                )
             return DryRun(
                 policy,
                 gpu_config,
