@@ -28,6 +28,22 @@ def minor(version: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+def complete(version: str, control_plane: str) -> str:
+    """``version`` as a kubelet of that release runs it: a bare minor that the control plane
+    runs is completed with the control plane's patch (``"1.36"`` under ``"1.36.3"`` ->
+    ``"1.36.3"``); a patch version, another minor, or a control plane that names only its
+    minor (Cluster API's ``KubeadmControlPlane.status.version`` read as ``1.36``) leave it as
+    it is. NVKE runs one patch release per minor (the hosted control planes' binaries:
+    ``deploy/k8s/v1.36/go.mod`` pins ``k8s.io/kubernetes v1.36.3``), so a node of the control
+    plane's minor runs that patch: a node pool upgraded to ``"1.36"`` stores ``"1.36.3"``, the
+    version its Nodes' ``kubeletVersion`` says (issue 33: API, portal and nvkectl said
+    ``1.36`` where kubectl said ``v1.36.3``)."""
+    version, control_plane = version.strip().lstrip("v"), control_plane.strip().lstrip("v")
+    if version.count(".") == 1 and control_plane.startswith(version + "."):
+        return control_plane
+    return version
+
+
 def control_plane_upgrade_problem(current: str, target: str) -> str | None:
     """Why the control plane cannot go from ``current`` to ``target``, or None."""
     cur, tgt = minor(current), minor(target)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import QuerySet
 
 from clusters.providers import get_provider
+from clusters.versions import complete
 from clusters.providers.base import DRA_NODE_LABEL, TenantNode
 from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 from fleet.models import GpuHealthInterval
@@ -252,11 +253,9 @@ def mig_profile_ids(gpu_model_id: Any) -> dict[str, int]:
 
 def kubelet_version(node: Node, control_plane_version: str) -> str:
     """``v<major.minor.patch>`` of the node's kubelet: the node's version, completed with the
-    control plane's patch when the node only names a minor it shares (``1.36`` + ``1.36.3``)."""
-    version = node.kubernetes_version or control_plane_version
-    if version.count(".") == 1 and control_plane_version.startswith(version + "."):
-        version = control_plane_version
-    return "v" + version.lstrip("v")
+    control plane's patch when the node only names a minor it shares (``1.36`` + ``1.36.3``:
+    :func:`clusters.versions.complete`)."""
+    return "v" + complete(node.kubernetes_version or control_plane_version, control_plane_version)
 
 
 def cluster_tenant_nodes(

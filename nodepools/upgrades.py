@@ -72,7 +72,12 @@ def upgrade_nodepool(
                 code="nodepool_not_running",
             )
         current_k8s = pool.kubernetes_version or cluster.control_plane_version
-        target_k8s = kubernetes_version or current_k8s
+        # a bare minor of the control plane's is its patch, the kubelet's version (issue 33)
+        target_k8s = (
+            versions.complete(kubernetes_version, cluster.control_plane_version)
+            if kubernetes_version
+            else current_k8s
+        )
         target_driver = pool.driver_version if driver_version is None else driver_version
         lagging = pool.nodes.live().exclude(
             kubernetes_version=target_k8s, driver_version=target_driver

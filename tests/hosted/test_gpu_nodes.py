@@ -121,6 +121,16 @@ def test_an_h100_pool_is_schedulable_by_the_clusters_own_scheduler_from_observed
     ready = {c.type: c for c in node.status.conditions}
     assert ready["Ready"].status == "True" and ready["Ready"].reason == "KubeletReady"
     assert node.status.node_info.kubelet_version == "v" + cluster.control_plane_version
+    # one version for a node everywhere (issue 33, D3): the API's node row says the patch the
+    # kubelet reports (deploy/k8s/v1.36/go.mod pins 1.36.3), and an upgrade to the bare minor
+    # is nothing to do (it was a rolling "upgrade" that then said 1.36)
+    assert node.status.node_info.kubelet_version == "v1.36.3"
+    body = owner.get(f"/api/v1/clusters/{cluster.id}/nodepools/{pool}").json()
+    assert [(n["name"], n["kubernetes_version"]) for n in body["nodes"]] == [(name, "1.36.3")]
+    again = owner.post(
+        f"/api/v1/clusters/{cluster.id}/nodepools/{pool}/upgrade", {"kubernetes_version": "1.36"}
+    )
+    assert (again.status_code, again.json()["code"]) == (400, "nothing_to_upgrade")
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
     assert node.status.capacity["nvidia.com/gpu"] == "8"
     labels = node.metadata.labels

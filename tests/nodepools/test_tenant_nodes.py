@@ -121,6 +121,8 @@ def test_clique_xid_condition_cordon_and_kubelet_version(catalog):
     assert out.kubelet_version == "v1.36.3"
     assert kubelet_version(Node(kubernetes_version="1.36"), "1.36.3") == "v1.36.3"
     assert kubelet_version(Node(kubernetes_version="1.37.2"), "1.36.3") == "v1.37.2"
+    assert kubelet_version(Node(kubernetes_version="1.35"), "1.36.3") == "v1.35"
+    assert kubelet_version(Node(kubernetes_version=""), "1.36") == "v1.36"  # Cluster API
     assert derive(pool, node, None).capacity == {"cpu": "1k", "memory": "1Ti", "pods": "110"}
 
 

@@ -66,6 +66,33 @@ def test_kubernetes_upgrade_rolls_one_node_at_a_time(owner, pool):
     assert owner.get(url(pool)).json()["phase"] == "RUNNING"
 
 
+def test_a_bare_minor_is_the_control_planes_patch_release(owner, pool):
+    """Issue 33 (D3): a pool upgraded to ``1.36`` under a control plane at ``1.36.3`` (the
+    hosted provider's version, the patch its binaries pin) stores ``1.36.3`` on the pool and
+    its nodes, the version their kubelets report; asked again, there is nothing to upgrade."""
+    from clusters.models import Cluster
+    from nodepools.models import Node, NodePool
+    from nodepools.tenant_nodes import cluster_tenant_nodes
+
+    cluster, pool_id = pool
+    Cluster.objects.filter(pk=cluster).update(control_plane_version="1.36.3")
+    assert set(Node.objects.filter(nodepool_id=pool_id).values_list("kubernetes_version")) == {
+        ("1.36",)  # booted while the control plane said its minor
+    }
+    op = owner.post(url(pool, "/upgrade"), {"kubernetes_version": "1.36"})
+    assert op.status_code == 202, op.content
+    step_until_done(pool_id)
+    assert NodePool.objects.get(pk=pool_id).kubernetes_version == "1.36.3"
+    assert set(
+        Node.objects.filter(nodepool_id=pool_id).values_list("kubernetes_version", "phase")
+    ) == {("1.36.3", "READY")}
+    assert {n.kubelet_version for n in cluster_tenant_nodes(cluster)} == {"v1.36.3"}
+    nodes = owner.get(url(pool)).json()["nodes"]
+    assert [n["kubernetes_version"] for n in nodes] == ["1.36.3"] * 3
+    again = owner.post(url(pool, "/upgrade"), {"kubernetes_version": "1.36"})
+    assert (again.status_code, again.json()["code"]) == (400, "nothing_to_upgrade")
+
+
 def test_a_blocked_drain_pauses_the_rollout_names_the_pods_and_force_resumes(owner, pool):
     from clusters.providers.simulated import simulate_drain_blockers
     from nodepools.models import Node
