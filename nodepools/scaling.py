@@ -46,7 +46,7 @@ def set_node_pool_size(
         ensure_no_active_operation(
             Cluster.objects.select_for_update(no_key=True).get(pk=pool.cluster_id)
         )
-        _check_resize(pool, node_count)
+        _check_resize(pool, node_count, lock=True)
         delta = node_count - pool.node_count
         gpus = {pool.gpu_model_id: abs(delta) * pool.gpus_per_node}
         if delta > 0:
@@ -68,17 +68,25 @@ def set_node_pool_size(
         )
 
 
-def _check_resize(pool: NodePool, node_count: int) -> None:
+def _check_resize(pool: NodePool, node_count: int, *, lock: bool = False) -> None:
     """Conflict ``nodepool_not_active`` for a pool being deleted; for a pool on a
     reservation growing past what the reservation has left after its other pools, Conflict
     ``reservation_exhausted`` (as create); for a pool kept in one NVLink domain growing,
-    Conflict ``nvlink_domain_full`` when its domain has no room."""
+    Conflict ``nvlink_domain_full`` when its domain has no room. ``lock`` (a resize, in its
+    transaction): the reservation's row is locked before its pools are counted, as a create
+    on it locks it, so two pools of the tenant growing at once (in two clusters: no cluster
+    lock orders them) cannot both take its last GPUs."""
     if pool.phase in GONE_PHASES or pool.deletion_requested_at is not None:
         raise Conflict(f"node pool {pool.name!r} is {pool.phase}", code="nodepool_not_active")
     if node_count > pool.node_count and pool.reservation_id is not None:
         # as create does: a pool on a reservation grows only within it (409 now, not a
         # resize operation that fails after placing what the reservation had room for)
-        check_reservation_left(pool.reservation, node_count * pool.gpus_per_node, pool_id=pool.id)
+        reservation = pool.reservation
+        if lock:
+            from reservations.models import Reservation
+
+            reservation = Reservation.objects.select_for_update().get(pk=pool.reservation_id)
+        check_reservation_left(reservation, node_count * pool.gpus_per_node, pool_id=pool.id)
     if node_count > pool.node_count and nvlink.wants_one_domain(pool.placement):
         # Scale-up stays in the pool's domain: 409 now when it has no room for them.
         # (A pool that grows past one domain's size is refused by the same check.)

@@ -241,3 +241,62 @@ def test_a_pool_on_a_reservation_is_not_resized_past_it(owner, h100_fleet):
     # within the reservation a resize is taken (1 x 2 GPUs is its whole size)
     same = owner.post(url + "?dry_run=true", {"node_count": 1}, format="json")
     assert same.status_code == 200, same.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_resize_on_a_reservation_counts_its_pools_under_the_reservations_row_lock(
+    owner, tenant_a, h100_fleet
+):
+    """Issue 33: a create on a reservation locks its row before counting its pools, a resize
+    did not, so two pools of one tenant in two clusters (no cluster lock between them) growing
+    at once could both take the reservation's last GPUs. While another transaction holds the
+    row, the resize waits for it: here it gives up after the 300 ms lock timeout, nothing
+    written; released, the same resize is taken."""
+    import threading
+
+    from django.db import OperationalError, connection, connections
+
+    from nodepools.models import NodePool
+    from nodepools.scaling import set_node_pool_size
+    from reservations.models import Reservation
+    from tenants.principal import Principal
+
+    made = reserve(owner, 4)
+    assert made.status_code == 201, made.content
+    cluster = make_cluster(owner, "llm")
+    created = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        pool_body("rp", 1, gpus=2, reservation=made.json()["id"]),
+        format="json",
+    )
+    assert created.status_code == 202, created.content
+    pool_id = created.json()["target_id"]
+    drive_pool(pool_id)
+    principal = Principal(tenant_a, "owner", False, "apikey:test")
+    holding, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with transaction.atomic():
+                Reservation.objects.select_for_update().get(pk=made.json()["id"])
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+            set_node_pool_size(
+                principal=principal, pool=NodePool.objects.get(pk=pool_id), node_count=2
+            )
+    finally:
+        release.set()
+        thread.join(30)
+    assert NodePool.objects.get(pk=pool_id).node_count == 1  # nothing written
+    set_node_pool_size(principal=principal, pool=NodePool.objects.get(pk=pool_id), node_count=2)
+    assert NodePool.objects.get(pk=pool_id).node_count == 2  # 2 x 2 = the reservation's 4
