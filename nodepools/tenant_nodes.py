@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import QuerySet
 
 from clusters.providers import get_provider
-from clusters.versions import complete
 from clusters.providers.base import DRA_NODE_LABEL, TenantNode
+from clusters.versions import complete
 from fleet.agent_facts import GpuFacts, HostFacts, host_facts
 from fleet.models import GpuHealthInterval
 
