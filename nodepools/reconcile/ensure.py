@@ -134,12 +134,16 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
 
 def _serve_short(pool: NodePool, state: readiness.Readiness, now: datetime) -> float:
     """A pool that waits for capacity to grow serves the nodes it has: RUNNING (DEGRADED
-    while one of them is out of service), ``Ready`` from the same counts as ``NodesReady``
-    (``3 of 4 nodes ready; 1 node(s) not placed``), its spec not yet observed; the missing
-    nodes are tried again in ``host_moves.SHORT_RETRY_S`` seconds."""
+    while one of them is out of service), its spec not yet observed; the missing nodes are
+    tried again in ``host_moves.SHORT_RETRY_S`` seconds. ``Ready`` is True (reason
+    ``CapacityShort``) and says why beside ``NodesReady`` False, from the same counts:
+    ``serving: 3 of 4 nodes ready; 1 node(s) not placed; waiting for capacity (condition
+    CapacityShort)`` (a fresh-user trial read the two conditions' one message as True and
+    False, issue 33)."""
     phase = Phase.DEGRADED if state.degraded else Phase.RUNNING
     if not state.degraded:  # a degraded pool's Ready names its nodes (write_readiness)
-        save_conditions(pool, now, ("Ready", True, "CapacityShort", state.message))
+        serving = f"serving: {state.message}; waiting for capacity (condition CapacityShort)"
+        save_conditions(pool, now, ("Ready", True, "CapacityShort", serving[:1000]))
     if pool.phase != phase:
         pool.phase = phase
         pool.save(update_fields=["phase", "updated_at"])
