@@ -80,7 +80,12 @@ def list_(ctx: typer.Context, output: Output = Format.table) -> None:
 def get(ctx: typer.Context, reservation: str, output: Output = Format.table) -> None:
     """One reservation, by id."""
     found = _client(ctx).json("GET", f"reservations/{reservation}")
-    emit([_row(found)], [*COLUMNS, "nvlink_domain", "end_action"], output, raw=found)
+    emit(
+        [_row(found)],
+        [*COLUMNS, "nvlink_domain", "end_action", "announce_at"],
+        output,
+        raw=found,
+    )
 
 
 @app.command("cancel")

@@ -25,6 +25,11 @@ class ReservationSerializer(serializers.ModelSerializer):
     nvlink_domain = serializers.SerializerMethodField(
         help_text="{cluster_uuid, clique_id, label} of the NVLink domain it reserves, or null"
     )
+    announce_at = serializers.SerializerMethodField(
+        help_text="when its end is announced (event reservation.ending; its pools' "
+        "ReservationEnding condition): notice_lead_s before end, but never in the "
+        "reservation's first half (a 2-hour reservation: 1 h in); null when open-ended"
+    )
 
     class Meta:
         model = Reservation
@@ -41,6 +46,7 @@ class ReservationSerializer(serializers.ModelSerializer):
             "end",
             "end_action",
             "notice_lead_s",
+            "announce_at",
             "state",
             "used_gpus",
             "nodepool_ids",
@@ -64,6 +70,12 @@ class ReservationSerializer(serializers.ModelSerializer):
             return None
         c, q = domain
         return {"cluster_uuid": str(c), "clique_id": q, "label": f"{c}.{q}"}
+
+    def get_announce_at(self, obj: Reservation) -> str | None:
+        """:meth:`Reservation.announce_at` (the one rule the announcing sweep applies), written
+        as the other times are."""
+        when = obj.announce_at()
+        return None if when is None else serializers.DateTimeField().to_representation(when)
 
     def get_nodepool_ids(self, obj: Reservation) -> list[str]:
         return sorted(str(p.id) for p in obj.nodepools.all())
@@ -97,7 +109,8 @@ class ReservationCreateSerializer(serializers.Serializer):
         min_value=0,
         max_value=7 * 86400,
         required=False,
-        help_text="seconds before the end when it is announced (default 86400)",
+        help_text="seconds before the end when it is announced (default 86400; never in the "
+        "reservation's first half: the reservation's announce_at says when)",
     )
 
 

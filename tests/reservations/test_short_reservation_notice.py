@@ -44,3 +44,30 @@ def test_a_two_hour_reservation_is_announced_half_way_not_at_its_start(catalog, 
 def test_a_long_reservation_keeps_its_full_notice(catalog, tenant_a):
     r = _reservation(tenant_a, 72, 24 * 3600)
     assert r.announce_at() == START + timedelta(hours=48)
+
+
+def test_the_api_says_when_the_end_is_announced(catalog, owner, make_host):
+    """A fresh-user trial read ``notice_lead_s: 86400`` on a 2-hour reservation whose end was
+    announced half-way: the reservation now says when (``announce_at``), by the sweep's rule.
+    By hand: 2 h from tomorrow 10:00 with 24 h notice -> 11:00; 72 h -> end - 24 h = start +
+    48 h, 10:00 two days later."""
+    from django.utils import timezone
+
+    from tests.reservations.conftest import reserve
+
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    day = timezone.now().date() + timedelta(days=1)
+    start = datetime(day.year, day.month, day.day, 10, tzinfo=UTC)
+    at_11 = f"{day.isoformat()}T11:00:00Z"
+    two_days_later = f"{(day + timedelta(days=2)).isoformat()}T10:00:00Z"
+    short = reserve(owner, 2, start=start, hours=2)
+    assert short.status_code == 201, short.content
+    body = short.json()
+    assert (body["notice_lead_s"], body["announce_at"]) == (86400, at_11)
+    long = reserve(owner, 2, start=start, hours=72).json()
+    assert long["announce_at"] == two_days_later
+    page = owner.get("/api/v1/reservations").json()
+    listed = {r["id"]: r["announce_at"] for r in page["results"]}
+    assert listed == {body["id"]: at_11, long["id"]: two_days_later}
+    open_ended = reserve(owner, 2, start=start, hours=None).json()
+    assert open_ended["announce_at"] is None
