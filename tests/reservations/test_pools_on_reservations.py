@@ -204,16 +204,10 @@ def test_an_on_demand_pool_kept_out_by_held_reserved_gpus_is_told_so_with_values
     assert f"placeable from {end}" in ready["message"].replace("Z", "+00:00")
 
 
-def test_a_pool_on_a_reservation_is_not_resized_past_it(owner, h100_fleet):
-    """Issue 33 D6: a fresh-user trial scaled pool ``rp`` (1 x 2 GPUs) on a 2-GPU reservation
-    to 2 nodes: the dry run said "0 of 2 GPU(s) left" but priced 4 GPU-h per hour as covered;
-    the resize was accepted and its operation failed later. By hand: the reservation holds 2,
-    the pool's other nodes plan 0 (its own spec is what changes), 2 x 2 = 4 needed > 2: 409
-    ``reservation_exhausted`` for the dry run and the resize alike, nothing changed."""
-    from clusters.models import Operation
-    from nodepools.models import NodePool
-
-    made = reserve(owner, 2)
+def two_gpu_pool_on_reservation(owner, reserved: int):
+    """A reservation of ``reserved`` H100s, cluster ``llm`` and its RUNNING pool ``rp`` of one
+    2-GPU node on the reservation: (the reservation's 201 response, cluster id, pool id)."""
+    made = reserve(owner, reserved)
     assert made.status_code == 201, made.content
     cluster = make_cluster(owner, "llm")
     created = owner.post(
@@ -224,6 +218,19 @@ def test_a_pool_on_a_reservation_is_not_resized_past_it(owner, h100_fleet):
     assert created.status_code == 202, created.content
     pool_id = created.json()["target_id"]
     drive_pool(pool_id)
+    return made, cluster, pool_id
+
+
+def test_a_pool_on_a_reservation_is_not_resized_past_it(owner, h100_fleet):
+    """Issue 33 D6: a fresh-user trial scaled pool ``rp`` (1 x 2 GPUs) on a 2-GPU reservation
+    to 2 nodes: the dry run said "0 of 2 GPU(s) left" but priced 4 GPU-h per hour as covered;
+    the resize was accepted and its operation failed later. By hand: the reservation holds 2,
+    the pool's other nodes plan 0 (its own spec is what changes), 2 x 2 = 4 needed > 2: 409
+    ``reservation_exhausted`` for the dry run and the resize alike, nothing changed."""
+    from clusters.models import Operation
+    from nodepools.models import NodePool
+
+    _made, cluster, pool_id = two_gpu_pool_on_reservation(owner, 2)
     url = f"/api/v1/clusters/{cluster}/nodepools/{pool_id}/set-size"
     ops_before = Operation.objects.count()
     for suffix in ("?dry_run=true", ""):
@@ -261,17 +268,7 @@ def test_a_resize_on_a_reservation_counts_its_pools_under_the_reservations_row_l
     from reservations.models import Reservation
     from tenants.principal import Principal
 
-    made = reserve(owner, 4)
-    assert made.status_code == 201, made.content
-    cluster = make_cluster(owner, "llm")
-    created = owner.post(
-        f"/api/v1/clusters/{cluster}/nodepools",
-        pool_body("rp", 1, gpus=2, reservation=made.json()["id"]),
-        format="json",
-    )
-    assert created.status_code == 202, created.content
-    pool_id = created.json()["target_id"]
-    drive_pool(pool_id)
+    made, _cluster, pool_id = two_gpu_pool_on_reservation(owner, 4)
     principal = Principal(tenant_a, "owner", False, "apikey:test")
     holding, release = threading.Event(), threading.Event()
 
