@@ -156,7 +156,11 @@ def print_dry_run(body: dict[str, Any]) -> None:
     quota = body.get("quota") or {}
     cost = body.get("cost")
     verdict = "placeable now" if cap.get("placeable_now") else "NOT placeable now"
-    out.print(f"capacity: {verdict}: {cap.get('message', '')}", markup=False, highlight=False)
+    message = cap.get("message", "")
+    # most messages open with the verdict ("placeable now: 56 x 1g.10gb ..."): said once
+    said = message.lower().startswith(("placeable now", "not placeable"))
+    line = message if said else f"{verdict}: {message}"
+    out.print(f"capacity: {line}", markup=False, highlight=False)
     out.print(capacity_line(cap), markup=False, highlight=False)
     g, n = quota.get("gpus", {}), quota.get("nodes", {})
     out.print(

@@ -140,7 +140,11 @@ def test_the_portal_and_nvkectl_name_instances_for_a_shared_pool(outsider, fleet
         f"placeable from {body['capacity']['placeable_from']}"
     )
     print_dry_run(body)
-    assert "GPU(s)" not in capsys.readouterr().out.split("quota:")[0]
+    printed = capsys.readouterr().out
+    assert "GPU(s)" not in printed.split("quota:")[0]
+    # the verdict once (a trial read "placeable now: placeable now: 56 x 1g.10gb ...")
+    assert printed.splitlines()[0] == "capacity: " + body["capacity"]["message"]
+    assert body["capacity"]["message"].startswith("placeable now: ")
 
 
 def test_a_shared_pool_scale_dry_runs_name_instances(outsider, fleet):
