@@ -19,6 +19,7 @@ locks no host), so it cannot deadlock with placement.
 from __future__ import annotations
 
 import itertools
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,6 +41,13 @@ from .models import Reservation
 LOCK_ADMISSION = True
 #: Test hook called between reading the state and inserting (None in production).
 _after_read = None
+
+
+def default_name(reservation_id: uuid.UUID) -> str:
+    """The name of a reservation created without one: ``r-`` and its id's first 8 hex digits
+    (``r-5f0c2a9e``), so every view (nvkectl's NAME, the console, usage's
+    ``reservation_name``) names it (a fresh-user trial read blank labels, issue 33)."""
+    return f"r-{reservation_id.hex[:8]}"
 
 
 def lock_pair(model: str, region: str, *, shared: bool = False) -> None:
@@ -173,9 +181,11 @@ def create_reservation(
                         "free": free,
                     },
                 )
+        rid = uuid.uuid4()
         reservation = Reservation.objects.create(
+            id=rid,
             tenant=tenant,
-            name=name,
+            name=name or default_name(rid),
             gpu_model=model,
             region=region,
             zone=zone,

@@ -85,7 +85,11 @@ class ReservationCreateSerializer(serializers.Serializer):
     tenant = StrictUUIDField(
         required=False, help_text="operators only: the tenant the reservation is made for"
     )
-    name = serializers.RegexField(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", required=False)
+    name = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        required=False,
+        help_text="a DNS label; left out: r- and the first 8 hex digits of its id",
+    )
     gpu_model = serializers.CharField(max_length=64, help_text="catalog slug")
     region = serializers.RegexField(ZONE, max_length=64)
     zone = serializers.RegexField(ZONE, max_length=64, required=False, default="")

@@ -205,3 +205,25 @@ def test_an_integer_where_a_uuid_belongs_is_400_not_looked_up(owner, operator, h
     assert made.status_code == 400, made.content
     assert made.json()["field"] == "tenant"
     assert "Must be a valid UUID" in made.json()["detail"]
+
+
+def test_a_reservation_made_without_a_name_is_named_after_its_id(owner, h100_fleet, capsys):
+    """A fresh-user trial's unnamed reservation left blank labels (nvkectl's NAME, the console's
+    "(reservation )", usage's reservation_name held the id): it is named ``r-`` + its id's
+    first 8 hex digits, by hand from the id the API returns, and nvkectl's table shows it."""
+    from nvkectl.output import Format, emit
+    from nvkectl.reservations import COLUMNS, _row
+
+    made = reserve(owner, 2)
+    assert made.status_code == 201, made.content
+    body = made.json()
+    assert body["name"] == "r-" + body["id"].replace("-", "")[:8]
+    named = reserve(owner, 2, name="train-q4").json()
+    assert named["name"] == "train-q4"
+    page = owner.get("/api/v1/reservations").json()["results"]
+    assert {r["id"]: r["name"] for r in page} == {
+        body["id"]: body["name"],
+        named["id"]: "train-q4",
+    }
+    emit([_row(body)], COLUMNS, Format.table, raw=body)
+    assert body["name"] in capsys.readouterr().out
