@@ -61,7 +61,9 @@ def set_node_pool_size(
             **pool.operation_target(),
             type=OperationType.SET_NODE_POOL_SIZE,
             requested_by=principal.label,
-            total=node_count,
+            # a scale-up counts the pool's nodes up to its new size, a scale-down the nodes it
+            # removes (a trial read "0/0 done" for 1 -> 0 and "2/2" for 3 -> 2)
+            total=node_count if delta >= 0 else -delta,
             audit_event=Audit(
                 "nodepool.set_size", before={"node_count": before}, after={"node_count": node_count}
             ),

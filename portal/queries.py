@@ -27,7 +27,7 @@ from billing.money import gpu_hours, round_money
 from billing.periods import local_date
 from catalog.models import GpuModel, XidCode
 from clusters.models import Cluster
-from fleet.choices import GpuHealth, HostState
+from fleet.choices import GpuHealth, HostState, HostTenancy
 from fleet.models import Gpu, GpuInstance, GpuRollup1h, Host, XidEvent
 from fleet.placeable import placeable_gpus_q
 from fleet.placement import max_host_gpus
@@ -43,13 +43,27 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
     """GPU models with hosts in ``region`` (retired hosts aside), labelled with free GPUs.
 
     Label: ``"H100-SXM5-80GB (h100-sxm5-80gb): 6 of 8 GPUs free, up to 8 per node"``; free =
-    placeable for a dedicated pool (:func:`fleet.placeable.placeable_gpus_q`). Models with
-    free GPUs come first (the form's default is the first).
+    placeable for a dedicated pool (:func:`fleet.placeable.placeable_gpus_q`) of the GPUs of
+    dedicated hosts; shared hosts' GPUs (MIG instances of shared pools only) are named apart:
+    ``"… 3 of 16 GPUs free, up to 8 per node; + 8 GPUs on 1 shared host(s)"`` (a fresh-user
+    trial read "3 of 24" with the shared host's 8 in the 24, which a dedicated pool never
+    gets). Models with free GPUs come first (the form's default is the first).
     """
     hosts = Host.objects.filter(Host.in_region_q(region)).exclude(state=HostState.RETIRED)
-    totals = dict(
+    all_totals = dict(
         hosts.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
     )
+    dedicated = hosts.filter(tenancy=HostTenancy.DEDICATED)
+    totals = dict(
+        dedicated.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
+    )
+    shared = {
+        model: (gpus, count)
+        for model, gpus, count in hosts.filter(tenancy=HostTenancy.SHARED)
+        .values_list("gpu_model_id")
+        .annotate(n=Sum("gpu_count"), c=Count("id"))
+        .order_by("gpu_model_id")
+    }
     free = dict(
         Gpu.objects.filter(placeable_gpus_q(), host__in=hosts)
         .values_list("gpu_model_id")
@@ -57,11 +71,14 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
         .order_by("gpu_model_id")
     )
     out = []
-    for model in GpuModel.objects.filter(slug__in=totals).order_by("slug"):
+    for model in GpuModel.objects.filter(slug__in=all_totals).order_by("slug"):
         label = (
-            f"{model.name} ({model.slug}): {free.get(model.slug, 0)} of {totals[model.slug]} "
-            f"GPUs free, up to {max_host_gpus(model.slug)} per node"
+            f"{model.name} ({model.slug}): {free.get(model.slug, 0)} of "
+            f"{totals.get(model.slug, 0)} GPUs free, up to {max_host_gpus(model.slug)} per node"
         )
+        if model.slug in shared:
+            gpus, count = shared[model.slug]
+            label += f"; + {gpus} GPUs on {count} shared host(s)"
         out.append((model, label))
     # a model with GPUs free first: the form's default must be one a pool can be placed on
     out.sort(key=lambda item: (free.get(item[0].slug, 0) == 0, item[0].slug))

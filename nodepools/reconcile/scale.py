@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from clusters.choices import OperationType, Phase
-from clusters.models import finish_operation, progress_operation
+from clusters.models import active_operation, finish_operation, progress_operation
 from clusters.providers import MACHINE_REPLACING_PROVIDERS, ProviderError, get_provider
 from clusters.providers.base import InsufficientCapacity
 from nvke.conditions import get_condition, save_conditions, set_condition
@@ -259,9 +259,16 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
                 held.append(blocked[-1])
     if ready:
         release_nodes(pool, ready, now)
+    # progress counts the nodes removed of those the resize removes (its operation's total)
+    op = active_operation(pool.id)
+    total = max(int((op.progress or {}).get("total") or 0), len(surplus)) if op else len(surplus)
+    removed = total - len(surplus) + len(ready)
     if blocked:  # the operation runs and says what holds it (pods, or the tenant's checkpoint)
         stage = f"removing {len(surplus)} node(s): {'; '.join(blocked)}"
-        progress_operation(pool.id, stage=stage, done=0, total=pool.node_count, now=now)
+        progress_operation(pool.id, stage=stage, done=removed, total=total, now=now)
+    elif ready:
+        stage = f"removed {removed} of {total} node(s)"
+        progress_operation(pool.id, stage=stage, done=removed, total=total, now=now)
     if blocked:
         why = "WaitingForCheckpoint" if len(held) == len(blocked) else "DrainBlocked"
         save_conditions(pool, now, ("ScaleDownBlocked", True, why, "; ".join(blocked)))

@@ -286,10 +286,15 @@ def test_scale_down_waits_for_blocked_drains_then_evicts(owner, pool, settings):
     newest = Node.objects.filter(nodepool_id=pool_id).order_by("-created_at", "-name").first()
     simulate_drain_blockers(newest.id, [BLOCKER])
     try:
-        owner.post(url(pool, "/set-size"), {"node_count": 2})
+        op = owner.post(url(pool, "/set-size"), {"node_count": 2}).json()
         t0 = timezone.now()
         assert reconcile_nodepool(pool_id, now=t0) == 2.0
         assert Node.objects.get(pk=newest.pk).phase == "DRAINING"
+        # a scale-down's progress counts the nodes it removes: 3 -> 2 removes 1, none yet
+        # (a trial read "2/2" here, the nodes left, and "0/0 done" for 1 -> 0)
+        progress = owner.get(f"/api/v1/operations/{op['id']}").json()["progress"]
+        assert (progress["done"], progress["total"]) == (0, 1)
+        assert progress["stage"].startswith(f"removing 1 node(s): {newest.name}: ")
         cond = next(
             c
             for c in NodePool.objects.get(pk=pool_id).conditions
@@ -300,5 +305,23 @@ def test_scale_down_waits_for_blocked_drains_then_evicts(owner, pool, settings):
             if reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=61 + step)) is None:
                 break
         assert Node.objects.get(pk=newest.pk).phase == "DELETED"
+        done = owner.get(f"/api/v1/operations/{op['id']}").json()
+        assert (done["status"], done["progress"]["done"], done["progress"]["total"]) == (
+            "DONE",
+            1,
+            1,
+        )
+        # down to 0: its 2 nodes removed, "2/2", not "0/0"
+        zero = owner.post(url(pool, "/set-size"), {"node_count": 0}).json()
+        assert zero["progress"]["total"] == 2
+        for step in range(10):
+            if reconcile_nodepool(pool_id, now=t0 + timedelta(seconds=80 + step)) is None:
+                break
+        done = owner.get(f"/api/v1/operations/{zero['id']}").json()
+        assert (done["status"], done["progress"]["done"], done["progress"]["total"]) == (
+            "DONE",
+            2,
+            2,
+        )
     finally:
         simulate_drain_blockers(newest.id, [])

@@ -119,6 +119,22 @@ def test_the_gpu_model_picker_offers_only_models_with_hosts_in_the_clusters_regi
     assert options(html, "mig_profile") == ["", *H100_PROFILES.split(", ")]
 
 
+def test_the_gpu_model_picker_counts_shared_hosts_apart(alice_client, cluster, make_host):
+    """A fresh-user trial read "H100: 3 of 24 GPUs free" with a shared host's 8 GPUs in the
+    24 a dedicated pool never gets. By hand: dedicated sim-h100-01 (8, all free) + a second
+    host of 8 made shared -> "8 of 8 GPUs free ... ; + 8 GPUs on 1 shared host(s)"."""
+    from fleet.choices import HostTenancy
+    from fleet.models import Host
+
+    shared = make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a", hostname="sim-h100-shared")
+    Host.objects.filter(pk=shared.pk).update(tenancy=HostTenancy.SHARED)
+    html = alice_client.get(f"/clusters/{cluster.id}/nodepools/new").content.decode()
+    assert (
+        "H100-SXM5-80GB (h100-sxm5-80gb): 8 of 8 GPUs free, up to 8 per node; "
+        "+ 8 GPUs on 1 shared host(s)"
+    ) in html
+
+
 def test_the_isolation_choices_follow_the_gpu_model(alice_client, cluster):
     """The htmx partial behind the GPU model picker: no MIG on an A10G, MIG on an H100."""
     url = f"/clusters/{cluster.id}/nodepools/new?partial=isolation"
