@@ -72,7 +72,7 @@ class HostViewSet(
     queryset = Host.objects.prefetch_related(
         Prefetch("gpus", queryset=Gpu.objects.order_by("index"))
     ).order_by("hostname")
-    filterset_fields = ["state", "zone", "region", "gpu_model"]
+    filterset_fields = ["hostname", "state", "zone", "region", "gpu_model", "tenancy"]
     # JSON per the contract; multipart/form also accepted so that
     # `curl -F nvidia_smi_xml=<report.xml` works without escaping XML into JSON.
     parser_classes = [SafeJSONParser, MultiPartParser, FormParser]

@@ -201,3 +201,26 @@ def test_tokens_never_start_with_a_dash_which_the_agent_cli_would_read_as_an_opt
     drawn = iter(["-starts-with-a-dash", "fine-token"])
     monkeypatch.setattr(stdlib_secrets, "token_urlsafe", lambda n: next(drawn))
     assert secrets.new_token() == "fine-token"
+
+
+def test_the_host_list_filters_by_hostname_and_tenancy(operator, make_host):
+    """A fresh-user trial's ``?hostname=`` was ignored (every host listed): by hand, three
+    hosts, one named, one made shared."""
+    from fleet.choices import HostTenancy
+    from fleet.models import Host
+
+    make_host("h100-sxm5-80gb", gpus=8, hostname="gpu-a")
+    make_host("h100-sxm5-80gb", gpus=8, hostname="gpu-b")
+    shared = make_host("h100-sxm5-80gb", gpus=8, hostname="gpu-c")
+    Host.objects.filter(pk=shared.pk).update(tenancy=HostTenancy.SHARED)
+
+    def names(query: str) -> list[str]:
+        resp = operator.get(f"/api/v1/fleet/hosts?{query}")
+        assert resp.status_code == 200, resp.content
+        return [h["hostname"] for h in resp.json()["results"]]
+
+    assert names("hostname=gpu-b") == ["gpu-b"]
+    assert names("tenancy=shared") == ["gpu-c"]
+    assert names("tenancy=dedicated") == ["gpu-a", "gpu-b"]
+    assert names("hostname=none-such") == []
+    assert operator.get("/api/v1/fleet/hosts?tenancy=neither").status_code == 400
