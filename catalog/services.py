@@ -150,6 +150,19 @@ def supported_kubernetes_versions(today: date | None = None) -> list[KubernetesV
     return list(KubernetesVersion.objects.filter(released__lte=today, end_of_life__gte=today))
 
 
+def runnable_kubernetes_minors() -> frozenset[str] | None:
+    """The minors (``{"1.36", "1.37"}``) this installation can create clusters of, as the
+    receivers of :data:`catalog.signals.runnable_kubernetes_minors` say (every receiver's,
+    intersected); None when none limits them (any supported version runs)."""
+    from .signals import runnable_kubernetes_minors as asked
+
+    out: frozenset[str] | None = None
+    for _receiver, minors in asked.send(sender=KubernetesVersion):
+        if minors is not None:
+            out = frozenset(minors) if out is None else out & frozenset(minors)
+    return out
+
+
 def check_kubernetes_version(version: str, today: date | None = None) -> KubernetesVersion:
     """The catalog row of a supported Kubernetes version.
 

@@ -6,4 +6,4 @@ class ClustersConfig(AppConfig):
     verbose_name = "Clusters and operations"
 
     def ready(self) -> None:
-        from . import receivers  # noqa: F401  (connects to tenants.signals)
+        from . import receivers  # noqa: F401  (connects to tenants' and catalog's signals)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.dispatch import receiver
 
+from catalog.signals import runnable_kubernetes_minors
 from tenants.signals import collect_usage
 
+from . import versions
 from .choices import Phase
 from .models import Cluster
 
@@ -19,3 +22,9 @@ def running_clusters(sender, tenant_id, **kwargs) -> dict[str, int]:
         .count()
     )
     return {"clusters": count}
+
+
+@receiver(runnable_kubernetes_minors)
+def default_provider_minors(sender, **kwargs) -> tuple[str, ...] | None:
+    """The minors the provider of new clusters (``NVKE_DEFAULT_PROVIDER``) runs, None: any."""
+    return versions.provider_minors(settings.NVKE_DEFAULT_PROVIDER)

@@ -134,7 +134,7 @@ def version_conditions(cluster: Cluster, now: datetime) -> list[dict]:
     version = cluster.control_plane_version or cluster.kubernetes_version
     eol = versions.end_of_life(version)
     if eol is not None and eol < now.date():
-        offer = versions.available_upgrades(version, now.date())
+        offer = versions.available_upgrades(version, now.date(), provider=cluster.provider)
         message = f"Kubernetes {version} reached end of life on {eol}; " + (
             f"upgrade to {offer[0]}" if offer else "no supported upgrade path is available"
         )

@@ -45,14 +45,17 @@ def create_cluster(
 ) -> Operation:
     """Create a cluster (phase PROVISIONING) and its CREATE_CLUSTER operation.
 
-    Raises InvalidInput (``unsupported_kubernetes_version``, ``unknown_region``,
-    ``tenant_required``) or Conflict (``duplicate_cluster_name``).
+    Raises InvalidInput (``unsupported_kubernetes_version``: not supported by the catalog, or
+    not run by ``NVKE_DEFAULT_PROVIDER``; ``unknown_region``, ``tenant_required``) or Conflict
+    (``duplicate_cluster_name``).
     """
     if principal.tenant is None:
         raise InvalidInput(
             "clusters belong to a tenant: use a tenant API key", code="tenant_required"
         )
-    version = versions.require_supported(kubernetes_version)
+    # the provider the cluster will have: a version it cannot run is refused here, not left
+    # to wait for binaries that never come (issue 33: 1.35 on the hosted provider)
+    version = versions.require_supported(kubernetes_version, settings.NVKE_DEFAULT_PROVIDER)
     if not Host.objects.filter(Host.in_region_q(region)).exists():
         raise InvalidInput(
             f"region {region!r} has no GPU hosts",
@@ -243,7 +246,7 @@ def update_cluster(
 
 
 def _check_upgrade(cluster: Cluster, target: str) -> None:
-    versions.require_supported(target)
+    versions.require_supported(target, cluster.provider)
     current = cluster.control_plane_version or cluster.kubernetes_version
     problem = versions.control_plane_upgrade_problem(current, target)
     if problem:

@@ -4,7 +4,9 @@ https://kubernetes.io/releases/version-skew-policy/):
 * the control plane is upgraded one minor version at a time, never downgraded;
 * a node (kubelet) is never newer than the control plane (kube-apiserver) and at most
   three minor versions older (since Kubernetes 1.28; it was two before);
-* new clusters and upgrades only go to versions the catalog lists as supported today.
+* new clusters and upgrades only go to versions the catalog lists as supported today, and
+  that the cluster's provider can run (:meth:`clusters.providers.base.Provider.kubernetes_minors`:
+  the ``hosted`` provider runs only the minors NVKE builds binaries of).
 """
 
 from __future__ import annotations
@@ -67,17 +69,41 @@ def node_version_problem(control_plane: str, node: str) -> str | None:
     return None
 
 
+def provider_minors(provider: str) -> tuple[str, ...] | None:
+    """The minors provider ``provider`` can run (``("1.36", "1.37")``), None for any."""
+    from .providers import get_provider
+
+    return get_provider(provider).kubernetes_minors()
+
+
+def runnable(
+    supported: list[KubernetesVersion], minors: tuple[str, ...] | None
+) -> list[KubernetesVersion]:
+    """Of ``supported``, those ``minors`` (:func:`provider_minors`) include, in order."""
+    return list(supported) if minors is None else [v for v in supported if v.version in minors]
+
+
+def runnable_versions(provider: str, today: date | None = None) -> list[KubernetesVersion]:
+    """Versions a cluster of provider ``provider`` can be created with or upgraded to on
+    ``today``: supported by the catalog and run by the provider (newest first)."""
+    return runnable(supported_kubernetes_versions(today), provider_minors(provider))
+
+
 def available_upgrades(
     current: str,
     today: date | None = None,
     *,
     supported: list[KubernetesVersion] | None = None,
+    provider: str | None = None,
 ) -> list[str]:
-    """Supported versions the control plane can be upgraded to next (newest first).
-    ``supported``: the catalog's supported versions when the caller has read them already."""
+    """Supported versions the control plane can be upgraded to next (newest first), of those
+    ``provider`` runs (None: any). ``supported``: the catalog's supported versions when the
+    caller has read them already."""
     out = []
     if supported is None:
         supported = supported_kubernetes_versions(today)
+    if provider is not None:
+        supported = runnable(supported, provider_minors(provider))
     for version in supported:
         name = version.version
         if minor(name) > minor(current) and control_plane_upgrade_problem(current, name) is None:
@@ -91,15 +117,37 @@ def end_of_life(version: str) -> date | None:
     return row.end_of_life if row else None
 
 
-def require_supported(version: str) -> KubernetesVersion:
-    """The catalog row of a supported ``version``; InvalidInput
-    ``unsupported_kubernetes_version`` (field ``kubernetes_version``, with the supported list)."""
+def require_supported(version: str, provider: str | None = None) -> KubernetesVersion:
+    """The catalog row of a supported ``version`` that ``provider`` (a cluster's) can run;
+    InvalidInput ``unsupported_kubernetes_version`` (field ``kubernetes_version``, with
+    ``supported_versions``: those the provider runs, newest first) otherwise. ``provider``
+    None: the catalog alone decides."""
+    minors = provider_minors(provider) if provider is not None else None
     try:
-        return check_kubernetes_version(version)
+        row = check_kubernetes_version(version)
     except UnsupportedKubernetesVersion as exc:
-        raise InvalidInput(
-            str(exc),
-            code="unsupported_kubernetes_version",
-            field="kubernetes_version",
-            extra={"supported_versions": exc.supported},
-        ) from exc
+        if minors is not None:  # name what can be run, not what upstream supports
+            exc = UnsupportedKubernetesVersion(
+                version, [m for m in exc.supported if m in minors], exc.reason
+            )
+        raise _refusal(exc) from exc
+    if minors is not None and row.version not in minors:
+        offered = [v.version for v in runnable(supported_kubernetes_versions(), minors)]
+        raise _refusal(
+            UnsupportedKubernetesVersion(
+                version,
+                offered,
+                f"cannot be run by this installation's {provider!r} provider "
+                f"(it runs Kubernetes {', '.join(minors) or 'none'})",
+            )
+        )
+    return row
+
+
+def _refusal(exc: UnsupportedKubernetesVersion) -> InvalidInput:
+    return InvalidInput(
+        str(exc),
+        code="unsupported_kubernetes_version",
+        field="kubernetes_version",
+        extra={"supported_versions": exc.supported},
+    )

@@ -22,6 +22,10 @@ at every step (:func:`nodepools.reconcile._step_failed`), with the nodes the fai
 not place named too (``1 of 2 nodes ready; 1 node(s) not placed``); it stays ``ERROR`` and
 its ``Ready`` condition keeps the failure (the failed operation's error), while
 ``NodesReady`` names the nodes out of service.
+
+The cluster's ``NodesReady`` is derived from its pools' own ``NodesReady`` conditions
+(:func:`cluster_nodes_ready`), never from their phases: a pool RUNNING while it waits for
+capacity (``1 of 2 nodes ready; 1 node(s) not placed``) makes it False too.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from clusters.choices import Phase
-from nvke.conditions import set_condition
+from nvke.conditions import get_condition, set_condition
 
 from .choices import Disruption, NodePhase
 from .models import Node, NodePool
@@ -100,6 +104,35 @@ def nodes_ready(state: Readiness) -> tuple[str, bool, str, str]:
     if state.problems:
         return ("NodesReady", False, "NodesNotReady", state.message)
     return ("NodesReady", True, "NodesReady", state.summary)
+
+
+def cluster_nodes_ready(pools: list[tuple[str, list[dict]]]) -> tuple[str, bool, str, str]:
+    """The cluster's ``NodesReady`` condition (type, status, reason, message) from ``pools``
+    (each live pool's ``(name, conditions)``): True when every pool's own ``NodesReady`` is
+    True (``"all nodes ready in 6 node pool(s)"``), else False naming each pool whose
+    ``NodesReady`` is not True with what it says (``"1 of 6 node pool(s) have nodes not
+    ready: ex4 (1 of 2 nodes ready; 1 node(s) not placed)"``; a pool that has not said yet:
+    ``"ex4 (no node readiness reported yet)"``); at most 1000 characters."""
+    if not pools:
+        return ("NodesReady", True, "NoNodePools", "the cluster has no node pools")
+    not_ready = []
+    for name, conditions in sorted(pools, key=lambda p: p[0]):
+        cond = get_condition(conditions, "NodesReady")
+        if cond is None:
+            not_ready.append(f"{name} (no node readiness reported yet)")
+        elif cond.get("status") != "True":
+            not_ready.append(f"{name} ({cond.get('message', '')})")
+    if not not_ready:
+        return (
+            "NodesReady",
+            True,
+            "AllNodesReady",
+            f"all nodes ready in {len(pools)} node pool(s)",
+        )
+    message = f"{len(not_ready)} of {len(pools)} node pool(s) have nodes not ready: " + ", ".join(
+        not_ready
+    )
+    return ("NodesReady", False, "NodePoolsNotReady", message[:1000])
 
 
 def write_readiness(pool: NodePool, live: list[Node], now: datetime) -> Readiness:

@@ -187,7 +187,7 @@ def resume_upgrade(*, principal: Principal, pool: NodePool, force: bool = False)
 
 
 def _check_kubernetes(cluster: Cluster, target: str) -> None:
-    versions.require_supported(target)
+    versions.require_supported(target, cluster.provider)
     problem = versions.node_version_problem(
         cluster.control_plane_version or cluster.kubernetes_version, target
     )

@@ -19,6 +19,7 @@ from catalog.models import (
     VgpuProfile,
     XidCode,
 )
+from catalog.services import runnable_kubernetes_minors
 
 
 class MigProfileSerializer(serializers.ModelSerializer):
@@ -105,19 +106,30 @@ class GpuModelSerializer(serializers.ModelSerializer):
 
 
 class KubernetesVersionSerializer(serializers.ModelSerializer):
-    """A Kubernetes minor with its upstream dates; ``supported`` is computed for today (UTC)."""
+    """A Kubernetes minor with its upstream dates; ``supported`` is computed for today (UTC);
+    ``runnable``: supported, and this installation can create clusters of it (the provider
+    of new clusters runs it: a ``hosted`` control plane only the minors NVKE builds binaries
+    of). The context's ``runnable_minors`` (a set, or None for any) is read once a response."""
 
     supported = serializers.SerializerMethodField()
+    runnable = serializers.SerializerMethodField()
 
     class Meta:
         model = KubernetesVersion
-        fields = ["version", "released", "end_of_life", "supported", "source"]
+        fields = ["version", "released", "end_of_life", "supported", "runnable", "source"]
         read_only_fields = fields
 
     @extend_schema_field(OpenApiTypes.BOOL)
     def get_supported(self, obj: KubernetesVersion) -> bool:
         today: date = self.context.get("today") or timezone.now().date()
         return obj.is_supported(today)
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_runnable(self, obj: KubernetesVersion) -> bool:
+        if "runnable_minors" not in self.context:
+            self.context["runnable_minors"] = runnable_kubernetes_minors()
+        minors = self.context["runnable_minors"]
+        return self.get_supported(obj) and (minors is None or obj.version in minors)
 
 
 class DriverBranchSerializer(serializers.ModelSerializer):

@@ -32,7 +32,8 @@ class GpuModelViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class KubernetesVersionViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """``GET kubernetes-versions``: newest first, each with ``supported`` for today."""
+    """``GET kubernetes-versions``: newest first, each with ``supported`` for today and
+    ``runnable`` (supported, and the provider of new clusters runs it)."""
 
     queryset = KubernetesVersion.objects.all()
     serializer_class = KubernetesVersionSerializer

@@ -41,6 +41,7 @@ Wait = Annotated[bool, typer.Option("--wait", help="follow the operation until i
 Timeout = Annotated[float, typer.Option("--timeout", help="seconds --wait waits at most")]
 
 CLUSTER_COLUMNS = ["name", "id", "phase", "kubernetes_version", "region", "provider"]
+VERSION_COLUMNS = ["version", "released", "end_of_life"]
 POOL_COLUMNS = [
     "name",
     "id",
@@ -134,11 +135,26 @@ def get_contexts(output: Output = Format.table) -> None:
 
 
 # ------------------------------------------------------------------ clusters
+@clusters_app.command("versions")
+def clusters_versions(ctx: typer.Context, output: Output = Format.table) -> None:
+    """Kubernetes versions a new cluster can run here (the catalog's ``runnable`` ones:
+    supported, and run by the installation's provider), newest first."""
+    rows = _client(ctx).list_all("catalog/kubernetes-versions")
+    emit([r for r in rows if r.get("runnable")], VERSION_COLUMNS, output)
+
+
 @clusters_app.command("create")
 def clusters_create(
     ctx: typer.Context,
     name: str,
-    kubernetes_version: Annotated[str, typer.Option("--kubernetes-version", "-k")],
+    kubernetes_version: Annotated[
+        str,
+        typer.Option(
+            "--kubernetes-version",
+            "-k",
+            help="one of `nvkectl clusters versions` (others are refused, listing those)",
+        ),
+    ],
     region: Annotated[str, typer.Option("--region", "-r")],
     wait: Wait = False,
     timeout: Timeout = 600,

@@ -57,10 +57,12 @@ class ClusterSerializer(serializers.ModelSerializer):
         ]
 
     #: the columns get_available_upgrades reads (a list page passes ``.values()`` rows)
-    UPGRADE_COLUMNS = ("phase", "control_plane_version", "kubernetes_version")
+    UPGRADE_COLUMNS = ("phase", "control_plane_version", "kubernetes_version", "provider")
 
     def get_available_upgrades(self, cluster: Cluster) -> list[str]:
-        """Versions the control plane can be upgraded to now (one minor at a time).
+        """Versions the control plane can be upgraded to now (one minor at a time), of those
+        the cluster's provider runs (:func:`clusters.versions.require_supported` refuses the
+        others).
 
         ``cluster`` is a Cluster or a ``.values()`` row with :attr:`UPGRADE_COLUMNS`. The
         supported versions are read once per response (kept in the serializer context, which
@@ -75,16 +77,21 @@ class ClusterSerializer(serializers.ModelSerializer):
             return []
         if row is not None:
             current = row["control_plane_version"] or row["kubernetes_version"]
+            provider = row["provider"]
         else:
             current = cluster.control_plane_version or cluster.kubernetes_version
-        offers = self.context.setdefault("_available_upgrades", {})  # per version, per page
-        if current not in offers:
+            provider = cluster.provider
+        # per (version, provider), per page
+        offers = self.context.setdefault("_available_upgrades", {})
+        if (current, provider) not in offers:
             supported = self.context.get("_supported_kubernetes_versions")
             if supported is None:
                 supported = supported_kubernetes_versions()
                 self.context["_supported_kubernetes_versions"] = supported
-            offers[current] = available_upgrades(current, supported=supported)
-        return list(offers[current])
+            offers[current, provider] = available_upgrades(
+                current, supported=supported, provider=provider
+            )
+        return list(offers[current, provider])
 
 
 class ClusterUpdateSerializer(serializers.Serializer):

@@ -33,6 +33,13 @@ def supported_targets() -> list[str]:
     return sorted(p.name for p in BUILD_SCRIPT.parent.iterdir() if (p / "go.mod").is_file())
 
 
+def kubernetes_minors() -> tuple[str, ...]:
+    """The Kubernetes minors ``deploy/k8s`` pins control-plane binaries of (``("1.36",
+    "1.37")``, oldest first): the only ones a hosted control plane can run."""
+    minors = [t[1:] for t in supported_targets() if t.startswith("v")]
+    return tuple(sorted(minors, key=lambda m: tuple(int(p) for p in m.split("."))))
+
+
 def _root() -> Path:
     configured = getattr(settings, "NVKE_K8S_BIN_ROOT", "")
     if configured:

@@ -15,6 +15,8 @@ makes the machine match it:
 - a child that exits is seen at once by a thread blocked in ``wait()``: the row and the
   cluster's ``ControlPlaneReady`` go False with the exit status in the message, and the process
   is started again after a backoff (1, 2, 4 ... 30 s; back to 1 s after 60 s of running);
+- a row at a version ``deploy/k8s`` pins no binaries of gets that said in its message, once,
+  and nothing started (the provider fails the cluster's operation for it);
 - a row whose version changed (an upgrade) gets its processes stopped and started again on the
   new binaries, with the same etcd prefix (its data);
 - a row marked ``deleted`` (or gone from the database) gets its processes stopped, its etcd
@@ -187,6 +189,8 @@ class ControlPlaneManager:
         self.stop_event = threading.Event()
         self.build: subprocess.Popen | None = None
         self.last_sweep = 0.0
+        #: (cluster id, target) of rows at a version NVKE builds no binaries of, logged once
+        self.unbuildable: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -290,6 +294,9 @@ class ControlPlaneManager:
     def _ensure(self, row: HostedControlPlane) -> None:
         cluster_id = str(row.pk)
         target = binaries.target_of(row.version)
+        if target not in binaries.supported_targets():
+            self._unbuildable(row, target)
+            return
         missing = binaries.missing(target)
         if missing:
             self._build([target])
@@ -350,6 +357,23 @@ class ControlPlaneManager:
                 child.start()
         self._observe(plane, row)
         self._ensure_kwok(plane, row)
+
+    def _unbuildable(self, row: HostedControlPlane, target: str) -> None:
+        """A row at a version ``deploy/k8s`` pins no binaries of (asked for before the API
+        refused such versions, or the operator removed one): said in its message and logged
+        once, nothing started or stopped (the provider fails the cluster's operation for it,
+        non-retryable; processes that already run are left as they are). A trial saw a
+        traceback a second and the operation RUNNING until its wait ran out."""
+        minors = ", ".join(binaries.kubernetes_minors()) or "none"
+        message = (
+            f"NVKE builds no Kubernetes binaries for {target[1:]} (deploy/k8s pins {minors}): "
+            "this control plane cannot be started"
+        )
+        if (str(row.pk), target) not in self.unbuildable:
+            self.unbuildable.add((str(row.pk), target))
+            log.warning("control plane %s: %s", row.pk, message)
+        if row.message != message:
+            status.record(row.pk, message=message)
 
     def _ensure_kwok(self, plane: ControlPlane, row: HostedControlPlane) -> None:
         """The cluster's KWOK (the kubelets of its simulated hosts): started once its

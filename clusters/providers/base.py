@@ -236,6 +236,15 @@ class Provider(abc.ABC):
     #: whether :meth:`sync_addons` applies the pools' GPU add-ons to the cluster's API
     applies_addons: bool = False
 
+    def kubernetes_minors(self) -> tuple[str, ...] | None:
+        """The Kubernetes minors (``("1.36", "1.37")``) this provider can run control planes
+        and kubelets of, or None when it can run any the catalog supports. Cluster creation
+        and upgrades refuse the others (:func:`clusters.versions.require_supported`), and the
+        catalog, ``available_upgrades`` and the portal offer only these. Default: None (the
+        ``simulated`` provider runs no Kubernetes; ``clusterapi`` renders any version and
+        the infrastructure's machine images decide)."""
+        return None
+
     @abc.abstractmethod
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
         """Create the control plane if needed and report whether it is ready."""

@@ -38,6 +38,7 @@ from django.db import IntegrityError, transaction
 
 from nvke import crypto
 
+from ..hosted import binaries
 from ..hosted import pki as pki_lib
 from .base import (
     ClusterSpec,
@@ -89,10 +90,29 @@ class HostedProvider(SimulatedProvider):
     applies_addons = True
 
     # ---------------------------------------------------------------- control plane
+    def kubernetes_minors(self) -> tuple[str, ...]:
+        """The minors NVKE builds control-plane binaries of
+        (:func:`clusters.hosted.binaries.kubernetes_minors`)."""
+        return binaries.kubernetes_minors()
+
     def ensure_control_plane(self, cluster: ClusterSpec, now: datetime) -> ControlPlaneStatus:
+        """Raises a non-retryable ProviderError ``unsupported_kubernetes_version`` for a
+        version NVKE builds no binaries of (the API refuses it; a cluster that asked for it
+        before, or whose minor the operator removed from ``deploy/k8s``, gets here), unless
+        its control plane already runs it, ready: it keeps serving."""
         from ..models import HostedControlPlane
 
         row = HostedControlPlane.objects.filter(pk=cluster.id).first()
+        minors = self.kubernetes_minors()
+        minor = binaries.target_of(cluster.kubernetes_version)[1:]
+        serving = row is not None and row.ready and row.version == cluster.kubernetes_version
+        if minor not in minors and not serving:
+            raise ProviderError(
+                f"NVKE builds no Kubernetes binaries for {minor}: hosted control planes run "
+                f"{', '.join(minors) or 'none'}",
+                retryable=False,
+                code="unsupported_kubernetes_version",
+            )
         if row is None:
             row = self._create(cluster)
             return ControlPlaneStatus(

@@ -65,10 +65,15 @@ def _step_ensure(pool: NodePool, now: datetime) -> float | None:
         return _fail(pool, "observed_state_mismatch", failed, retryable=True, now=now)
     ready = sum(1 for n in live if n.phase == NodePhase.READY)
     if waits:
+        # Ready and NodesReady from the same nodes, those that count (the cluster's NodesReady
+        # is derived from the pool's: a stale "1 of 1 nodes ready" of before a scale-up would
+        # say the cluster's nodes are ready)
+        state = readiness.readiness(pool, counted)
         save_conditions(
             pool,
             now,
-            ("Ready", False, "NodesProvisioning", f"{ready} of {pool.node_count} nodes ready"),
+            ("Ready", False, "NodesProvisioning", state.summary),
+            readiness.nodes_ready(state),
             _verified(unverified),
         )
         progress_operation(pool.id, stage="nodes", done=ready, total=pool.node_count, now=now)

@@ -14,7 +14,7 @@ from clusters.choices import Phase
 from clusters.models import Cluster
 from nvke.conditions import set_condition
 
-from .. import host_moves, repair
+from .. import host_moves, readiness, repair
 from ..models import NodePool
 from . import delete, scale
 
@@ -22,7 +22,9 @@ log = logging.getLogger(__name__)
 
 
 def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
-    """Write the cluster's ``NodesReady`` condition from its live pools.
+    """Write the cluster's ``NodesReady`` condition from its live pools' own ``NodesReady``
+    (:func:`nodepools.readiness.cluster_nodes_ready`: one truth; the pools' phases said
+    "6 node pool(s) running" beside a pool's "1 of 2 nodes ready", issue 33).
 
     The cluster row is locked with SKIP LOCKED: when the cluster reconciler holds it, the
     update is skipped (the next pool step or resync writes it), which avoids a lock-order
@@ -39,20 +41,9 @@ def update_cluster_nodes_ready(cluster_id: uuid.UUID, now: datetime) -> None:
         pools = list(
             NodePool.objects.filter(cluster_id=cluster_id)
             .exclude(phase=Phase.DELETED)
-            .values_list("name", "phase")
+            .values_list("name", "conditions")
         )
-        not_running = sorted(name for name, phase in pools if phase != Phase.RUNNING)
-        if not pools:
-            status, reason, message = True, "NoNodePools", "the cluster has no node pools"
-        elif not_running:
-            status, reason = False, "NodePoolsNotReady"
-            message = f"node pools not running: {', '.join(not_running)}"
-        else:
-            status, reason, message = (
-                True,
-                "AllNodePoolsRunning",
-                f"{len(pools)} node pool(s) running",
-            )
+        _type, status, reason, message = readiness.cluster_nodes_ready(pools)
         conditions = set_condition(cluster.conditions, "NodesReady", status, reason, message, now)
         if conditions != cluster.conditions:
             Cluster.objects.filter(pk=cluster_id).update(conditions=conditions)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
@@ -19,13 +20,12 @@ from django.views.decorators.http import require_POST
 
 from billing.usage import cluster_usage
 from catalog.models import GpuModel
-from catalog.services import supported_kubernetes_versions
 from clusters import services as cluster_services
 from clusters.api.serializers import ClusterCreateSerializer, ClusterUpdateSerializer
 from clusters.choices import GONE_PHASES, TRANSITIONAL_PHASES, Phase
 from clusters.maintenance import describe_opening, next_window_start
 from clusters.models import Cluster, Operation
-from clusters.versions import available_upgrades, minor, node_version_problem
+from clusters.versions import available_upgrades, minor, node_version_problem, runnable_versions
 from fleet.choices import HostState
 from fleet.models import Gpu, GpuRollup1m, Host, region_of_zone
 from fleet.shared_hosts import is_shared_policy
@@ -124,10 +124,11 @@ def cluster_list(request: HttpRequest) -> HttpResponse:
 
 @tenant_page
 def cluster_create(request: HttpRequest) -> HttpResponse:
-    """The create-cluster form: only supported Kubernetes versions and regions with hosts."""
+    """The create-cluster form: only Kubernetes versions a new cluster can run (supported, and
+    run by ``NVKE_DEFAULT_PROVIDER``) and regions with hosts."""
     if (deny := require_write(request)) is not None:
         return deny
-    versions = [kv.version for kv in supported_kubernetes_versions()]
+    versions = [kv.version for kv in runnable_versions(settings.NVKE_DEFAULT_PROVIDER)]
     form = ClusterForm(request.POST or None, versions=versions, regions=_regions())
     if request.method == "POST" and form.is_valid():
         data, op = validate_then_call(
@@ -239,7 +240,9 @@ def _next_window(cluster: Cluster, now) -> str:
 
 
 def _upgrades(cluster: Cluster) -> list[str]:
-    return available_upgrades(cluster.control_plane_version or cluster.kubernetes_version)
+    return available_upgrades(
+        cluster.control_plane_version or cluster.kubernetes_version, provider=cluster.provider
+    )
 
 
 @tenant_page
@@ -428,14 +431,15 @@ def _pool_context(request: HttpRequest, pool: NodePool) -> dict:
 
 
 def _node_versions(pool: NodePool) -> list[str]:
-    """Kubernetes versions the pool's nodes may move to: supported, not older than what they
-    run, within the skew the control plane allows (newest first)."""
+    """Kubernetes versions the pool's nodes may move to: supported and run by the cluster's
+    provider, not older than what they run, within the skew the control plane allows (newest
+    first)."""
     cluster = pool.cluster
     control_plane = cluster.control_plane_version or cluster.kubernetes_version
     current = pool.kubernetes_version or control_plane
     return [
         kv.version
-        for kv in supported_kubernetes_versions()
+        for kv in runnable_versions(cluster.provider)
         if minor(kv.version) >= minor(current)
         and node_version_problem(control_plane, kv.version) is None
     ]

@@ -20,6 +20,13 @@ def condition(pool_id, type_):
     return next(c for c in NodePool.objects.get(pk=pool_id).conditions if c["type"] == type_)
 
 
+def cluster_nodes_ready(owner, cluster_id) -> tuple[str, str, str]:
+    """The cluster's ``NodesReady`` (status, reason, message) as the API shows it."""
+    body = owner.get(f"/api/v1/clusters/{cluster_id}").json()
+    cond = next(c for c in body["conditions"] if c["type"] == "NodesReady")
+    return cond["status"], cond["reason"], cond["message"]
+
+
 def test_a_scale_up_without_capacity_keeps_the_pool_serving_and_retries_until_capacity_returns(
     owner, make_host
 ):
@@ -55,6 +62,13 @@ def test_a_scale_up_without_capacity_keeps_the_pool_serving_and_retries_until_ca
         "False",
         "1 of 2 nodes ready; 1 node(s) not placed",
     )
+    # the cluster says what its pool says (issue 33: a trial read the cluster's NodesReady
+    # True "6 node pool(s) running" beside this pool's False)
+    assert cluster_nodes_ready(owner, cluster) == (
+        "False",
+        "NodePoolsNotReady",
+        "1 of 1 node pool(s) have nodes not ready: h100 (1 of 2 nodes ready; 1 node(s) not placed)",
+    )
     assert list(Node.objects.live().filter(nodepool_id=pool)) == [serving]
     # the resize ends (retryable) and holds no lock: the next change is taken at once
     body = owner.get(f"/api/v1/operations/{op['id']}").json()
@@ -78,6 +92,11 @@ def test_a_scale_up_without_capacity_keeps_the_pool_serving_and_retries_until_ca
     row = NodePool.objects.get(pk=pool)
     assert (row.phase, row.observed_generation) == ("RUNNING", row.generation)
     assert Node.objects.live().filter(nodepool_id=pool, phase="READY").count() == 2
+    assert cluster_nodes_ready(owner, cluster) == (
+        "True",
+        "AllNodesReady",
+        "all nodes ready in 1 node pool(s)",
+    )
     short = condition(pool, "CapacityShort")
     assert (short["status"], short["reason"]) == ("False", "CapacityRestored")
     assert condition(pool, "Ready")["message"] == "2 of 2 nodes ready"
@@ -112,3 +131,32 @@ def test_a_new_pool_without_capacity_still_fails(owner, make_host):
     ).json()
     assert reconcile_nodepool(op["target_id"]) is None
     assert NodePool.objects.get(pk=op["target_id"]).phase == "ERROR"
+
+
+def test_a_scale_up_that_boots_its_node_says_so_on_the_pool_and_the_cluster(
+    owner, make_host, settings
+):
+    """While the added node boots, the pool's NodesReady counts it (not the "1 of 1 nodes
+    ready" of before the scale-up) and the cluster's NodesReady, derived from it, says the
+    same (issue 33)."""
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    cluster, pool = running_h100_pool(owner, make_host, hosts=2, nodes=1)
+    settings.NVKE_SIMULATED_NODE_DELAY_S = 600  # the new machine boots for 10 minutes
+    owner.post(f"/api/v1/clusters/{cluster}/nodepools/{pool}/set-size", {"node_count": 2})
+    assert reconcile_nodepool(pool) == 0.0  # placed
+    assert reconcile_nodepool(pool) > 590  # booting: looked at again when it is up
+    (booting,) = Node.objects.filter(nodepool_id=pool, phase="PROVISIONING")
+    nodes_ready = condition(pool, "NodesReady")
+    assert (nodes_ready["status"], nodes_ready["message"]) == (
+        "False",
+        f"1 of 2 nodes ready; {booting.name} PROVISIONING",
+    )
+    assert condition(pool, "Ready")["message"] == "1 of 2 nodes ready"
+    assert cluster_nodes_ready(owner, cluster) == (
+        "False",
+        "NodePoolsNotReady",
+        f"1 of 1 node pool(s) have nodes not ready: h100 (1 of 2 nodes ready; {booting.name} "
+        "PROVISIONING)",
+    )

@@ -86,9 +86,11 @@ def test_a_node_whose_host_goes_not_ready_makes_the_pool_degraded_until_it_repor
     cluster_cond = condition(
         owner.get(f"/api/v1/clusters/{cluster}").json()["conditions"], "NodesReady"
     )
-    assert (cluster_cond["status"], cluster_cond["message"]) == (
+    # the cluster's NodesReady is the pool's, named (one truth: nodepools/readiness.py)
+    assert (cluster_cond["status"], cluster_cond["reason"], cluster_cond["message"]) == (
         "False",
-        "node pools not running: h100",
+        "NodePoolsNotReady",
+        f"1 of 1 node pool(s) have nodes not ready: h100 (0 of 1 nodes ready; {why})",
     )
     # a second step changes nothing (level-triggered)
     reconcile_nodepool(pool, now=now + timedelta(seconds=2))
@@ -111,7 +113,11 @@ def test_a_node_whose_host_goes_not_ready_makes_the_pool_degraded_until_it_repor
     cluster_cond = condition(
         owner.get(f"/api/v1/clusters/{cluster}").json()["conditions"], "NodesReady"
     )
-    assert (cluster_cond["status"], cluster_cond["message"]) == ("True", "1 node pool(s) running")
+    assert (cluster_cond["status"], cluster_cond["reason"], cluster_cond["message"]) == (
+        "True",
+        "AllNodesReady",
+        "all nodes ready in 1 node pool(s)",
+    )
 
 
 def test_the_host_state_change_wakes_the_pool_of_the_node_it_changed(

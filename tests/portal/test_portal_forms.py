@@ -74,6 +74,20 @@ def test_the_cluster_form_offers_supported_versions_and_regions_with_hosts(
     assert "1.36" in options(html, "kubernetes_version")
 
 
+@pytest.mark.parametrize(
+    ("provider", "offered"),
+    [("hosted", ["1.37", "1.36"]), ("simulated", ["1.37", "1.36", "1.35"])],
+)
+def test_the_cluster_form_offers_only_versions_the_provider_of_new_clusters_runs(
+    alice_client, h100_host, settings, provider, offered
+):
+    """The catalog supports 1.35 to 1.37 today; the hosted provider runs the minors NVKE
+    builds binaries of, 1.36 and 1.37 (issue 33: the form offered 1.35, which never ran)."""
+    settings.NVKE_DEFAULT_PROVIDER = provider
+    html = alice_client.get("/clusters/new").content.decode()
+    assert options(html, "kubernetes_version") == offered
+
+
 def test_cluster_refusals_show_next_to_their_fields(alice_client, cluster):
     from clusters.models import Cluster
 
