@@ -18,7 +18,7 @@ the currency's minor unit (:mod:`billing.money`).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import (
@@ -328,6 +328,27 @@ class Invoice(models.Model):
         if not self.build_error or not self.build_error.get("failed_at"):
             return None
         return datetime.fromisoformat(self.build_error["failed_at"])
+
+    @property
+    def build_error_text(self) -> str:
+        """What every tenant view of a stale draft says (the portal's invoice pages, the
+        invoice CSVs; ``nvkectl invoices`` words the API's ``build_error`` alike), from
+        ``build_error``: ``"Rebuild failed 2026-12-07 03:01 UTC: no EUR price for … (missing_price);
+        the lines and total are stale (from the build of 2026-12-07 02:55 UTC)"``; "" when the
+        latest build succeeded."""
+        if not self.build_error:
+            return ""
+        failed = self.build_failed_at
+        when = f" {failed.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if failed else ""
+        built = (
+            f" (from the build of {self.computed_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
+            if self.computed_at
+            else ""
+        )
+        return (
+            f"Rebuild failed{when}: {self.build_error.get('detail', '')} "
+            f"({self.build_error.get('code', '')}); the lines and total are stale{built}"
+        )
 
 
 class LineKind(models.TextChoices):

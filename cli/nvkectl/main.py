@@ -512,8 +512,34 @@ def usage(
 
 
 @app.command("invoices")
-def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
-    """Invoices of your tenant."""
+def invoices(
+    ctx: typer.Context,
+    invoice: Annotated[
+        str | None, typer.Argument(help="an invoice's number or id: show its lines")
+    ] = None,
+    output: Output = Format.table,
+) -> None:
+    """Invoices of your tenant, or one invoice's lines. A draft whose latest rebuild failed
+    reads DRAFT (stale), and a note says why."""
+    client = _client(ctx)
+    rows = client.list_all("invoices")
+    if invoice is not None:
+        found = next((r for r in rows if invoice in (r.get("number"), r.get("id"))), None)
+        if found is None:
+            raise ApiError(404, "not_found", f"no invoice numbered {invoice!r}")
+        body = client.json("GET", f"invoices/{found['id']}")
+        cols = ["position", "kind", "description", "gpu_hours", "unit_price", "amount"]
+        emit(body["lines"], cols, output, raw=body)
+        if output is Format.table:
+            status = usage_cli.invoice_rows([body])[0]["status"]
+            err.print(
+                f"{body['number']} {body['period_label']} {status}: "
+                f"total {body['total']} {body['currency']}",
+                markup=False,
+            )
+            if note := usage_cli.stale_note(body):
+                err.print(note, markup=False)
+        return
     cols = [
         "number",
         "period_label",
@@ -523,10 +549,13 @@ def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
         "credit_amount",
         "total",
     ]
-    rows = _client(ctx).list_all("invoices")
-    emit(rows, cols, output)
-    if not rows and output is Format.table:
-        err.print(usage_cli.INVOICES_EMPTY, markup=False)
+    emit(usage_cli.invoice_rows(rows), cols, output, raw=rows)
+    if output is Format.table:
+        if not rows:
+            err.print(usage_cli.INVOICES_EMPTY, markup=False)
+        for row in rows:
+            if note := usage_cli.stale_note(row):
+                err.print(note, markup=False)
 
 
 def run() -> None:
