@@ -165,14 +165,12 @@ class UsageView(APIView):
         if request.user.is_operator and request.query_params.get("tenant"):
             records = records.filter(tenant_id=_uuid(request.query_params["tenant"], "tenant"))
         rows, totals = usage_rows(records, group_by, start, end)
-        tenant = getattr(request.user, "tenant", None)
         tenants = set(
             records.filter(start__gte=start, start__lt=end)
             .values_list("tenant_id", flat=True)
             .distinct()
         )
-        if tenant is not None:
-            tenants.add(tenant.pk)
+        tenants.update(_own_tenant(request))
         reservations = add_costs(
             rows,
             totals,
@@ -317,9 +315,21 @@ class InvoiceFinalizeView(APIView):
         return Response(InvoiceDetailSerializer(invoice).data)
 
 
+def _own_tenant(request) -> list:
+    """The caller's tenant id (``[]`` for an operator): its cost window counts in a view even
+    with nothing in it (:func:`billing.costs.cost_window`)."""
+    tenant = getattr(request.user, "tenant", None)
+    return [tenant.pk] if tenant is not None else []
+
+
 class UtilizationView(APIView):
     """Utilization beside cost (never used for the bill): GPU-hour-weighted utilization,
-    memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool."""
+    memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool.
+
+    Counted over the usage API's cost window (``cost_window``, as its ``totals.cost_window``):
+    each tenant's allocations up to where its aggregated usage ends, so a group's
+    ``allocated_gpu_hours`` are the GPU-hours the usage API bills it, and its
+    ``idle_gpu_hours`` (and ``idle_cost``) never exceed them."""
 
     @extend_schema(
         parameters=[
@@ -363,11 +373,13 @@ class UtilizationView(APIView):
             now=timezone.now(),
             idle_threshold_pct=threshold,
             idle_min_hours=min_hours,
+            tenant_ids=_own_tenant(request),
         )
         return Response(
             {
                 "start": start.isoformat(),
                 "end": end.isoformat(),
+                "cost_window": _jsonable(report["cost_window"]),
                 "group_by": group_by,
                 "idle_threshold_pct": threshold,
                 "idle_min_hours": min_hours,

@@ -65,6 +65,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         start=start,
         end=end,
         now=timezone.now(),
+        tenant_ids=[principal.tenant.pk] if principal.tenant is not None else [],
     )
     names = dict(report.names)
     from clusters.models import Cluster
