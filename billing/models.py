@@ -233,8 +233,10 @@ class UsageRecord(models.Model):
     and one price version (:func:`billing.periods.bucket_bounds`), so records never straddle a
     billing period or a price change. ``gpu_seconds`` = sum of ``billable_fraction x seconds``
     of the ledger rows in the bucket; ``allocated_seconds`` the same without the fraction
-    (instance-seconds); ``sla_credit_gpu_seconds`` the part of ``gpu_seconds`` that falls into
-    SLA-credited unhealthy time (:mod:`billing.health`). Written only by
+    (device-seconds: a GPU or MIG GPU instance held one second counts 1 whatever its
+    fraction; the usage API's ``device_hours``, never called GPU-hours);
+    ``sla_credit_gpu_seconds`` the part of ``gpu_seconds`` that falls into SLA-credited
+    unhealthy time (:mod:`billing.health`). Written only by
     :func:`billing.aggregation.aggregate_usage` (delete + insert of a window: idempotent).
     """
 

@@ -51,8 +51,13 @@ def usage_rows(
     """Sum the (already scoped) records whose bucket starts in ``[start, end)`` by ``group_by``.
 
     ``day`` is the calendar day in the record's tenant's billing time zone. Returns
-    ``(rows, totals)``; each has ``gpu_seconds``, ``gpu_hours``, ``allocated_hours``,
+    ``(rows, totals)``; each has ``gpu_seconds``, ``gpu_hours``, ``device_hours``,
     ``sla_credit_gpu_hours``, ``billable_gpu_hours`` (usage minus credit) as Decimals.
+
+    GPU-hours are weighted by the billable fraction everywhere (a shared 1g.10gb instance held
+    one hour: 0.142857 GPU-h), as the invoice bills and the utilization API's
+    ``allocated_gpu_hours`` count them. ``device_hours`` is the unweighted count: each GPU or
+    MIG GPU instance held one hour is 1 device-hour, whatever its fraction.
     """
     qs = records.filter(start__gte=start, start__lt=end).annotate(day=RawSQL(_LOCAL_DAY, []))
     fields = [USAGE_GROUPS[g] for g in group_by]
@@ -78,7 +83,7 @@ def _usage_row(r: dict) -> dict:
     r.update(
         gpu_seconds=seconds,
         gpu_hours=gpu_hours(seconds),
-        allocated_hours=gpu_hours(allocated),
+        device_hours=gpu_hours(allocated),
         sla_credit_gpu_hours=gpu_hours(credit),
         billable_gpu_hours=gpu_hours(seconds - credit),
     )

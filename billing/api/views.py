@@ -128,6 +128,13 @@ _USAGE_PARAMS = [
 class UsageView(APIView):
     """Billable GPU-hours from the hourly usage records, grouped and summed.
 
+    Each row (and ``totals``): ``gpu_hours`` (GPU-hours: each GPU or MIG GPU instance held one
+    hour x its billable fraction, so a shared 1g.10gb instance-hour is 0.142857; the figure the
+    invoice bills and the utilization API's ``allocated_gpu_hours``), ``sla_credit_gpu_hours``,
+    ``billable_gpu_hours`` (``gpu_hours`` - SLA credit), ``covered_gpu_hours``, ``cost``,
+    ``device_hours`` (not GPU-hours: each GPU or MIG GPU instance held one hour counts 1,
+    whatever its fraction), ``gpu_seconds`` (exact) and ``aggregated_at``.
+
     A record counts when its bucket (an hour or less) starts in ``[start, end)``; ``day`` is the
     day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
     (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
@@ -198,7 +205,7 @@ class UsageView(APIView):
                 "cost",
                 "currency",
                 "cost_error",
-                "allocated_hours",
+                "device_hours",
                 "gpu_seconds",
             ]
             for row in rows:
@@ -325,6 +332,12 @@ def _own_tenant(request) -> list:
 class UtilizationView(APIView):
     """Utilization beside cost (never used for the bill): GPU-hour-weighted utilization,
     memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool.
+
+    Per group: ``allocated_gpu_hours`` (GPU-hours, weighted by the billable fraction as the
+    usage API's ``gpu_hours``), ``measured_gpu_hours`` (the part with utilization samples),
+    ``gpu_utilization_pct``, ``memory_headroom_pct``, ``min_memory_headroom_pct``,
+    ``idle_gpu_hours``, ``idle_cost``; per idle GPU: ``idle_hours`` (wall-clock time held in
+    its idle hours) and ``idle_gpu_hours`` (the same x its fraction).
 
     Counted over the usage API's cost window (``cost_window``, as its ``totals.cost_window``):
     each tenant's allocations up to where its aggregated usage ends, so a group's
