@@ -488,7 +488,10 @@ def get_credentials(
 @app.command("usage")
 def usage(
     ctx: typer.Context,
-    start: Annotated[str | None, typer.Option(help="ISO time (default: 31 days ago)")] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(help="ISO time (default: the start of this billing month, your time zone)"),
+    ] = None,
     end: Annotated[str | None, typer.Option(help="ISO time (default: now)")] = None,
     group_by: Annotated[str, typer.Option(help="cluster,pool,model,profile,day")] = "cluster",
     output: Output = Format.table,
@@ -507,7 +510,8 @@ def usage(
     cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "covered", "cost"]
     emit(usage_cli.usage_rows(body), cols, output, raw=body)
     if output is Format.table:
-        for line in usage_cli.usage_notes(body):
+        window = usage_cli.window_note(body, start_given=bool(start), end_given=bool(end))
+        for line in usage_cli.usage_notes(body, window):
             err.print(line, markup=False)
 
 

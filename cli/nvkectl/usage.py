@@ -60,11 +60,27 @@ def usage_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def usage_notes(body: dict[str, Any]) -> list[str]:
-    """Lines for stderr after the table: the reservations, a missing price, the total and the
-    window it covers, and why nothing is listed."""
+def window_note(body: dict[str, Any], *, start_given: bool, end_given: bool) -> str:
+    """The window the API chose where ``--start`` / ``--end`` were left out (the default of
+    the usage and utilization APIs and the portal: this billing month so far, in the tenant's
+    billing time zone); "" when both were given."""
+    if start_given and end_given:
+        return ""
+    if not start_given and not end_given:
+        why = "this billing month so far, the default"
+    elif not start_given:
+        why = "from the start of the billing month of --end, the default"
+    else:
+        why = "to now, the default"
+    return f"window: {body.get('start')} .. {body.get('end')} ({why})"
+
+
+def usage_notes(body: dict[str, Any], window: str = "") -> list[str]:
+    """Lines for stderr after the table: the window when it was a default
+    (:func:`window_note`), the reservations, a missing price, the total and the window it
+    covers, and why nothing is listed."""
     totals = body.get("totals") or {}
-    notes = []
+    notes = [window] if window else []
     for r in body.get("reservations") or []:
         notes.append(
             f"reservation {r['reservation_name']}: {r['reserved_gpu_hours']} reserved GPU-h, "
