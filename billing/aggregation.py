@@ -108,6 +108,15 @@ def get_account(tenant_id, *, lock: bool = False) -> BillingAccount:
     return (qs.select_for_update() if lock else qs).get()
 
 
+def time_zone_of(tenant_id) -> str:
+    """The tenant's billing time zone (read only: ``UTC`` without an account, or for
+    ``tenant_id`` None, an operator's view of every tenant)."""
+    if tenant_id is None:
+        return "UTC"
+    tz = BillingAccount.objects.filter(tenant_id=tenant_id).values_list("time_zone", flat=True)
+    return tz.first() or "UTC"
+
+
 def day_window(tz: str, start: datetime, end: datetime) -> tuple[datetime, datetime]:
     """``[start, end)`` widened to whole local days of ``tz`` (canonical bucket bounds)."""
     first = local_midnight(tz, local_date(tz, start))

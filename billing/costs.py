@@ -154,6 +154,24 @@ def reason(exc: Conflict) -> dict:
     return {"code": exc.code, "detail": str(exc.detail), **exc.extra}
 
 
+def usage_through(tenant_id, start: datetime, end: datetime, now: datetime) -> datetime:
+    """Where one tenant's cost window of ``[start, end)`` ends: the end of its stored usage
+    (:func:`billing.aggregation.usage_complete_through`) clipped into ``[start, end]``. Its
+    usage records, its reservations' charges (:func:`usage_costs`) and its utilization and idle
+    time (:func:`billing.reports.utilization`) all stop there."""
+    return max(start, min(end, usage_complete_through(tenant_id, now)))
+
+
+def cost_window(
+    throughs: Iterable[datetime], start: datetime, end: datetime
+) -> dict[str, datetime]:
+    """The window a view of several tenants states (``totals.cost_window`` of the usage API,
+    ``cost_window`` of the utilization API): ``{"start": start, "end": the earliest of the
+    tenants' ends (:func:`usage_through`), or end without a tenant}``."""
+    ends = list(throughs)
+    return {"start": start, "end": min(ends) if ends else end}
+
+
 def usage_costs(
     tenant_id,
     start: datetime,
@@ -175,7 +193,7 @@ def usage_costs(
     now = now or timezone.now()
     account = get_account(tenant_id)
     currency = account.currency
-    through = max(start, min(end, usage_complete_through(tenant_id, now)))
+    through = usage_through(tenant_id, start, end, now)
     params = {"tenant": tenant_id, "ps": start, "pe": end}
     day_tz = account.time_zone if by_day else None
     no_price: list[RatedKey] = []
@@ -448,8 +466,9 @@ def add_costs(
                     }
                 )
     total.put(totals)
-    ends = [c.through for c in plain if c.through is not None]
-    totals["cost_window"] = {"start": start, "end": min(ends) if ends else end}
+    totals["cost_window"] = cost_window(
+        (c.through for c in plain if c.through is not None), start, end
+    )
     return reservations
 
 

@@ -18,7 +18,7 @@ the currency's minor unit (:mod:`billing.money`).
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import (
@@ -233,8 +233,10 @@ class UsageRecord(models.Model):
     and one price version (:func:`billing.periods.bucket_bounds`), so records never straddle a
     billing period or a price change. ``gpu_seconds`` = sum of ``billable_fraction x seconds``
     of the ledger rows in the bucket; ``allocated_seconds`` the same without the fraction
-    (instance-seconds); ``sla_credit_gpu_seconds`` the part of ``gpu_seconds`` that falls into
-    SLA-credited unhealthy time (:mod:`billing.health`). Written only by
+    (device-seconds: a GPU or MIG GPU instance held one second counts 1 whatever its
+    fraction; the usage API's ``device_hours``, never called GPU-hours);
+    ``sla_credit_gpu_seconds`` the part of ``gpu_seconds`` that falls into SLA-credited
+    unhealthy time (:mod:`billing.health`). Written only by
     :func:`billing.aggregation.aggregate_usage` (delete + insert of a window: idempotent).
     """
 
@@ -328,6 +330,27 @@ class Invoice(models.Model):
         if not self.build_error or not self.build_error.get("failed_at"):
             return None
         return datetime.fromisoformat(self.build_error["failed_at"])
+
+    @property
+    def build_error_text(self) -> str:
+        """What every tenant view of a stale draft says (the portal's invoice pages, the
+        invoice CSVs; ``nvkectl invoices`` words the API's ``build_error`` alike), from
+        ``build_error``: ``"Rebuild failed 2026-12-07 03:01 UTC: no EUR price for … (missing_price);
+        the lines and total are stale (from the build of 2026-12-07 02:55 UTC)"``; "" when the
+        latest build succeeded."""
+        if not self.build_error:
+            return ""
+        failed = self.build_failed_at
+        when = f" {failed.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if failed else ""
+        built = (
+            f" (from the build of {self.computed_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC)"
+            if self.computed_at
+            else ""
+        )
+        return (
+            f"Rebuild failed{when}: {self.build_error.get('detail', '')} "
+            f"({self.build_error.get('code', '')}); the lines and total are stale{built}"
+        )
 
 
 class LineKind(models.TextChoices):

@@ -69,6 +69,16 @@ def period_of(tz: str, instant: datetime) -> Period:
     return month_period(tz, f"{local.year:04d}-{local.month:02d}")
 
 
+def month_to_date(tz: str, end: datetime) -> tuple[datetime, datetime]:
+    """The default window of every usage, cost and utilization view (the API, ``nvkectl usage``,
+    the portal): ``[start of the billing month of tz that holds the last instant before end,
+    end)``, ``end`` usually now: this month so far, as the cost views of AWS (Cost Explorer's
+    month-to-date), Google Cloud (billing reports: current month) and Azure (cost analysis:
+    this month) open. Example: Europe/Berlin, end 2026-12-07 03:00 UTC: from 2026-11-30
+    23:00 UTC; an end of exactly 2026-12-01 00:00 local gives all of November."""
+    return period_of(tz, end - timedelta(microseconds=1)).start, end
+
+
 def local_date(tz: str, instant: datetime) -> date:
     """The calendar date of ``instant`` in ``tz``."""
     return instant.astimezone(zone(tz)).date()

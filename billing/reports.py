@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -19,7 +20,7 @@ from django.db.models.expressions import RawSQL
 from reservations.models import Reservation
 
 from .aggregation import get_account
-from .costs import cost_error, reason
+from .costs import cost_error, cost_window, reason, usage_through
 from .invoices import missing_price, rate_usage
 from .models import LedgerEntry, UsageRecord
 from .money import gpu_hours, line_amount, round_money
@@ -50,8 +51,13 @@ def usage_rows(
     """Sum the (already scoped) records whose bucket starts in ``[start, end)`` by ``group_by``.
 
     ``day`` is the calendar day in the record's tenant's billing time zone. Returns
-    ``(rows, totals)``; each has ``gpu_seconds``, ``gpu_hours``, ``allocated_hours``,
+    ``(rows, totals)``; each has ``gpu_seconds``, ``gpu_hours``, ``device_hours``,
     ``sla_credit_gpu_hours``, ``billable_gpu_hours`` (usage minus credit) as Decimals.
+
+    GPU-hours are weighted by the billable fraction everywhere (a shared 1g.10gb instance held
+    one hour: 0.142857 GPU-h), as the invoice bills and the utilization API's
+    ``allocated_gpu_hours`` count them. ``device_hours`` is the unweighted count: each GPU or
+    MIG GPU instance held one hour is 1 device-hour, whatever its fraction.
     """
     qs = records.filter(start__gte=start, start__lt=end).annotate(day=RawSQL(_LOCAL_DAY, []))
     fields = [USAGE_GROUPS[g] for g in group_by]
@@ -77,7 +83,7 @@ def _usage_row(r: dict) -> dict:
     r.update(
         gpu_seconds=seconds,
         gpu_hours=gpu_hours(seconds),
-        allocated_hours=gpu_hours(allocated),
+        device_hours=gpu_hours(allocated),
         sla_credit_gpu_hours=gpu_hours(credit),
         billable_gpu_hours=gpu_hours(seconds - credit),
     )
@@ -134,14 +140,23 @@ def gpu_hour_accounting(gpu_uuid: str, start: datetime, end: datetime) -> dict[s
 
 # ----------------------------------------------------------------- utilization beside cost
 
+#: each tenant's window ``[start, stop)`` (:func:`billing.costs.usage_through`)
+_STOPS = """
+stops AS (
+    SELECT * FROM unnest(%(tenants)s::uuid[], %(stops)s::timestamptz[]) AS x(tenant_id, stop)
+)"""
+
 _UTILIZATION_SQL = (
-    """
-WITH rows AS (
+    "WITH"
+    + _STOPS
+    + """,
+rows AS (
     SELECT l.id, l.tenant_id, l.cluster_id, l.nodepool_id, l.gpu_uuid, l.gpu_model,
            l.mig_profile, l.mig_gpu_instance_id, l.billable_fraction AS f,
-           l.period * tstzrange(%(start)s, %(stop)s, '[)') AS p
+           l.period * tstzrange(%(start)s, st.stop, '[)') AS p
       FROM billing_ledgerentry l
-     WHERE l.period && tstzrange(%(start)s, %(stop)s, '[)')
+      JOIN stops st ON st.tenant_id = l.tenant_id
+     WHERE l.period && tstzrange(%(start)s, st.stop, '[)')
        AND l.id = ANY(%(ids)s)
 ),
 hours AS (
@@ -166,14 +181,19 @@ SELECT id, tenant_id, cluster_id, nodepool_id, gpu_uuid, gpu_model, mig_profile,
 """
 )
 
-_ALLOCATED_SQL = """
+_ALLOCATED_SQL = (
+    "WITH"
+    + _STOPS
+    + """
 SELECT l.id, l.tenant_id, l.cluster_id, l.nodepool_id,
        l.billable_fraction * EXTRACT(EPOCH FROM
-           upper(l.period * tstzrange(%(start)s, %(stop)s, '[)'))
-         - lower(l.period * tstzrange(%(start)s, %(stop)s, '[)')))
+           upper(l.period * tstzrange(%(start)s, st.stop, '[)'))
+         - lower(l.period * tstzrange(%(start)s, st.stop, '[)')))
   FROM billing_ledgerentry l
- WHERE l.period && tstzrange(%(start)s, %(stop)s, '[)') AND l.id = ANY(%(ids)s)
+  JOIN stops st ON st.tenant_id = l.tenant_id
+ WHERE l.period && tstzrange(%(start)s, st.stop, '[)') AND l.id = ANY(%(ids)s)
 """
+)
 
 UTILIZATION_GROUPS = {"tenant": "tenant_id", "cluster": "cluster_id", "pool": "nodepool_id"}
 
@@ -223,8 +243,17 @@ def utilization(
     now: datetime,
     idle_threshold_pct: float = 5.0,
     idle_min_hours: int = 1,
+    tenant_ids: Iterable = (),
 ) -> dict:
     """GPU-hour-weighted utilization, memory headroom and idle GPUs of the given ledger rows.
+
+    The window is the usage view's cost window, not ``[start, min(end, now))``: each tenant's
+    rows count up to where its stored usage ends (:func:`billing.costs.usage_through`, the
+    last aggregation while a node runs), as its usage records and cost do, so a group's
+    ``allocated_gpu_hours`` is its billed ``gpu_hours`` of the usage API and its idle GPU-hours
+    (and idle cost) never exceed them. Returns it as ``cost_window`` (``{"start", "end"}``: the
+    earliest tenant's end, as the usage API's ``totals.cost_window``; ``tenant_ids`` are
+    tenants that count in it even with no row, as there).
 
     Per UTC hour and allocation: the mean of its samples taken while allocated (utilization
     %, memory used / total): a whole GPU's, or a MIG GPU instance's own (:mod:`billing.samples`; a
@@ -239,11 +268,23 @@ def utilization(
     ``idle_covered_by``); idle time with no price in the tenant's currency gives ``idle_cost``
     None and ``idle_cost_error`` (the invoice build's reason), never a guess. MIG GPU instances
     report no utilization (NVML: N/A) and are counted as allocated but not measured.
-    Returns ``{"groups": [...], "idle_gpus": [...]}`` (Decimals; percentages 0-100).
+    Returns ``{"groups": [...], "idle_gpus": [...], "cost_window": {...}}`` (Decimals;
+    percentages 0-100).
     """
-    # a window that has not begun yet is empty (an inverted range is a PostgreSQL error)
-    stop = max(start, min(end, now))
-    params = {"start": start, "stop": stop, "ids": ledger_ids}
+    tenants = set(tenant_ids) | set(
+        LedgerEntry.objects.filter(id__in=ledger_ids).values_list("tenant_id", flat=True)
+    )
+    # never before start: a window that has not begun yet is empty (an inverted range is a
+    # PostgreSQL error)
+    stops = {t: usage_through(t, start, end, now) for t in tenants}
+    window = cost_window(stops.values(), start, max(start, min(end, now)))
+    params = {
+        "start": start,
+        "stop": max(stops.values(), default=start),
+        "ids": ledger_ids,
+        "tenants": list(stops),
+        "stops": list(stops.values()),
+    }
     key = UTILIZATION_GROUPS[group_by]
     groups: dict = defaultdict(_Acc)
     with connection.cursor() as cursor:
@@ -271,7 +312,7 @@ def utilization(
             acc.mem_measured += w
             acc.mem_w += w * mem
             acc.mem_peak = peak if acc.mem_peak is None else max(acc.mem_peak, peak)
-    rows_cost, groups_cost = _idle_costs(idle_by_row, start, stop, now)
+    rows_cost, groups_cost = _idle_costs(idle_by_row, start, stops, now)
     out_groups = []
     for group, acc in sorted(groups.items(), key=lambda kv: str(kv[0])):
         out_groups.append(
@@ -312,7 +353,7 @@ def utilization(
                 **rows_cost.get(lid, _IdleCost()).as_dict(),
             }
         )
-    return {"groups": out_groups, "idle_gpus": idle_gpus}
+    return {"groups": out_groups, "idle_gpus": idle_gpus, "cost_window": window}
 
 
 def _pct(weighted: Decimal, weight: Decimal) -> Decimal | None:
@@ -354,13 +395,14 @@ SELECT tag, cluster_id, nodepool_id, gpu_model, mig_profile, start, gpu_seconds,
 
 
 def _idle_costs(
-    idle_by_row: dict[int, list[_IdlePiece]], start: datetime, stop: datetime, now: datetime
+    idle_by_row: dict[int, list[_IdlePiece]], start: datetime, stops: dict, now: datetime
 ) -> tuple[dict[int, _IdleCost], dict[tuple, _IdleCost]]:
     """Rate the idle time of each ledger row as the invoice rates usage: each tenant's idle
     pieces, cut at its price and reservation bounds (as usage buckets are), go through
     :func:`billing.invoices.rate_usage` tagged with their ledger row (reservation-covered time
     left out, unpriced time reported, not raised) and :func:`billing.reservations.covered_usage`.
-    Returns ``(by ledger row id, by (group field, id))`` for tenant, cluster and pool groups."""
+    ``stops``: each tenant's window end. Returns ``(by ledger row id, by (group field, id))``
+    for tenant, cluster and pool groups."""
     rows: dict[int, _IdleCost] = defaultdict(_IdleCost)
     groups: dict[tuple, _IdleCost] = defaultdict(_IdleCost)
     by_tenant: dict = defaultdict(list)
@@ -380,6 +422,7 @@ def _idle_costs(
 
     for tenant, pieces in by_tenant.items():
         currency = get_account(tenant).currency
+        stop = stops[tenant]
         cuts = sorted({*price_cuts(tenant, start, stop), *reservation_cuts(tenant, start, stop)})
         records = []
         for p in pieces:

@@ -497,7 +497,8 @@ class AuditFilterForm(forms.Form):
 
 
 class WindowForm(forms.Form):
-    """A reporting window in whole UTC days: ``start`` inclusive, ``end`` inclusive."""
+    """A reporting window in whole days of the tenant's billing ``time_zone`` (UTC for
+    operators): ``start`` inclusive, ``end`` inclusive."""
 
     start = BoundedDateField(
         label="From (UTC)", required=False, widget=forms.DateInput(attrs={"type": "date"})
@@ -505,6 +506,11 @@ class WindowForm(forms.Form):
     end = BoundedDateField(
         label="To (UTC, inclusive)", required=False, widget=forms.DateInput(attrs={"type": "date"})
     )
+
+    def __init__(self, *args, time_zone: str = "UTC", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["start"].label = f"From ({time_zone})"
+        self.fields["end"].label = f"To ({time_zone}, inclusive)"
 
 
 # ----------------------------------------------------------------------------- console

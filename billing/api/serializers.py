@@ -196,10 +196,13 @@ INVOICE_CSV_FIELDS = [
     "credit_amount",
     "adjustment_amount",
     "total",
+    "build_error",
 ]
 
 
 def invoice_csv_row(i: Invoice) -> list:
+    """One invoice as a CSV row; ``build_error``: why its latest rebuild failed (its lines and
+    total are stale, :attr:`Invoice.build_error_text`), "" when it did not."""
     return [
         i.number,
         i.tenant_id,
@@ -213,6 +216,7 @@ def invoice_csv_row(i: Invoice) -> list:
         money(i.credit_amount, i.currency),
         money(i.adjustment_amount, i.currency),
         money(i.total, i.currency),
+        i.build_error_text,
     ]
 
 
@@ -231,10 +235,13 @@ LINE_CSV_FIELDS = [
     "currency",
     "amount",
     "description",
+    "invoice_build_error",
 ]
 
 
 def line_csv_row(invoice: Invoice, ln: InvoiceLine) -> list:
+    """One line as a CSV row; ``invoice_build_error``: the invoice's
+    :attr:`Invoice.build_error_text` (the line is stale), "" when its latest build succeeded."""
     return [
         invoice.number,
         ln.position,
@@ -250,4 +257,5 @@ def line_csv_row(invoice: Invoice, ln: InvoiceLine) -> list:
         invoice.currency,
         money(ln.amount, invoice.currency),
         ln.description,
+        invoice.build_error_text,
     ]

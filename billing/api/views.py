@@ -17,10 +17,12 @@ from rest_framework import mixins, viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.aggregation import time_zone_of
 from billing.costs import add_costs
 from billing.invoices import finalize_invoice
 from billing.models import Invoice, LedgerEntry, UsageRecord
 from billing.money import round_money
+from billing.periods import month_to_date
 from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
 from billing.usage import cluster_usage
 from clusters.models import Cluster
@@ -70,6 +72,29 @@ def _window(request, default_days: int = 31) -> tuple[datetime, datetime]:
     return start, end
 
 
+def _own_tenant(request) -> list:
+    """The caller's tenant id (``[]`` for an operator): its cost window counts in a view even
+    with nothing in it (:func:`billing.costs.cost_window`)."""
+    tenant = getattr(request.user, "tenant", None)
+    return [tenant.pk] if tenant is not None else []
+
+
+def _report_window(request, tenant_id=None) -> tuple[datetime, datetime]:
+    """``start``/``end`` of a usage or utilization view; default: this billing month so far
+    (:func:`billing.periods.month_to_date`: ``end`` now, ``start`` the start of the month of
+    ``end`` in the billing time zone of ``tenant_id``, else of the caller's tenant; UTC for an
+    operator's view of every tenant)."""
+    end = _parse_time(request.query_params.get("end"), "end") or timezone.now()
+    start = _parse_time(request.query_params.get("start"), "start")
+    if start is None:
+        if tenant_id is None:
+            tenant_id = next(iter(_own_tenant(request)), None)
+        start = month_to_date(time_zone_of(tenant_id), end)[0]
+    if end <= start:
+        raise InvalidInput("end must be after start", code="invalid_time_range", field="end")
+    return start, end
+
+
 def _jsonable(row: dict) -> dict:
     out = {}
     for key, value in row.items():
@@ -111,9 +136,19 @@ class ClusterUsageView(APIView):
         return Response(body)
 
 
-_USAGE_PARAMS = [
-    OpenApiParameter("start", str, description="RFC 3339, inclusive (default: end - 31 days)"),
+#: the window parameters of the usage and utilization views (:func:`_report_window`)
+_WINDOW_PARAMS = [
+    OpenApiParameter(
+        "start",
+        str,
+        description="RFC 3339, inclusive (default: the start of the billing month of end, in "
+        "the tenant's billing time zone; UTC for operators without tenant)",
+    ),
     OpenApiParameter("end", str, description="RFC 3339, exclusive (default: now)"),
+]
+
+_USAGE_PARAMS = [
+    *_WINDOW_PARAMS,
     OpenApiParameter(
         "group_by",
         str,
@@ -128,6 +163,15 @@ _USAGE_PARAMS = [
 class UsageView(APIView):
     """Billable GPU-hours from the hourly usage records, grouped and summed.
 
+    Each row (and ``totals``): ``gpu_hours`` (GPU-hours: each GPU or MIG GPU instance held one
+    hour x its billable fraction, so a shared 1g.10gb instance-hour is 0.142857; the figure the
+    invoice bills and the utilization API's ``allocated_gpu_hours``), ``sla_credit_gpu_hours``,
+    ``billable_gpu_hours`` (``gpu_hours`` - SLA credit), ``covered_gpu_hours``, ``cost``,
+    ``device_hours`` (not GPU-hours: each GPU or MIG GPU instance held one hour counts 1,
+    whatever its fraction), ``gpu_seconds`` (exact) and ``aggregated_at``.
+
+    The window defaults to this billing month so far (``end`` now, ``start`` the start of its
+    month in the tenant's billing time zone), as the utilization API and the portal.
     A record counts when its bucket (an hour or less) starts in ``[start, end)``; ``day`` is the
     day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
     (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
@@ -144,7 +188,10 @@ class UsageView(APIView):
     csv = False
 
     def _rows(self, request):
-        start, end = _window(request)
+        tenant_param = None
+        if request.user.is_operator and request.query_params.get("tenant"):
+            tenant_param = _uuid(request.query_params["tenant"], "tenant")
+        start, end = _report_window(request, tenant_param)
         raw = request.query_params.get("group_by", "")
         group_by = [g.strip() for g in raw.split(",") if g.strip()]
         allowed = [g for g in USAGE_GROUPS if g != "tenant" or request.user.is_operator]
@@ -162,17 +209,15 @@ class UsageView(APIView):
             if request.query_params.get(param):
                 only[lookup] = _uuid(request.query_params[param], param)
                 records = records.filter(**{lookup: only[lookup]})
-        if request.user.is_operator and request.query_params.get("tenant"):
-            records = records.filter(tenant_id=_uuid(request.query_params["tenant"], "tenant"))
+        if tenant_param is not None:
+            records = records.filter(tenant_id=tenant_param)
         rows, totals = usage_rows(records, group_by, start, end)
-        tenant = getattr(request.user, "tenant", None)
         tenants = set(
             records.filter(start__gte=start, start__lt=end)
             .values_list("tenant_id", flat=True)
             .distinct()
         )
-        if tenant is not None:
-            tenants.add(tenant.pk)
+        tenants.update(_own_tenant(request))
         reservations = add_costs(
             rows,
             totals,
@@ -200,7 +245,7 @@ class UsageView(APIView):
                 "cost",
                 "currency",
                 "cost_error",
-                "allocated_hours",
+                "device_hours",
                 "gpu_seconds",
             ]
             for row in rows:
@@ -319,12 +364,23 @@ class InvoiceFinalizeView(APIView):
 
 class UtilizationView(APIView):
     """Utilization beside cost (never used for the bill): GPU-hour-weighted utilization,
-    memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool."""
+    memory headroom, idle GPUs and the cost of their idle time, per tenant / cluster / pool.
+
+    Per group: ``allocated_gpu_hours`` (GPU-hours, weighted by the billable fraction as the
+    usage API's ``gpu_hours``), ``measured_gpu_hours`` (the part with utilization samples),
+    ``gpu_utilization_pct``, ``memory_headroom_pct``, ``min_memory_headroom_pct``,
+    ``idle_gpu_hours``, ``idle_cost``; per idle GPU: ``idle_hours`` (wall-clock time held in
+    its idle hours) and ``idle_gpu_hours`` (the same x its fraction).
+
+    The window defaults to this billing month so far, as the usage API's. Counted over the
+    usage API's cost window (``cost_window``, as its ``totals.cost_window``):
+    each tenant's allocations up to where its aggregated usage ends, so a group's
+    ``allocated_gpu_hours`` are the GPU-hours the usage API bills it, and its
+    ``idle_gpu_hours`` (and ``idle_cost``) never exceed them."""
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("start", str),
-            OpenApiParameter("end", str),
+            *_WINDOW_PARAMS,
             OpenApiParameter("group_by", str, description="tenant, cluster (default) or pool"),
             OpenApiParameter("idle_threshold_pct", float, description="default 5"),
             OpenApiParameter("idle_min_hours", int, description="default 1"),
@@ -332,7 +388,7 @@ class UtilizationView(APIView):
         responses={200: dict},
     )
     def get(self, request):
-        start, end = _window(request, default_days=7)
+        start, end = _report_window(request)
         group_by = request.query_params.get("group_by", "cluster")
         allowed = ["cluster", "pool"] + (["tenant"] if request.user.is_operator else [])
         if group_by not in allowed:
@@ -363,11 +419,13 @@ class UtilizationView(APIView):
             now=timezone.now(),
             idle_threshold_pct=threshold,
             idle_min_hours=min_hours,
+            tenant_ids=_own_tenant(request),
         )
         return Response(
             {
                 "start": start.isoformat(),
                 "end": end.isoformat(),
+                "cost_window": _jsonable(report["cost_window"]),
                 "group_by": group_by,
                 "idle_threshold_pct": threshold,
                 "idle_min_hours": min_hours,

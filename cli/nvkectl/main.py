@@ -504,7 +504,10 @@ def get_credentials(
 @app.command("usage")
 def usage(
     ctx: typer.Context,
-    start: Annotated[str | None, typer.Option(help="ISO time (default: 31 days ago)")] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(help="ISO time (default: the start of this billing month, your time zone)"),
+    ] = None,
     end: Annotated[str | None, typer.Option(help="ISO time (default: now)")] = None,
     group_by: Annotated[str, typer.Option(help="cluster,pool,model,profile,day")] = "cluster",
     output: Output = Format.table,
@@ -523,13 +526,40 @@ def usage(
     cols += ["gpu_hours", "sla_credit_gpu_hours", "billable_gpu_hours", "covered", "cost"]
     emit(usage_cli.usage_rows(body), cols, output, raw=body)
     if output is Format.table:
-        for line in usage_cli.usage_notes(body):
+        window = usage_cli.window_note(body, start_given=bool(start), end_given=bool(end))
+        for line in usage_cli.usage_notes(body, window):
             err.print(line, markup=False)
 
 
 @app.command("invoices")
-def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
-    """Invoices of your tenant."""
+def invoices(
+    ctx: typer.Context,
+    invoice: Annotated[
+        str | None, typer.Argument(help="an invoice's number or id: show its lines")
+    ] = None,
+    output: Output = Format.table,
+) -> None:
+    """Invoices of your tenant, or one invoice's lines. A draft whose latest rebuild failed
+    reads DRAFT (stale), and a note says why."""
+    client = _client(ctx)
+    rows = client.list_all("invoices")
+    if invoice is not None:
+        found = next((r for r in rows if invoice in (r.get("number"), r.get("id"))), None)
+        if found is None:
+            raise ApiError(404, "not_found", f"no invoice numbered {invoice!r}")
+        body = client.json("GET", f"invoices/{found['id']}")
+        cols = ["position", "kind", "description", "gpu_hours", "unit_price", "amount"]
+        emit(body["lines"], cols, output, raw=body)
+        if output is Format.table:
+            status = usage_cli.invoice_rows([body])[0]["status"]
+            err.print(
+                f"{body['number']} {body['period_label']} {status}: "
+                f"total {body['total']} {body['currency']}",
+                markup=False,
+            )
+            if note := usage_cli.stale_note(body):
+                err.print(note, markup=False)
+        return
     cols = [
         "number",
         "period_label",
@@ -539,10 +569,13 @@ def invoices(ctx: typer.Context, output: Output = Format.table) -> None:
         "credit_amount",
         "total",
     ]
-    rows = _client(ctx).list_all("invoices")
-    emit(rows, cols, output)
-    if not rows and output is Format.table:
-        err.print(usage_cli.INVOICES_EMPTY, markup=False)
+    emit(usage_cli.invoice_rows(rows), cols, output, raw=rows)
+    if output is Format.table:
+        if not rows:
+            err.print(usage_cli.INVOICES_EMPTY, markup=False)
+        for row in rows:
+            if note := usage_cli.stale_note(row):
+                err.print(note, markup=False)
 
 
 def run() -> None:

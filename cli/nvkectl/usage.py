@@ -6,6 +6,7 @@ operator, never on request)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 
@@ -59,11 +60,27 @@ def usage_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def usage_notes(body: dict[str, Any]) -> list[str]:
-    """Lines for stderr after the table: the reservations, a missing price, the total and the
-    window it covers, and why nothing is listed."""
+def window_note(body: dict[str, Any], *, start_given: bool, end_given: bool) -> str:
+    """The window the API chose where ``--start`` / ``--end`` were left out (the default of
+    the usage and utilization APIs and the portal: this billing month so far, in the tenant's
+    billing time zone); "" when both were given."""
+    if start_given and end_given:
+        return ""
+    if not start_given and not end_given:
+        why = "this billing month so far, the default"
+    elif not start_given:
+        why = "from the start of the billing month of --end, the default"
+    else:
+        why = "to now, the default"
+    return f"window: {body.get('start')} .. {body.get('end')} ({why})"
+
+
+def usage_notes(body: dict[str, Any], window: str = "") -> list[str]:
+    """Lines for stderr after the table: the window when it was a default
+    (:func:`window_note`), the reservations, a missing price, the total and the window it
+    covers, and why nothing is listed."""
     totals = body.get("totals") or {}
-    notes = []
+    notes = [window] if window else []
     for r in body.get("reservations") or []:
         notes.append(
             f"reservation {r['reservation_name']}: {r['reserved_gpu_hours']} reserved GPU-h, "
@@ -88,6 +105,41 @@ def usage_notes(body: dict[str, Any]) -> list[str]:
             f"{window.get('start', body.get('start'))} .. {window.get('end', body.get('end'))}"
         )
     return notes
+
+
+def utc_minute(value: str) -> str:
+    """An RFC 3339 time as the portal writes it: ``2026-12-07 03:01 UTC``."""
+    return f"{datetime.fromisoformat(value).astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def stale_note(invoice: dict[str, Any]) -> str:
+    """Why a DRAFT's figures are stale, from the API's ``build_error`` (the portal and the
+    console say the same): ``NVKE-…: rebuild failed 2026-12-07 03:01 UTC: no EUR price for
+    … (missing_price); its lines and total are stale (from the build of …) and it cannot be
+    finalized until an operator adds the missing price``; "" when its latest build succeeded."""
+    error = invoice.get("build_error")
+    if not error:
+        return ""
+    failed = f" {utc_minute(error['failed_at'])}" if error.get("failed_at") else ""
+    built = (
+        f" (from the build of {utc_minute(invoice['computed_at'])})"
+        if invoice.get("computed_at")
+        else ""
+    )
+    return (
+        f"{invoice.get('number')}: rebuild failed{failed}: {error.get('detail')} "
+        f"({error.get('code')}); its lines and total are stale{built} and it cannot be "
+        "finalized until an operator adds the missing price"
+    )
+
+
+def invoice_rows(invoices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The API's invoices for the table: a draft whose latest rebuild failed reads
+    ``DRAFT (stale)`` (:func:`stale_note` says why)."""
+    return [
+        {**i, "status": f"{i.get('status')} (stale)"} if i.get("build_error") else i
+        for i in invoices
+    ]
 
 
 INVOICES_EMPTY = (

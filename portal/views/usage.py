@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import date, datetime, timedelta
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -12,7 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from billing.aggregation import time_zone_of
 from billing.models import Invoice, LedgerEntry, UsageRecord
+from billing.periods import local_date, local_midnight
 from billing.reports import scoped_ledger_ids, utilization
 from billing.tasks import aggregate_tenant_usage
 from nvke.queueing import enqueue_once
@@ -21,37 +23,43 @@ from portal.access import tenant_page
 from portal.forms import WindowForm
 from portal.queries import usage_report
 
-DEFAULT_DAYS = 14
 MAX_DAYS = 400
 
 
-def _window(form: WindowForm) -> tuple[datetime, datetime, date, date]:
-    """``[start, end)`` in UTC from whole days (default: the last 14 days, today included)."""
-    today = timezone.now().date()
-    first, last = today - timedelta(days=DEFAULT_DAYS - 1), today
+def _window(form: WindowForm, tz: str) -> tuple[datetime, datetime, date, date, bool]:
+    """``[start, end)`` in UTC from whole days of the billing time zone ``tz``, both
+    inclusive; default: this billing month so far (from its 1st to today), the window of the
+    usage and utilization APIs (:func:`billing.periods.month_to_date`). Only ``To`` given:
+    from the 1st of its month. Returns ``(start, end, first, last, defaulted)``."""
+    today = local_date(tz, timezone.now())
+    first = last = None
     if form.is_valid():
-        first = form.cleaned_data.get("start") or first
-        last = form.cleaned_data.get("end") or last
+        first = form.cleaned_data.get("start")
+        last = form.cleaned_data.get("end")
+    defaulted = first is None and last is None
+    last = last or today
+    first = first or last.replace(day=1)
     if last < first:
         form.add_error("end", "must not be before From")
         first, last = last, first
     if (last - first).days > MAX_DAYS:
         form.add_error("start", f"at most {MAX_DAYS} days")
         first = last - timedelta(days=MAX_DAYS)
-    start = datetime.combine(first, time(), UTC)
-    end = datetime.combine(last + timedelta(days=1), time(), UTC)
-    return start, end, first, last
+    start = local_midnight(tz, first)
+    end = local_midnight(tz, last + timedelta(days=1))
+    return start, end, first, last, defaulted
 
 
 @tenant_page
 def usage_page(request: HttpRequest) -> HttpResponse:
     """GPU-hours and cost per day (chart + table), by cluster, node pool and GPU model; GPU
     utilization beside cost and the idle GPUs (telemetry, never billed)."""
-    form = WindowForm(request.GET or None)
-    start, end, first, last = _window(form)
+    principal = request.principal
+    tz = time_zone_of(principal.tenant.pk if principal.tenant is not None else None)
+    form = WindowForm(request.GET or None, time_zone=tz)
+    start, end, first, last, defaulted = _window(form, tz)
     if not form.is_bound:
         form.initial = {"start": first, "end": last}
-    principal = request.principal
     report = usage_report(
         scope_queryset(UsageRecord.objects.all(), principal),
         start,
@@ -65,6 +73,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
         start=start,
         end=end,
         now=timezone.now(),
+        tenant_ids=[principal.tenant.pk] if principal.tenant is not None else [],
     )
     names = dict(report.names)
     from clusters.models import Cluster
@@ -90,6 +99,8 @@ def usage_page(request: HttpRequest) -> HttpResponse:
             "chart": report.chart(),
             "first": first,
             "last": last,
+            "time_zone": tz,
+            "default_window": defaulted,
             "utilization": util,
             "names": names,
             "csv_url": reverse("billing:usage-csv") + "?" + api_query,

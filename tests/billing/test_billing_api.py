@@ -165,6 +165,7 @@ def test_utilization_weighted_by_gpu_hours_with_idle_gpus_and_their_cost(
     """2 H100 held 10:00-12:00. GPU 0 at 80 % both hours, GPU 1 at 2 % (idle) both hours.
     Weighted utilization (80 x 2 + 2 x 2) / 4 = 41 %; memory 40 GiB of 80 GiB used -> 50 %
     headroom; GPU 1 idle 2 GPU-h x 2.50 = 5.00 USD."""
+    from billing.aggregation import aggregate_usage
     from fleet.ingest import ingest_report
 
     host = world.make_host("h100-sxm5-80gb", gpus=2)
@@ -184,6 +185,8 @@ def test_utilization_weighted_by_gpu_hours_with_idle_gpus_and_their_cost(
     ]
     ack = ingest_report(host, {"seq": 1, "samples": samples}, now=start + timedelta(hours=2))
     assert ack.samples_stored == 4
+    # utilization counts the usage view's window: up to where the aggregated usage ends
+    aggregate_usage(tenant_a.id, start, start + timedelta(hours=2), now=start + timedelta(hours=2))
     body = owner.get(
         "/api/v1/utilization",
         {"start": start.isoformat(), "end": (start + timedelta(hours=2)).isoformat()},
@@ -207,9 +210,12 @@ def test_a_utilization_window_that_has_not_begun_is_empty_not_a_server_error(
     hour ago is still running; tomorrow holds none of it."""
     from django.utils import timezone
 
+    from billing.aggregation import aggregate_usage
+
     host = world.make_host("h100-sxm5-80gb", gpus=2)
     now = timezone.now().replace(microsecond=0)
     world.hold(world.pool(tenant_a), host, now - timedelta(hours=1), None)
+    aggregate_usage(tenant_a.id, now - timedelta(hours=1), now, now=now)
     tomorrow = now + timedelta(days=1)
     response = owner.get(
         "/api/v1/utilization",
@@ -224,4 +230,6 @@ def test_a_utilization_window_that_has_not_begun_is_empty_not_a_server_error(
         {"start": (now - timedelta(hours=1)).isoformat(), "end": tomorrow.isoformat()},
     ).json()
     (group,) = body["groups"]
-    assert Decimal(group["allocated_gpu_hours"]) > Decimal("1.99")  # 2 GPUs x >= 1 h
+    # 2 GPUs x 1 h: up to the aggregation at ``now``, where the usage view's cost window ends
+    assert group["allocated_gpu_hours"] == "2.000000"
+    assert body["cost_window"]["end"] == now.isoformat()

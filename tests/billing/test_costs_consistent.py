@@ -207,6 +207,7 @@ def idle_gpus(world, tenant_a, list_prices):
       T..T+1 h): idle 1 GPU-h, covered: 0.00 (the old figure: 2.50 at list);
     * ``a100``: 1 A100 held T..T+1 h, no A100 price: no figure, the reason instead.
     """
+    from billing.aggregation import aggregate_usage
     from billing.models import Price
     from fleet.ingest import ingest_report
 
@@ -242,6 +243,8 @@ def idle_gpus(world, tenant_a, list_prices):
             ],
         }
         ingest_report(host, body, now=start + timedelta(hours=1))
+    # utilization counts up to where the aggregated usage ends (the usage view's cost window)
+    aggregate_usage(tenant_a.id, start, start + timedelta(hours=1), now=start + timedelta(hours=1))
     return {"start": start, "uuids": {"od": g0, "rsv": g1, "a100": a0}}
 
 

@@ -23,6 +23,7 @@ def shared(world, tenant_a, tenant_b, list_prices):
     """A holds GPU instance 1, B GPU instance 2 of one H100, 10:00-12:00. Samples at 10:10 and
     11:10: A's instance 20 then 36 GiB of 40 used, B's 10 of 40 both times; the whole GPU
     (both tenants' memory) 30, 50 and 46 GiB of 80 at 10:10, 10:40, 11:10."""
+    from billing.aggregation import aggregate_usage
     from billing.ledger import close_allocations, open_allocation
     from fleet.ingest import ingest_report
 
@@ -63,6 +64,8 @@ def shared(world, tenant_a, tenant_b, list_prices):
     ]
     ack = ingest_report(host, {"seq": 1, "samples": samples}, now=END)
     assert ack.samples_stored == 7
+    for tenant in (tenant_a, tenant_b):  # utilization counts up to where usage is aggregated
+        aggregate_usage(tenant.id, START, END, now=END)
     return {"gpu": gpu, "a": pools[1], "b": pools[2]}
 
 
