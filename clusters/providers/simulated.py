@@ -232,8 +232,9 @@ def _host(node: NodeSpec):
 
 def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
     """First boot of the node's machine on the host: the driver container installs the
-    node's pinned driver, MIG Manager applies the pool's config, the kubelet starts. False
-    when it had booted already."""
+    node's pinned driver (placement put a pinned node only where that changes no other node's
+    driver: :mod:`fleet.host_driver`; no pin installs nothing), MIG Manager applies the pool's
+    config, the kubelet starts. False when it had booted already."""
     if str(node.id) in state["kubelet"]:
         return False
     state["kubelet"][str(node.id)] = node.kubernetes_version or pool.cluster.kubernetes_version
