@@ -150,7 +150,9 @@ class SimulatedProvider(Provider):
     def upgrade_node(
         self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
     ) -> None:
-        """The simulated machine installs the driver and the kubelet on its host."""
+        """The simulated machine installs the driver and the kubelet on its host. The driver is
+        the host's, under every node there: the caller checked that no other pool's node is on
+        the host where it changes (:mod:`nodepools.host_drivers`)."""
         failing = settings.NVKE_SIMULATED_FAILING_UPGRADES or []
         breaks = any(uuid in failing for uuid in node.gpu_uuids)
 
