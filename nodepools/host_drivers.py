@@ -30,6 +30,21 @@ from nvke.errors import Conflict
 
 from .models import Node, NodePool
 
+#: what a pool's ``driver_version`` means, in the API's help, the portal's forms and the
+#: docs (nvkectl, a separate package, says the same in its own words)
+DRIVER_PIN_HELP = (
+    "driver branch (R580) or release (580.95.05) to pin; blank: no pin, each node runs the "
+    "driver its host already has (nodes[].driver_version). The driver is the host's, one for "
+    "all its nodes: a pinned node goes only to a host that runs that driver or that no other "
+    "node uses"
+)
+#: the upgrade's ``driver_version``
+DRIVER_UPGRADE_HELP = (
+    "driver branch (R580) or release (580.95.05); blank or absent keeps the pool's. Refused "
+    "(409 host_driver_shared) while a node of this pool shares its host with a node of "
+    "another pool whose driver it would change"
+)
+
 
 def node_pins(holder_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, str]:
     """``{node id: the driver it pins}`` ("" none) for the nodes among ``holder_ids``: the
