@@ -290,6 +290,24 @@ def parse_driver_version(text: str) -> DriverVersion:
     return DriverVersion(text.strip(), parts[0], exact)
 
 
+def driver_matches(wanted: str, reported: str) -> bool:
+    """Whether a host reporting driver ``reported`` runs what ``wanted`` pins: ``R580`` /
+    ``580`` match any 580 release, ``580.95.05`` only itself, "" (no pin) anything; nothing
+    reported matches only "". Used by the observed-state gates and by the rule of who may
+    change a host's driver (:mod:`fleet.host_driver`)."""
+    if not wanted:
+        return True
+    if not reported:
+        return False
+    try:
+        want, have = parse_driver_version(wanted), parse_driver_version(reported)
+    except ValueError:
+        return wanted == reported
+    if want.exact is None:
+        return want.branch == have.branch
+    return want.exact == have.exact
+
+
 @dataclass(frozen=True)
 class DriverProblem:
     """Why a driver cannot serve a pool: stable ``code``, the spec ``field`` at fault."""

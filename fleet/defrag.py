@@ -238,11 +238,12 @@ def _copy(view: HostView) -> HostView:
         gpu_model=view.gpu_model,
         gpus=[replace(g) for g in view.gpus],
         schedulable=view.schedulable,
+        driver_version=view.driver_version,
     )
 
 
 def _nodes_on(view: HostView, indexes: Collection[int] | None = None) -> dict[uuid.UUID, dict]:
-    """``{holder: {"tenant", "shares", "group", "indexes"}}`` of the nodes on ``view`` (only
+    """``{holder: {"tenant", "shares", "group", "pin", "indexes"}}`` of the nodes on ``view`` (only
     GPUs in ``indexes`` when given; a node with GPUs outside them is reported with
     ``"outside": True``)."""
     nodes: dict[uuid.UUID, dict] = {}
@@ -251,7 +252,14 @@ def _nodes_on(view: HostView, indexes: Collection[int] | None = None) -> dict[uu
             continue
         entry = nodes.setdefault(
             g.holder,
-            {"tenant": g.tenant, "shares": g.shares, "group": g.group, "indexes": [], "out": 0},
+            {
+                "tenant": g.tenant,
+                "shares": g.shares,
+                "group": g.group,
+                "pin": g.pin,
+                "indexes": [],
+                "out": 0,
+            },
         )
         if indexes is None or g.index in indexes:
             entry["indexes"].append(g.index)
@@ -291,6 +299,7 @@ class _Group:
             zone=host.zone,
             group_id=node["group"],
             shares_host=node["shares"],
+            driver_version=node["pin"],  # the driver rule (fleet.host_driver) holds for moves
         )
 
     def _place(
@@ -506,13 +515,15 @@ def claim_exact(
     gpu_indexes: tuple[int, ...],
     shares_host: bool = False,
     group_id: uuid.UUID | None = None,
+    driver_version: str = "",
 ) -> Placement:
     """Claim the GPUs ``gpu_indexes`` of ``host_id`` for ``holder_id`` (a move's target).
 
     Must run inside ``transaction.atomic()``. The host row is locked as placement locks it
     (``FOR NO KEY UPDATE SKIP LOCKED``: a claim in flight there makes this fail rather than
     wait), then the GPUs are checked under the lock (free, usable, the tenancy rule) and
-    claimed with placement's guarded UPDATE. Raises :class:`TargetUnavailable`.
+    claimed with placement's guarded UPDATE. ``driver_version``: the driver the node's pool
+    pins; the host must take it (:mod:`fleet.host_driver`). Raises :class:`TargetUnavailable`.
     """
     from django.db import transaction
 
@@ -542,6 +553,7 @@ def claim_exact(
         zone=zone,
         group_id=group_id,
         shares_host=shares_host,
+        driver_version=driver_version,
     )
     placement = Placement(
         holder_id,

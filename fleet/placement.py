@@ -19,6 +19,11 @@ Rules, in the order they decide:
    hosts fill up and whole hosts stay free for full-host nodes); then the island that fits most
    tightly; then the hostname. On the host the lowest free GPU indexes of the island are taken.
    A full-host node (as many GPUs as the host has) therefore lands only on a wholly free host.
+6. **Driver** (:mod:`fleet.host_driver`): the driver is the host's, one for all its nodes. A
+   node whose pool pins a driver (``GpuRequest.driver_version``) goes onto a host that reports
+   a matching driver, or one that holds no other node (its boot installs the pin there); a node
+   without a pin takes the host's driver, anywhere no install is pending. A host this rule
+   leaves out is passed over like one of another tenant.
 
 :class:`Planner` does this in memory over :class:`HostView` snapshots, so a batch of 1,000
 requests on 10,000 hosts is planned without a query per request (``tests/bench``);
@@ -54,6 +59,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import host_driver
 from .choices import SCHEDULABLE_HOST_STATES, HostState, HostTenancy, ScrubState
 from .models import Gpu, Host, host_in_region, region_of_zone
 
@@ -107,6 +113,9 @@ class GpuRequest:
     nvlink_domain: tuple[uuid.UUID, int] | None = None
     #: draws from this capacity reservation (opaque here: see :data:`CLAIM_HOOKS`)
     reservation_id: uuid.UUID | None = None
+    #: the driver the node's pool pins (``R580``, ``580.95.05``; "" none: the node runs its
+    #: host's): rule 6, :mod:`fleet.host_driver`
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -214,6 +223,8 @@ class GpuSlot:
     tenant: uuid.UUID | None = None
     shares: bool = False
     group: uuid.UUID | None = None
+    #: the driver its holder pins ("" none; :data:`fleet.host_driver.HOLDER_PINS`)
+    pin: str = ""
 
 
 @dataclass
@@ -227,6 +238,8 @@ class HostView:
     gpu_model: str
     gpus: list[GpuSlot]
     schedulable: bool = True
+    #: the driver the host's agent last reported ("" never)
+    driver_version: str = ""
 
     # derived
     free_by_island: dict[int, list[int]] = field(default_factory=dict)
@@ -271,6 +284,12 @@ class HostView:
             if not (shares and g.shares):
                 return False
         return True
+
+    def takes_driver(self, pin: str) -> bool:
+        """Whether a node pinning ``pin`` ("" none) may go here without changing the driver
+        under a node already here (rule 6, :func:`fleet.host_driver.may_place`)."""
+        held = [g.pin for g in self.gpus if g.holder is not None]
+        return host_driver.may_place(pin, self.driver_version, held)
 
     def choose(self, k: int, allow_split: bool) -> tuple[tuple[int, ...], bool, int] | None:
         """The GPU indexes for a ``k``-GPU node, whether they span islands, island leftover.
@@ -451,6 +470,8 @@ class Planner:
                                 request.tenant_id, request.shares_host
                             ):
                                 continue
+                            if not host.takes_driver(request.driver_version):
+                                continue
                             best = (leftover, hostname, host)
                             break
             if best is not None and not allow_split:
@@ -483,6 +504,7 @@ class Planner:
                 g.tenant = request.tenant_id
                 g.shares = request.shares_host
                 g.group = request.group_id
+                g.pin = request.driver_version
                 uuids.append(g.uuid)
         host.refresh()
         self._reindex(host)
@@ -506,6 +528,7 @@ class Planner:
                 group = g.group
                 g.holder = g.tenant = g.group = None
                 g.shares = False
+                g.pin = ""
         if group is not None:
             self.group_zones[group][host.zone] -= 1
         host.refresh()
@@ -540,6 +563,7 @@ def naive_first_fit(hosts: Sequence[HostView], request: GpuRequest) -> Placement
             or (request.zone and host.zone != request.zone)
             or not host_in_region(host.region, host.zone, request.region)
             or not host.admits(request.tenant_id, request.shares_host)
+            or not host.takes_driver(request.driver_version)
         ):
             continue
         free = sorted(i for f in host.free_by_island.values() for i in f)[: request.gpus]
@@ -547,7 +571,7 @@ def naive_first_fit(hosts: Sequence[HostView], request: GpuRequest) -> Placement
         for g in host.gpus:
             if g.index in free:
                 g.holder, g.tenant, g.shares = request.holder_id, request.tenant_id, False
-                g.group = request.group_id
+                g.group, g.pin = request.group_id, request.driver_version
         host.refresh()
         uuids = tuple(g.uuid for g in host.gpus if g.index in free)
         return Placement(
@@ -627,6 +651,7 @@ def fits(
                 if slot.holder in gone:
                     slot.holder = slot.tenant = slot.group = None
                     slot.shares = False  # its health stays as read: unhealthy stays out
+                    slot.pin = ""
             view.refresh()
     try:
         Planner(views).place_all(requests)
@@ -708,7 +733,9 @@ def _still_fits(
         for i in placement.gpu_indexes
     ):
         return False
-    return view.admits(request.tenant_id, request.shares_host)
+    return view.admits(request.tenant_id, request.shares_host) and view.takes_driver(
+        request.driver_version
+    )
 
 
 def _write(
@@ -749,6 +776,10 @@ WITH eligible AS (
        AND (held_tenants <@ ARRAY[%(tenant)s]::uuid[]
             OR (%(shares)s AND exclusive_tenants <@ ARRAY[%(tenant)s]::uuid[]))
        AND NOT (id = ANY(%(exclude)s::uuid[]))
+       -- a pinned driver: a host of its branch, or one nobody holds (rule 6; the planner
+       -- checks the release and what the holders pin)
+       AND (%(branch)s::text IS NULL OR held_gpus = 0
+            OR split_part(driver_version, '.', 1) = %(branch)s::text)
        AND (%(cluster)s::uuid IS NULL
             OR (nvlink_cluster_uuid = %(cluster)s::uuid AND nvlink_clique_id = %(clique)s))
        AND NOT EXISTS (SELECT 1 FROM unnest(%(fenced_c)s::uuid[], %(fenced_q)s::bigint[]) f(c, q)
@@ -775,11 +806,13 @@ def load_host_views(
     groups: dict[tuple, list[GpuRequest]] = defaultdict(list)
     for r in requests:
         key = (r.gpu_model, r.zone or r.region, r.tenant_id, r.shares_host, r.nvlink_domain)
-        groups[(*key, r.region, r.reservation_id)].append(r)
+        branch = host_driver.branch_of(r.driver_version)
+        groups[(*key, r.region, r.reservation_id, branch)].append(r)
     ids: set[uuid.UUID] = set()
     excluded = list(exclude)
     with connection.cursor() as cursor:
-        for (model, where, tenant, shares, domain, region, reservation), members in groups.items():
+        for key, members in groups.items():
+            model, where, tenant, shares, domain, region, reservation, branch = key
             fenced = sorted(fenced_domains(model, region, reservation))
             cursor.execute(
                 _CANDIDATES_SQL,
@@ -796,6 +829,7 @@ def load_host_views(
                     "clique": domain[1] if domain else None,
                     "fenced_c": [c for c, _ in fenced],
                     "fenced_q": [q for _, q in fenced],
+                    "branch": branch,
                 },
             )
             ids.update(row[0] for row in cursor.fetchall())
@@ -804,7 +838,7 @@ def load_host_views(
 
 _VIEWS_SQL = """
 SELECT h.id, h.hostname, h.zone, h.region, h.gpu_model_id, h.state, h.tenancy,
-       g.index, g.uuid, g.health = 'HEALTHY' AND g.scrub_state = 'CLEAN'
+       h.driver_version, g.index, g.uuid, g.health = 'HEALTHY' AND g.scrub_state = 'CLEAN'
                         AND g.missing_since IS NULL,
        g.holder_id, g.holder_tenant_id, g.holder_shares_host, g.holder_group_id,
        COALESCE(g.nvlink_island, 0)
@@ -815,7 +849,8 @@ SELECT h.id, h.hostname, h.zone, h.region, h.gpu_model_id, h.state, h.tenancy,
 
 
 def _views_for_hosts(host_ids: Iterable[uuid.UUID]) -> list[HostView]:
-    """Snapshots of the given hosts (one query; a GPU without a known island is island 0)."""
+    """Snapshots of the given hosts (one query; a GPU without a known island is island 0),
+    each held GPU with the driver its holder pins (:func:`fleet.host_driver.holder_pins`)."""
     ids = list(host_ids)
     if not ids:
         return []
@@ -826,22 +861,25 @@ def _views_for_hosts(host_ids: Iterable[uuid.UUID]) -> list[HostView]:
     with connection.cursor() as cursor:
         cursor.execute(_VIEWS_SQL, [ids])
         rows = cursor.fetchall()
-    for hid, hostname, zone, region, model, state, tenancy, *gpu in rows:
+    pins = host_driver.holder_pins(row[11] for row in rows if row[11] is not None)
+    for hid, hostname, zone, region, model, state, tenancy, driver, *gpu in rows:
         if hid != current:
             if current is not None:
                 views.append(_view(head, gpus))
             current, gpus = hid, []
             # a shared host's GPUs are handed out as MIG instances only (shared_hosts.py)
-            head = (hid, hostname, zone, region, model, state if tenancy == "dedicated" else "")
+            schedulable = state if tenancy == "dedicated" else ""
+            head = (hid, hostname, zone, region, model, schedulable, driver)
         index, gpu_uuid, usable, holder, tenant, shares, group, island = gpu
-        gpus.append(GpuSlot(index, gpu_uuid, island, usable, holder, tenant, shares, group))
+        pin = pins.get(holder, "") if holder is not None else ""
+        gpus.append(GpuSlot(index, gpu_uuid, island, usable, holder, tenant, shares, group, pin))
     if current is not None:
         views.append(_view(head, gpus))
     return views
 
 
 def _view(head: tuple, gpus: list[GpuSlot]) -> HostView:
-    hid, hostname, zone, region, model, state = head
+    hid, hostname, zone, region, model, state, driver = head
     return HostView(
         id=hid,
         hostname=hostname,
@@ -850,6 +888,7 @@ def _view(head: tuple, gpus: list[GpuSlot]) -> HostView:
         gpu_model=model,
         gpus=gpus,
         schedulable=state in SCHEDULABLE_HOST_STATES,
+        driver_version=driver or "",
     )
 
 

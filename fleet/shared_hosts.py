@@ -20,6 +20,9 @@ Placement (:func:`claim_gpu_instances`), per node (all instances of one VM node 
    already holds instances (an opened GPU before an empty one) with the fewest compute slices
    left after it; a host is chosen by: already holds instances (opened) first, then the
    fewest GPUs newly opened, then the fewest compute slices left free, then the hostname.
+4. **Driver** (:mod:`fleet.host_driver`): the hypervisor's driver is one for every VM node on
+   it. A node whose pool pins a driver goes onto a shared host reporting a matching driver, or
+   one holding no other node; a node without a pin takes the host's driver.
 
 :func:`shared_room` is the same plan as a look (nothing locked or written): a dry run of a
 shared pool answers with it, in GPU instances of its profiles on shared hosts.
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -54,7 +57,7 @@ from catalog.mig import Placement as MigPlacement
 from catalog.models import GpuModel
 from nvke.errors import Conflict, InvalidInput
 
-from . import host_warnings
+from . import host_driver, host_warnings
 from .choices import (
     SCHEDULABLE_HOST_STATES,
     GpuHealth,
@@ -76,6 +79,8 @@ class GpuInstanceRequest:
     region: str
     instances: tuple[str, ...]
     zone: str | None = None
+    #: the driver the node's pool pins ("" none): rule 4
+    driver_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,10 @@ class SharedHost:
     hostname: str
     zone: str
     gpus: list[SharedGpu]
+    #: the driver the host's agent last reported, and what each GPU instance's holder pins
+    #: (one entry per held instance; :func:`fleet.host_driver.may_place`)
+    driver_version: str = ""
+    pins: list[str] = field(default_factory=list)
 
     @property
     def opened(self) -> bool:
@@ -240,6 +249,8 @@ def plan_gpu_instances(
     for host in hosts:
         if request.zone and host.zone != request.zone:
             continue
+        if not host_driver.may_place(request.driver_version, host.driver_version, host.pins):
+            continue
         found = plan_on_host(host, request.instances, table)
         if found is not None and (best is None or found[1] < best[0]):
             best = (found[1], host, found[0])
@@ -267,19 +278,33 @@ def _load_hosts(request: GpuInstanceRequest, *, lock: bool = True) -> list[Share
             state__in=SCHEDULABLE_HOST_STATES,
         )
         .order_by("pk")
-        .values("id", "hostname", "zone")
+        .values("id", "hostname", "zone", "driver_version")
     )
     ids = [h["id"] for h in hosts]
     taken: dict[int, list[MigPlacement]] = {}
+    holders: dict[uuid.UUID, list[uuid.UUID]] = {}
     for row in GpuInstance.objects.filter(host_id__in=ids).exclude(state=GpuInstanceState.FREE):
         taken.setdefault(row.gpu_id, []).append(MigPlacement(row.profile, row.start, row.size))
+        if row.holder_id is not None:
+            holders.setdefault(row.host_id, []).append(row.holder_id)
+    pins = host_driver.holder_pins(h for held in holders.values() for h in held)
     gpus: dict[uuid.UUID, list[SharedGpu]] = {}
     for g in Gpu.objects.filter(host_id__in=ids).order_by("host_id", "index"):
         usable = g.health == GpuHealth.HEALTHY and g.missing_since is None and g.holder_id is None
         gpus.setdefault(g.host_id, []).append(
             SharedGpu(g.uuid, g.index, usable, taken.get(g.pk, []))
         )
-    return [SharedHost(h["id"], h["hostname"], h["zone"], gpus.get(h["id"], [])) for h in hosts]
+    return [
+        SharedHost(
+            h["id"],
+            h["hostname"],
+            h["zone"],
+            gpus.get(h["id"], []),
+            h["driver_version"],
+            [pins.get(holder, "") for holder in holders.get(h["id"], [])],
+        )
+        for h in hosts
+    ]
 
 
 def existing_gpu_instances(holder_id: uuid.UUID) -> GpuInstancePlacement | None:
@@ -326,7 +351,7 @@ def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInsta
         if found is None:
             raise SharedCapacityShort(request, placed=number, total=len(requests))
         host, placed = found
-        _take(host, placed)  # the next request of the batch sees them
+        _take(host, placed, request.driver_version)  # the next request of the batch sees them
         gpu_pks = dict(
             Gpu.objects.filter(host_id=host.id, uuid__in=[p.gpu_uuid for p in placed]).values_list(
                 "uuid", "pk"
@@ -359,11 +384,13 @@ def claim_gpu_instances(requests: Sequence[GpuInstanceRequest]) -> list[GpuInsta
     return out
 
 
-def _take(host: SharedHost, placed: Iterable[PlacedInstance]) -> None:
-    """Mark ``placed`` taken on the snapshot ``host`` (the plan's next node sees them)."""
+def _take(host: SharedHost, placed: Iterable[PlacedInstance], pin: str) -> None:
+    """Mark ``placed`` taken on the snapshot ``host`` by a node pinning driver ``pin`` (the
+    plan's next node sees them)."""
     by_uuid = {g.uuid: g for g in host.gpus}
     for p in placed:
         by_uuid[p.gpu_uuid].taken.append(MigPlacement(p.profile, p.start, p.size))
+        host.pins.append(pin)
 
 
 @dataclass(frozen=True)
@@ -408,7 +435,7 @@ def shared_room(requests: Sequence[GpuInstanceRequest]) -> SharedRoom:
         found = plan_gpu_instances(hosts, request, table)
         if found is None:
             break
-        _take(*found)
+        _take(*found, request.driver_version)
         placed += 1
     return SharedRoom(free, placed, len(hosts))
 

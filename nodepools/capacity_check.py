@@ -21,6 +21,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from clusters.choices import GONE_PHASES
+from clusters.providers.fleet_claims import driver_short
 from fleet import placement, shared_hosts
 from fleet.shared_hosts import is_shared_policy
 from reservations import capacity
@@ -42,10 +43,17 @@ def planned_gpus(reservation: Reservation, exclude_pool=None) -> int:
 
 
 def new_node_requests(
-    tenant_id, model: str, region: str, zone: str, gpus: int, nodes: int, reservation=None
+    tenant_id,
+    model: str,
+    region: str,
+    zone: str,
+    gpus: int,
+    nodes: int,
+    reservation=None,
+    driver_version: str = "",
 ) -> list[placement.GpuRequest]:
-    """The placement requests of ``nodes`` new nodes of ``gpus`` GPUs, with the same fences
-    and domain pin as the pool's real claim (:func:`clusters.providers.fleet_claims
+    """The placement requests of ``nodes`` new nodes of ``gpus`` GPUs, with the same fences,
+    domain pin and driver pin as the pool's real claim (:func:`clusters.providers.fleet_claims
     .gpu_requests`); fresh holder ids: nothing is claimed."""
     return [
         placement.GpuRequest(
@@ -57,6 +65,7 @@ def new_node_requests(
             zone=zone or None,
             reservation_id=reservation.id if reservation else None,
             nvlink_domain=reservation.nvlink_domain if reservation else None,
+            driver_version=driver_version,
         )
         for _ in range(nodes)
     ]
@@ -71,6 +80,7 @@ def capacity_answer(
     node_count: int,
     reservation: Reservation | None,
     isolation: dict[str, Any] | None = None,
+    driver_version: str = "",
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """``{"placeable_now", "placeable_from", "reservation_id", "unit", "needed_gpus",
@@ -93,7 +103,9 @@ def capacity_answer(
     every node is free: :func:`reservations.capacity.placeable_from`), None when it does not
     fit at any future instant as the fleet is now, and None too when only GPUs being scrubbed
     keep the nodes out (the message says they will be free shortly: no instant is known).
-    ``gpu_instances`` is None here.
+    ``gpu_instances`` is None here. ``driver_version``: the pool's pin; its nodes go only
+    where they change no other node's driver (:mod:`fleet.host_driver`), and the message says
+    when that is what keeps them out.
     """
     now = now or timezone.now()
     if is_shared_policy(isolation or {}):
@@ -104,6 +116,7 @@ def capacity_answer(
             gpus_per_node=gpus_per_node,
             node_count=node_count,
             isolation=isolation or {},
+            driver_version=driver_version,
             now=now,
         )
     needed = gpus_per_node * node_count
@@ -121,6 +134,7 @@ def capacity_answer(
                 gpus_per_node,
                 node_count,
                 reservation,
+                driver_version,
             )
         )
         answer = {
@@ -149,11 +163,20 @@ def capacity_answer(
             answer["message"] = f"placeable from {reservation.start.isoformat()} (reservation)"
         elif not shape:
             answer["message"] = "the reserved GPUs are free but no host set fits the nodes now"
+            if driver := driver_short(
+                new_node_requests(
+                    tenant_id, gpu_model, region, reservation.zone, gpus_per_node,
+                    node_count, reservation, driver_version,
+                )
+            ):  # fmt: skip
+                answer["message"] += f": {driver}"
         else:
             answer["message"] = f"placeable now on reservation {reservation.id}"
         return answer
     room = capacity.on_demand_room(gpu_model, region, now)
-    requests = new_node_requests(tenant_id, gpu_model, region, "", gpus_per_node, node_count)
+    requests = new_node_requests(
+        tenant_id, gpu_model, region, "", gpus_per_node, node_count, None, driver_version
+    )
     when = capacity.placeable_from(requests, now)
     # the GPUs being scrubbed keep the nodes out only until the agent reports the scrubs
     scrub_wait = (
@@ -182,6 +205,8 @@ def capacity_answer(
             "GPU(s) are being scrubbed after their last release and will be free shortly "
             "(when the agent reports the scrub), then the nodes fit"
         )
+    elif driver := driver_short(requests):
+        answer["message"] = f"not placeable now: {room.free} GPU(s) free on-demand, but {driver}"
     elif (block := capacity.reserved_block(requests, now)) is not None:
         answer["message"] = block.message(gpu_model, region)
     else:
@@ -203,6 +228,7 @@ def _shared_answer(
     gpus_per_node: int,
     node_count: int,
     isolation: dict[str, Any],
+    driver_version: str,
     now: datetime,
 ) -> dict[str, Any]:
     """A shared pool's capacity, by the placement of shared pools (:mod:`fleet.shared_hosts`,
@@ -222,6 +248,7 @@ def _shared_answer(
             gpu_model=gpu_model,
             region=region,
             instances=per_node,
+            driver_version=driver_version,
         )
         for _ in range(node_count)
     ]
@@ -242,6 +269,8 @@ def _shared_answer(
         message = (
             f"not placeable: {free} GPU instance(s) free on shared hosts; the pool needs {needed}"
         )
+    elif driver := driver_short(requests):
+        message = f"not placeable: {free} GPU instance(s) free on shared hosts, but {driver}"
     else:
         message = (
             f"not placeable: {free} GPU instance(s) free on shared hosts, but no shared host "

@@ -389,6 +389,7 @@ def _place_replacement(old: Node, move: dict[str, Any], now: datetime) -> Node:
         gpu_indexes=tuple(move["to_gpu_indexes"]),
         shares_host=bool(move.get("shares_host")),
         group_id=uuid.UUID(move["group_id"]) if move.get("group_id") else None,
+        driver_version=pool.driver_version,
     )
     # the provider creates the machine; its GPU claim finds the GPUs already held (idempotent)
     [placed] = get_provider(pool.cluster.provider).ensure_machines(

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.conf import settings
 
-from catalog.services import parse_driver_version
+from catalog.services import driver_matches
 from fleet.agent_facts import HostFacts, host_facts
 from fleet.host_warnings import OBSERVED_STATE, set_host_warning
 
@@ -83,21 +83,6 @@ def expectation(pool: NodePool, *, driver: str | None = None, clean: bool = Fals
         driver=pool.driver_version if driver is None else driver,
         clean=clean,
     )
-
-
-def driver_matches(wanted: str, reported: str) -> bool:
-    """``R580``/``580`` match any 580 release; ``580.95.05`` only itself; "" anything."""
-    if not wanted:
-        return True
-    if not reported:
-        return False
-    try:
-        want, have = parse_driver_version(wanted), parse_driver_version(reported)
-    except ValueError:
-        return wanted == reported
-    if want.exact is None:
-        return want.branch == have.branch
-    return want.exact == have.exact
 
 
 def _fmt(instances: Any) -> str:

@@ -153,6 +153,7 @@ def size_dry_run(pool: NodePool, node_count: int) -> DryRun:
             node_count=added,
             reservation=pool.reservation,
             isolation=pool.isolation,
+            driver_version=pool.driver_version,
         )
         if grows
         else None,

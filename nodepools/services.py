@@ -400,6 +400,7 @@ def create_nodepool(
                     node_count=node_count,
                     reservation=found,
                     isolation=policy,
+                    driver_version=driver_version,
                 ),
                 quota=quota_answer(
                     tenant_id=cluster.tenant_id,

@@ -16,7 +16,7 @@ from clusters.providers import ProviderError
 from clusters.providers.base import NodePoolSpec, Provider
 from nvke.conditions import save_conditions, set_condition
 
-from . import disruption, observed_gates
+from . import disruption, host_drivers, observed_gates
 from .choices import Disruption, DisruptionStep, NodePhase
 from .models import Node, NodePool
 from .specs import node_spec
@@ -153,6 +153,11 @@ def _step_node(
         if result.outcome == disruption.WAITING:
             held.extend(result.held(node.name))  # a gate's reasons, or the pods waited for
             return DRAIN_POLL_S
+        # another pool's node may have been placed on the host since the upgrade was accepted:
+        # the install would change its driver undrained (nodepools.host_drivers)
+        conflicts = host_drivers.driver_conflicts(pool, target[1], [node])
+        if conflicts:
+            return _pause(pool, node, host_drivers.conflict_words(target[1], conflicts), [], now)
         observed_gates.start_wait(node, now)  # verification needs a report after the install
         provider.upgrade_node(
             spec, node_spec(node), kubernetes_version=target[0], driver_version=target[1]

@@ -14,7 +14,9 @@ Non-urgent upgrades start nodes only inside the cluster's maintenance window.
 
 Version rules: nodes never newer than the control plane and at most 3 minors older
 (:mod:`clusters.versions`); the driver is checked against the GPU, its CUDA version and its MIG
-profiles (:func:`nodepools.isolation.validate_driver`).
+profiles (:func:`nodepools.isolation.validate_driver`). The driver is the host's, one for
+all its nodes: an upgrade whose driver would change under a node of another pool sharing a
+host with this pool's nodes is refused (:mod:`nodepools.host_drivers`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tenants.principal import Principal
 
 from . import disruption
 from .choices import Disruption, DisruptionStep
+from .host_drivers import refuse_driver_conflicts
 from .isolation import validate_driver
 from .models import NodePool
 from .services import enqueue_reconcile
@@ -56,7 +59,8 @@ def upgrade_nodepool(
 
     Raises InvalidInput (``nothing_to_upgrade``, ``unsupported_kubernetes_version``,
     ``version_skew``, driver codes) or Conflict (``nodepool_not_running``,
-    ``operation_in_progress``).
+    ``operation_in_progress``, ``host_driver_shared``: the driver would change under another
+    pool's node on one of the pool's hosts).
     """
     with transaction.atomic():
         pool = (
@@ -101,6 +105,8 @@ def upgrade_nodepool(
                 cuda_version=pool.cuda_version or None,
                 policy=pool.isolation,
             )
+        # every node's host is given target_driver (a kubelet-only upgrade reinstalls the pin)
+        refuse_driver_conflicts(pool, target_driver)
         before = {"kubernetes_version": current_k8s, "driver_version": pool.driver_version}
         pool.kubernetes_version = target_k8s
         pool.driver_version = target_driver

@@ -21,6 +21,7 @@ from rest_framework import serializers
 from catalog.models import GpuModel, MigProfile, VgpuProfile, XidCode
 from fleet.choices import HostState
 from nodepools.choices import IsolationMode
+from nodepools.host_drivers import DRIVER_PIN_HELP, DRIVER_UPGRADE_HELP
 from nvke.errors import ApiError, flatten_validation_errors
 from nvke.validation import DATETIME_MAX, DATETIME_MIN, BadValue, to_utc
 from portal.listing import quoted
@@ -288,7 +289,7 @@ class NodePoolForm(ApiForm):
         label="Driver (optional)",
         required=False,
         max_length=32,
-        help_text="a branch (R580) or release (580.95.05); blank: the GPU Operator default",
+        help_text=DRIVER_PIN_HELP,
     )
     cuda_version = forms.CharField(
         label="CUDA version the workloads need (optional)", required=False, max_length=16
@@ -413,7 +414,7 @@ class NodeUpgradeForm(ApiForm):
         label="NVIDIA driver (optional)",
         required=False,
         max_length=32,
-        help_text="a branch (R580) or release (580.95.05); blank keeps the current one",
+        help_text=DRIVER_UPGRADE_HELP,
     )
     max_surge = forms.IntegerField(
         label="Extra nodes during the rollout (max surge)", required=False, initial=0

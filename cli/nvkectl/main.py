@@ -51,6 +51,7 @@ POOL_COLUMNS = [
     "node_count",
     "isolation",
     "resources_per_node",
+    "driver",
 ]
 #: ``nodepools get``'s second table: each node with the versions it runs (the kubelet's and
 #: the driver its host's agent reports), as the portal's node rows show them
@@ -254,7 +255,11 @@ def pools_create(
         str | None, typer.Option(help="dedicated | shared (MIG instances on shared hosts)")
     ] = None,
     driver_version: Annotated[
-        str | None, typer.Option(help="driver branch (R580) or release (580.95.05)")
+        str | None,
+        typer.Option(
+            help="driver branch (R580) or release (580.95.05) to pin; omit: no pin, each node "
+            "runs its host's driver (a host's driver is one for all its nodes)"
+        ),
     ] = None,
     cuda_version: Annotated[str | None, typer.Option(help="CUDA the workloads need")] = None,
     reservation: Annotated[
@@ -379,7 +384,14 @@ def pools_upgrade(
     cluster: str,
     pool: str,
     kubernetes_version: Annotated[str | None, typer.Option("--kubernetes-version", "-k")] = None,
-    driver_version: Annotated[str | None, typer.Option("--driver-version")] = None,
+    driver_version: Annotated[
+        str | None,
+        typer.Option(
+            "--driver-version",
+            help="driver branch (R580) or release (580.95.05); refused while another pool's "
+            "node shares a host with this pool's nodes (a host's driver is one for all)",
+        ),
+    ] = None,
     wait: Wait = False,
     timeout: Timeout = 600,
 ) -> None:

@@ -119,14 +119,17 @@ def isolation_text(isolation: dict[str, Any] | None) -> str:
 
 
 def pool_row(pool: dict[str, Any]) -> dict[str, Any]:
-    """A node pool of the API with the table's derived columns: ``isolation`` (text) and
+    """A node pool of the API with the table's derived columns: ``isolation`` (text),
     ``resources_per_node`` (what each node gets, from the pool's rendered GPU config:
-    ``nvidia.com/gpu=1`` for a shared 1g.10gb node, not the 7 of a whole GPU)."""
+    ``nvidia.com/gpu=1`` for a shared 1g.10gb node, not the 7 of a whole GPU) and ``driver``:
+    the pool's pin, or ``not pinned`` (each node runs its host's driver: the node rows say
+    which, as the portal does)."""
     resources = (pool.get("gpu_config") or {}).get("resources") or {}
     return {
         **pool,
         "isolation": isolation_text(pool.get("isolation")),
         "resources_per_node": ",".join(f"{k}={v}" for k, v in sorted(resources.items())),
+        "driver": pool.get("driver_version") or "not pinned",
     }
 
 

@@ -42,7 +42,8 @@ class ControlPlaneStatus:
 class NodeSpec:
     """One node (machine) of a pool: its id (the GPU holder id), name, GPUs (once placed),
     host (once placed), the Kubernetes version its kubelet is to run and its pinned NVIDIA
-    driver ("" = the GPU Operator's default)."""
+    driver ("" = no pin: the node runs the driver its host has; placement keeps a pin off
+    hosts where installing it would change another node's driver, :mod:`fleet.host_driver`)."""
 
     id: uuid.UUID
     name: str
@@ -66,7 +67,7 @@ class NodePoolSpec:
     gpu_config: dict[str, Any] = field(default_factory=dict)
     #: ``{}`` or ``{"same_nvlink_domain": True}``: every node in one multi-node NVLink domain
     placement: dict[str, Any] = field(default_factory=dict)
-    #: the versions the pool's nodes should run ("" = the cluster's / the default driver);
+    #: the versions the pool's nodes should run ("" = the cluster's / no driver pin);
     #: during a node upgrade, the upgrade's target
     kubernetes_version: str = ""
     driver_version: str = ""

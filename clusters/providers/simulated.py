@@ -150,7 +150,9 @@ class SimulatedProvider(Provider):
     def upgrade_node(
         self, pool: NodePoolSpec, node: NodeSpec, *, kubernetes_version: str, driver_version: str
     ) -> None:
-        """The simulated machine installs the driver and the kubelet on its host."""
+        """The simulated machine installs the driver and the kubelet on its host. The driver is
+        the host's, under every node there: the caller checked that no other pool's node is on
+        the host where it changes (:mod:`nodepools.host_drivers`)."""
         failing = settings.NVKE_SIMULATED_FAILING_UPGRADES or []
         breaks = any(uuid in failing for uuid in node.gpu_uuids)
 
@@ -232,8 +234,9 @@ def _host(node: NodeSpec):
 
 def _boot(state: dict, pool: NodePoolSpec, node: NodeSpec) -> bool:
     """First boot of the node's machine on the host: the driver container installs the
-    node's pinned driver, MIG Manager applies the pool's config, the kubelet starts. False
-    when it had booted already."""
+    node's pinned driver (placement put a pinned node only where that changes no other node's
+    driver: :mod:`fleet.host_driver`; no pin installs nothing), MIG Manager applies the pool's
+    config, the kubelet starts. False when it had booted already."""
     if str(node.id) in state["kubelet"]:
         return False
     state["kubelet"][str(node.id)] = node.kubernetes_version or pool.cluster.kubernetes_version

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from nodepools.choices import GpuPublishing
+from nodepools.host_drivers import DRIVER_PIN_HELP
 from nodepools.models import DisruptionRequest, Node, NodePool
 from nvke.lean_lists import LeanListSerializer, row_builder
 from nvke.validation import StrictUUIDField
@@ -26,7 +27,12 @@ class NodeSerializer(serializers.ModelSerializer):
     host = serializers.CharField(source="host.hostname", default=None, read_only=True)
     host_id = serializers.UUIDField(read_only=True)
     driver_version = serializers.CharField(
-        source="host.driver_version", default=None, read_only=True
+        source="host.driver_version",
+        default=None,
+        read_only=True,
+        help_text="the NVIDIA driver the node's host runs, as its agent last reported it (one "
+        "for every node of the host; the pool's pin, if any, is installed there); null before "
+        "the node has a host",
     )
     config_state = serializers.CharField(read_only=True)
     move_state = serializers.CharField(read_only=True)
@@ -113,6 +119,7 @@ class NodePoolSerializer(serializers.ModelSerializer):
             "deleted_at",
             "nodes",
         ]
+        extra_kwargs = {"driver_version": {"help_text": DRIVER_PIN_HELP}}
 
 
 class DisruptionHookSerializer(serializers.Serializer):
@@ -184,7 +191,7 @@ class NodePoolCreateSerializer(serializers.Serializer):
         required=False,
         default="",
         allow_blank=True,
-        help_text="driver branch (R580) or release (580.95.05); blank: the GPU Operator default",
+        help_text=DRIVER_PIN_HELP,
     )
     cuda_version = serializers.CharField(
         max_length=16,

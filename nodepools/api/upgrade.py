@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from clusters.api.accepted import accepted
 from clusters.api.serializers import OperationSerializer
+from nodepools.host_drivers import DRIVER_UPGRADE_HELP
 from nodepools.models import NodePool
 from nodepools.upgrades import resume_upgrade, upgrade_nodepool
 from nvke.etags import check_if_match
@@ -21,7 +22,9 @@ class UpgradeSerializer(serializers.Serializer):
     kubernetes_version = serializers.RegexField(
         r"^\d+\.\d+(\.\d+)?$", max_length=16, required=False
     )
-    driver_version = serializers.CharField(max_length=32, required=False, allow_blank=True)
+    driver_version = serializers.CharField(
+        max_length=32, required=False, allow_blank=True, help_text=DRIVER_UPGRADE_HELP
+    )
     max_surge = serializers.IntegerField(min_value=0, max_value=100, default=0)
     max_unavailable = serializers.IntegerField(min_value=0, max_value=100, default=1)
     drain_timeout_s = serializers.IntegerField(min_value=0, max_value=86400, default=600)

@@ -139,6 +139,6 @@ def test_nvml_that_fails_on_the_host_keeps_the_node_out_and_is_shown(owner, clus
     ],
 )
 def test_driver_matching_by_branch_or_release(wanted, reported, ok):
-    from nodepools.observed_gates import driver_matches
+    from catalog.services import driver_matches
 
     assert driver_matches(wanted, reported) is ok
