@@ -26,6 +26,20 @@ HOSTED_REFUSAL = (
 )
 
 
+def assert_hosted_refusal(resp) -> None:
+    """``resp`` is the 400 problem+json refusing 1.35 on the hosted provider, naming the field
+    and the versions it runs."""
+    assert resp.status_code == 400
+    assert resp["Content-Type"] == "application/problem+json"
+    body = resp.json()
+    assert (body["code"], body["field"], body["supported_versions"], body["detail"]) == (
+        "unsupported_kubernetes_version",
+        "kubernetes_version",
+        ["1.37", "1.36"],
+        HOSTED_REFUSAL,
+    )
+
+
 def test_the_hosted_provider_runs_the_minors_nvke_builds():
     from clusters.hosted import binaries
     from clusters.providers import get_provider
@@ -67,15 +81,7 @@ def test_a_hosted_cluster_of_a_version_without_binaries_is_refused_naming_what_r
     resp = owner.post(
         "/api/v1/clusters", {"name": "t3", "kubernetes_version": "1.35", "region": "us-east-1"}
     )
-    assert resp.status_code == 400
-    assert resp["Content-Type"] == "application/problem+json"
-    body = resp.json()
-    assert (body["code"], body["field"], body["supported_versions"], body["detail"]) == (
-        "unsupported_kubernetes_version",
-        "kubernetes_version",
-        ["1.37", "1.36"],
-        HOSTED_REFUSAL,
-    )
+    assert_hosted_refusal(resp)
     # an unknown version lists what runs too, not what upstream supports
     old = owner.post(
         "/api/v1/clusters", {"name": "t3", "kubernetes_version": "1.20", "region": "us-east-1"}
@@ -124,26 +130,12 @@ def test_upgrades_offer_and_take_only_versions_the_clusters_provider_runs(owner,
     listed = owner.get("/api/v1/clusters").json()["results"]
     assert [c["available_upgrades"] for c in listed] == [[]]
     resp = owner.patch(f"/api/v1/clusters/{cluster}", {"kubernetes_version": "1.35"})
-    assert resp.status_code == 400
-    body = resp.json()
-    assert (body["code"], body["field"], body["supported_versions"], body["detail"]) == (
-        "unsupported_kubernetes_version",
-        "kubernetes_version",
-        ["1.37", "1.36"],
-        HOSTED_REFUSAL,
-    )
+    assert_hosted_refusal(resp)
     # node pools likewise
     resp = owner.post(
         f"/api/v1/clusters/{cluster}/nodepools/{pool}/upgrade", {"kubernetes_version": "1.35"}
     )
-    assert resp.status_code == 400
-    body = resp.json()
-    assert (body["code"], body["field"], body["supported_versions"], body["detail"]) == (
-        "unsupported_kubernetes_version",
-        "kubernetes_version",
-        ["1.37", "1.36"],
-        HOSTED_REFUSAL,
-    )
+    assert_hosted_refusal(resp)
 
 
 def test_a_simulated_cluster_is_offered_every_supported_next_minor(owner, make_host):
