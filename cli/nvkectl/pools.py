@@ -152,9 +152,14 @@ def resize_dry_run_lines(body: dict[str, Any]) -> list[str]:
     if plan.get("provision"):
         lines.append(f"  would provision {plan['provision']} node(s)")
         if body.get("capacity"):  # a fresh-user trial read the cost as the added nodes'
+            # capacity counts the nodes to place (from the live ones), quota the nodes the
+            # spec adds (the quota already holds the pool's spec, placed or not): they differ
+            # for a pool short of capacity (a trial read 4 and 1 under one header)
+            grown = max((size.get("to") or 0) - (size.get("from") or 0), 0)
             lines.append(
-                f"  (capacity and quota below: the {plan['provision']} added node(s); cost: the "
-                f"whole pool at {size.get('to')} node(s))"
+                f"  (capacity below: the {plan['provision']} node(s) to place; quota: the "
+                f"{grown} node(s) the new size adds to the spec of {size.get('from')}; cost: "
+                f"the whole pool at {size.get('to')} node(s))"
             )
     if len(lines) == 1:
         lines.append("  no node would change")

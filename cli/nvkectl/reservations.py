@@ -163,14 +163,22 @@ def print_dry_run(body: dict[str, Any]) -> None:
     out.print(f"capacity: {line}", markup=False, highlight=False)
     out.print(capacity_line(cap), markup=False, highlight=False)
     g, n = quota.get("gpus", {}), quota.get("nodes", {})
-    out.print(
-        f"quota: {'fits' if quota.get('fits') else 'EXCEEDED'}: {g.get('gpu_model')} GPUs "
-        f"limit {g.get('limit')}, reserved {g.get('reserved')}, requested {g.get('requested')}, "
-        f"left after {g.get('left_after')}; nodes limit {n.get('limit')}, requested "
-        f"{n.get('requested')}, left after {n.get('left_after')}",
-        markup=False,
-        highlight=False,
-    )
+    if not quota:  # a resize within what the pool's spec already holds reserves nothing more
+        out.print(
+            "quota: nothing more to reserve: the pool's quota already counts this size",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        out.print(
+            f"quota: {'fits' if quota.get('fits') else 'EXCEEDED'}: {g.get('gpu_model')} GPUs "
+            f"limit {g.get('limit')}, reserved {g.get('reserved')}, requested "
+            f"{g.get('requested')}, left after {g.get('left_after')}; nodes limit "
+            f"{n.get('limit')}, requested "
+            f"{n.get('requested')}, left after {n.get('left_after')}",
+            markup=False,
+            highlight=False,
+        )
     if cost is None:
         # the API's reason (model, profile, currency), as `nvkectl usage` prints it
         out.print(f"cost: {no_price(body.get('cost_error'))}", markup=False, highlight=False)

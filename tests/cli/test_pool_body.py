@@ -123,8 +123,20 @@ def test_a_scale_up_dry_run_says_which_figures_are_the_added_nodes_and_which_the
     assert resize_dry_run_lines(body) == [
         "node count: 1 -> 2",
         "  would provision 1 node(s)",
-        "  (capacity and quota below: the 1 added node(s); cost: the whole pool at 2 node(s))",
+        "  (capacity below: the 1 node(s) to place; quota: the 1 node(s) the new size adds to "
+        "the spec of 1; cost: the whole pool at 2 node(s))",
     ]
+    # a pool of spec 6 short of capacity (3 placed) resized to 7: 4 to place, 1 more for the
+    # quota (a trial read "would provision 4" and "nodes requested 1" under one header)
+    short = {
+        "node_count": {"from": 6, "to": 7},
+        "disruption": {"nodes": [], "provision": 4},
+        "capacity": {"placeable_now": False},
+    }
+    assert resize_dry_run_lines(short)[-1] == (
+        "  (capacity below: the 4 node(s) to place; quota: the 1 node(s) the new size adds to "
+        "the spec of 6; cost: the whole pool at 7 node(s))"
+    )
     down = {
         "node_count": {"from": 2, "to": 1},
         "disruption": {"nodes": [{"name": "c-p-1", "gpus": 4, "unhealthy": True}]},
@@ -133,3 +145,21 @@ def test_a_scale_up_dry_run_says_which_figures_are_the_added_nodes_and_which_the
         "node count: 2 -> 1",
         "  would drain and remove c-p-1 (4 GPU(s), unhealthy)",
     ]
+
+
+def test_a_resize_within_the_pools_spec_reserves_no_more_quota(capsys):
+    """Spec 6 with 3 placed, resized to 4: one node to place, no quota to reserve (the API
+    answers quota null); nvkectl printed "quota: EXCEEDED: None GPUs limit None" (a trial)."""
+    from nvkectl.reservations import print_dry_run
+
+    print_dry_run(
+        {
+            "capacity": {"placeable_now": True, "message": "placeable now: 4 GPU(s) free"},
+            "quota": None,
+            "cost": None,
+            "cost_error": {"code": "missing_price", "detail": "no USD price"},
+        }
+    )
+    printed = capsys.readouterr().out
+    assert "quota: nothing more to reserve: the pool's quota already counts this size" in printed
+    assert "EXCEEDED" not in printed and "None GPUs" not in printed
