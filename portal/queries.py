@@ -158,6 +158,21 @@ class Sums:
         )
 
     @property
+    def price_text(self) -> str:
+        """The price column: :attr:`price_list`; for usage a reservation covers whole (no unit
+        price rated it) ``"covered by reservation r-1f2dfd37"``; "no price" only where a price
+        is missing; "—" for no usage. (A trial read "no price" for GB200 usage all covered by
+        its reservation, whose price the price sheet has.)"""
+        if self.price_list:
+            return self.price_list
+        if self.missing:
+            return "no price"
+        if self.covered_by:
+            word = "reservation" if len(self.covered_by) == 1 else "reservations"
+            return f"covered by {word} {', '.join(sorted(self.covered_by))}"
+        return "—"
+
+    @property
     def rounded_cost(self) -> dict[str, Decimal] | None:
         """The cost per currency; None when part of the group has no price (``no_price``)."""
         if self.missing:

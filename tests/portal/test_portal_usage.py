@@ -153,3 +153,26 @@ def test_a_usage_window_in_the_future_shows_nothing_instead_of_a_server_error(
     assert response.status_code == 200
     html = response.content.decode()
     assert '<span class="big" id="total-gpu-hours">0.000</span>' in html
+
+
+def test_the_price_column_of_usage_a_reservation_covers_whole_names_it():
+    """A fresh-user trial read "no price" in the By GPU model row of GB200 usage that its
+    reservation r-1f2dfd37 covered whole (the API: cost 0.00, no cost_error); "no price" is
+    for a missing price only."""
+    from decimal import Decimal
+
+    from portal.queries import Sums
+
+    covered = Sums()
+    covered.add_usage(Decimal(3600), Decimal(0))
+    covered.add_covered(Decimal(3600), "r-1f2dfd37", "USD")
+    assert (covered.price_text, covered.rounded_cost) == (
+        "covered by reservation r-1f2dfd37",
+        {"USD": Decimal("0.00")},
+    )
+    priced = Sums()
+    priced.add_cost("USD", Decimal("2.50"), Decimal("2.5"))
+    assert priced.price_text == "2.5 USD"
+    unpriced = Sums(missing=[{"code": "missing_price"}])
+    assert unpriced.price_text == "no price"
+    assert Sums().price_text == "—"
