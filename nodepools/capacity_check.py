@@ -152,10 +152,10 @@ def capacity_answer(
             "gpu_instances": None,
         }
         if not live:
-            answer["message"] = f"reservation {reservation.id} is {state}"
+            answer["message"] = f"reservation {reservation.label} is {state}"
         elif not fits:
             answer["message"] = (
-                f"reservation {reservation.id} has {left} of {reservation.gpus} GPU(s) left; "
+                f"reservation {reservation.label} has {left} of {reservation.gpus} GPU(s) left; "
                 f"the pool needs {needed}"
             )
         elif state == "SCHEDULED":
@@ -171,7 +171,7 @@ def capacity_answer(
             ):  # fmt: skip
                 answer["message"] += f": {driver}"
         else:
-            answer["message"] = f"placeable now on reservation {reservation.id}"
+            answer["message"] = f"placeable now on reservation {reservation.label}"
         return answer
     room = capacity.on_demand_room(gpu_model, region, now)
     requests = new_node_requests(

@@ -42,7 +42,7 @@ def announce_end(reservation) -> None:
     )
     end = reservation.effective_end()
     how = "was cancelled at" if reservation.cancelled_at is not None else "ends at"
-    message = f"reservation {reservation.id} {how} {end.isoformat()}: {what}"
+    message = f"reservation {reservation.label} {how} {end.isoformat()}: {what}"
     for pool in _live_pools(reservation).select_for_update(of=("self",)):
         pool.conditions = set_condition(
             pool.conditions, "ReservationEnding", True, "ReservationEndAnnounced", message, now

@@ -193,7 +193,7 @@ def _check_reservation_room(reservation, needed: int) -> None:
     state = reservation.state_at(timezone.now())
     if state != "ACTIVE":
         raise Conflict(
-            f"reservation {reservation.id} is {state} (from {reservation.start.isoformat()})",
+            f"reservation {reservation.label} is {state} (from {reservation.start.isoformat()})",
             code="reservation_not_active",
             field="reservation",
             extra={"start": reservation.start.isoformat(), "state": state},
@@ -211,7 +211,7 @@ def check_reservation_left(reservation, needed: int, *, pool_id=None) -> None:
     planned = planned_gpus(reservation, exclude_pool=pool_id)
     if planned + needed > reservation.gpus:
         raise Conflict(
-            f"reservation {reservation.id} holds {reservation.gpus} GPU(s), {planned} are "
+            f"reservation {reservation.label} holds {reservation.gpus} GPU(s), {planned} are "
             f"planned by its other pools; this pool needs {needed}",
             code="reservation_exhausted",
             field="node_count",

@@ -69,10 +69,12 @@ def _check_reserved(reservation_id, members: list[placement.GpuRequest], now) ->
         raise ReservedCapacity(first, f"reservation {reservation_id} does not exist")
     if not r.is_active(now):
         raise ReservedCapacity(
-            first, f"reservation {r.id} is {r.state_at(now)} (from {r.start.isoformat()})", [r.id]
+            first,
+            f"reservation {r.label} is {r.state_at(now)} (from {r.start.isoformat()})",
+            [r.id],
         )
     if r.gpu_model_id != first.gpu_model or r.region != first.region:
-        raise ReservedCapacity(first, f"reservation {r.id} is for {r} ", [r.id])
+        raise ReservedCapacity(first, f"reservation {r.label} is for {r} ", [r.id])
     ReservationClaim.objects.bulk_create(
         [ReservationClaim(holder_id=m.holder_id, reservation=r, created_at=now) for m in members],
         ignore_conflicts=True,

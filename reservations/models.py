@@ -80,6 +80,13 @@ class Reservation(models.Model):
         return f"{self.gpus} x {self.gpu_model_id} in {self.zone or self.region}"
 
     @property
+    def label(self) -> str:
+        """How messages name it: ``"train-q4 (5f0c2a9e-…)"``, its name (every reservation has
+        one: :func:`reservations.admission.default_name`) and id, as nvkectl and the portal
+        list it (a trial read only the id in a 409 and a dry run)."""
+        return f"{self.name} ({self.id})" if self.name else str(self.id)
+
+    @property
     def nvlink_domain(self) -> tuple[uuid.UUID, int] | None:
         """``(cluster_uuid, clique_id)`` of the NVLink domain it reserves, or None."""
         if self.nvlink_cluster_uuid is None or self.nvlink_clique_id is None:

@@ -114,7 +114,9 @@ def test_dry_run_on_a_cancelled_reservation_has_nothing_left_as_the_create_says(
     # it showed free 8 of reserved 8 (found by the new-user trial), then reserved 8: a
     # cancelled reservation reserves nothing (found by the second trial)
     assert (cap["placeable_now"], cap["free_gpus"], cap["reserved_gpus"]) == (False, 0, 0)
-    assert cap["message"] == f"reservation {r['id']} is CANCELLED"
+    # named as nvkectl lists it, name and id (a trial read only the id)
+    assert cap["message"] == f"reservation {r['name']} ({r['id']}) is CANCELLED"
+    assert r["name"] == "r-" + r["id"].replace("-", "")[:8]
     created = owner.post(
         f"/api/v1/clusters/{world['a']}/nodepools",
         pool_body("p", 1, reservation=r["id"]),
