@@ -197,7 +197,9 @@ def clear_short(pool: NodePool, now: datetime) -> None:
             "CapacityShort",
             False,
             "CapacityRestored",
-            f"runs {pool.node_count} of {pool.node_count} node(s)",
+            # no count: the condition outlives the size (a trial read "runs 3 of 3 node(s)"
+            # on a pool scaled to 0 since, beside NodesReady's "0 of 0")
+            "no node missing: capacity came back for the nodes the pool was short of",
             now,
         )
         moved = get_condition(pool.conditions, "HostMaintenance")
