@@ -119,3 +119,31 @@ def bucket_bounds(
     bounds.update(c.astimezone(UTC) for c in cuts if start < c < end)
     ordered = sorted(bounds)
     return list(itertools.pairwise(ordered))
+
+
+def _on_bound(tz: str, instant: datetime) -> bool:
+    """Whether ``instant`` is a whole UTC hour or a local midnight of ``tz``: a bound of every
+    usage bucket of a tenant in ``tz`` (:func:`bucket_bounds`)."""
+    instant = instant.astimezone(UTC)
+    if instant == instant.replace(minute=0, second=0, microsecond=0):
+        return True
+    return local_midnight(tz, local_date(tz, instant)) == instant
+
+
+def usage_window(
+    tz: str, start: datetime, end: datetime, now: datetime
+) -> tuple[datetime, datetime]:
+    """The window ``[start, end)`` that the stored usage records can give exactly, for the
+    usage and utilization views alike. Usage is stored in buckets of an hour or less
+    (:func:`bucket_bounds`), so a window bound inside a bucket cannot be honoured: a
+    ``start`` that is neither a whole UTC hour nor a local midnight of ``tz`` moves up to the
+    next whole UTC hour, and such an ``end`` before ``now`` moves down to its whole UTC hour
+    (an ``end`` at or after ``now`` stays: the records end at their last aggregation, before
+    it). Example: ``end`` 04:21:00Z (a past time) -> 04:00:00Z; ``start`` 04:21:00Z ->
+    05:00:00Z; a Kolkata tenant's local midnight 18:30:00Z stays. The result may be empty
+    (``end <= start``)."""
+    if not _on_bound(tz, start):
+        start = start.astimezone(UTC).replace(minute=0, second=0, microsecond=0) + HOUR
+    if end < now and not _on_bound(tz, end):
+        end = end.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return start, end

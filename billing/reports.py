@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
+from decimal import ROUND_FLOOR, Decimal
 
 from django.db import connection, transaction
 from django.db.models import Max, QuerySet, Sum
@@ -23,7 +23,7 @@ from .aggregation import get_account
 from .costs import cost_error, cost_window, reason, usage_through
 from .invoices import missing_price, rate_usage
 from .models import LedgerEntry, UsageRecord
-from .money import gpu_hours, line_amount, round_money
+from .money import SECONDS_PER_HOUR, gpu_hours, line_amount, quantum, round_money
 from .periods import Period
 from .prices import price_cuts
 from .reservations import covered_usage, reservation_cuts
@@ -366,9 +366,10 @@ def _round2(value: Decimal) -> Decimal:
 
 @dataclass
 class _IdleCost:
-    """The idle cost of a ledger row or a group: ``{currency: amount}`` (the sum of rated
-    lines, each rounded like an invoice line), the covered GPU-seconds and the reasons of
-    what has no price."""
+    """The idle cost of a ledger row or a group: ``{currency: amount}`` (a group: the sum of
+    its rated lines, each rounded once like an invoice line; a row: its share of those lines,
+    :func:`_shares`, so the rows add up to the group), the covered GPU-seconds and the
+    reasons of what has no price."""
 
     cost: dict[str, Decimal] = field(default_factory=dict)
     covered: Decimal = Decimal(0)
@@ -401,6 +402,8 @@ def _idle_costs(
     pieces, cut at its price and reservation bounds (as usage buckets are), go through
     :func:`billing.invoices.rate_usage` tagged with their ledger row (reservation-covered time
     left out, unpriced time reported, not raised) and :func:`billing.reservations.covered_usage`.
+    A group's cost is rounded once per line (cluster, pool, model, profile, unit price), as
+    the usage view rounds the same GPU-hours; each row gets its share (:func:`_shares`).
     ``stops``: each tenant's window end. Returns ``(by ledger row id, by (group field, id))``
     for tenant, cluster and pool groups."""
     rows: dict[int, _IdleCost] = defaultdict(_IdleCost)
@@ -458,10 +461,25 @@ def _idle_costs(
                 tenant, currency, window, _IDLE, {}, now, tagged=True, unpriced=missing
             )
             covered = covered_usage(_IDLE, {}, tagged=True)
+        lines: dict[tuple, list] = defaultdict(list)
         for r in rated:
-            amount = line_amount(r.gpu_seconds, r.unit_price, currency)
-            for target in targets(r.tag):
+            lines[r.key].append(r)
+        for line in lines.values():
+            # one rounding per cost line, as the usage view and the invoice round the same
+            # GPU-hours; the line's rows share its amount (:func:`_shares`)
+            first = meta[line[0].tag]
+            amount = line_amount(
+                sum((r.gpu_seconds for r in line), Decimal(0)), line[0].unit_price, currency
+            )
+            for target in [
+                groups[("tenant_id", first.tenant_id)],
+                groups[("cluster_id", first.cluster_id)],
+                groups[("nodepool_id", first.nodepool_id)],
+            ]:
                 target.cost[currency] = target.cost.get(currency, Decimal(0)) + amount
+            exact = {r.tag: r.gpu_seconds * r.unit_price / SECONDS_PER_HOUR for r in line}
+            for tag, share in _shares(amount, exact, currency).items():
+                rows[tag].cost[currency] = rows[tag].cost.get(currency, Decimal(0)) + share
         for r in missing:
             why = reason(missing_price(r.gpu_model, r.mig_profile, currency, r.first_start))
             for target in targets(r.tag):
@@ -479,6 +497,23 @@ def _idle_costs(
                 # covered idle time costs nothing more: 0, not "unknown"
                 target.cost.setdefault(currency, round_money(Decimal(0), currency))
     return rows, groups
+
+
+def _shares(amount: Decimal, exact: dict[int, Decimal], currency: str) -> dict[int, Decimal]:
+    """Split a line's rounded ``amount`` among its ledger rows (``{row id: exact amount}``) by
+    the largest-remainder rule: each row gets its exact amount rounded down to the currency's
+    minor unit, and the units left go one each to the rows with the largest remainders (ties:
+    the lower row id). The shares add up to ``amount`` exactly. Example: 4 GPUs of 0.238499 USD
+    each, line 0.95 USD: 0.24, 0.24, 0.24, 0.23."""
+    unit = quantum(currency)
+    floors = {
+        t: (x / unit).to_integral_value(rounding=ROUND_FLOOR) * unit for t, x in exact.items()
+    }
+    left = int((amount - sum(floors.values(), Decimal(0))) / unit)
+    order = sorted(exact, key=lambda t: (-(exact[t] - floors[t]), t))
+    for t in order[: max(left, 0)]:
+        floors[t] += unit
+    return {t: round_money(v, currency) for t, v in floors.items()}
 
 
 def scoped_ledger_ids(ledger_qs, start: datetime, end: datetime) -> list[int]:

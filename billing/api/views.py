@@ -22,7 +22,7 @@ from billing.costs import add_costs
 from billing.invoices import finalize_invoice
 from billing.models import Invoice, LedgerEntry, UsageRecord
 from billing.money import round_money
-from billing.periods import month_to_date
+from billing.periods import month_to_date, usage_window
 from billing.reports import USAGE_GROUPS, scoped_ledger_ids, usage_rows, utilization
 from billing.usage import cluster_usage
 from clusters.models import Cluster
@@ -83,15 +83,31 @@ def _report_window(request, tenant_id=None) -> tuple[datetime, datetime]:
     """``start``/``end`` of a usage or utilization view; default: this billing month so far
     (:func:`billing.periods.month_to_date`: ``end`` now, ``start`` the start of the month of
     ``end`` in the billing time zone of ``tenant_id``, else of the caller's tenant; UTC for an
-    operator's view of every tenant)."""
-    end = _parse_time(request.query_params.get("end"), "end") or timezone.now()
+    operator's view of every tenant).
+
+    Both views cut the window the same way (:func:`billing.periods.usage_window`): a ``start``
+    or a past ``end`` inside a usage bucket moves to a whole UTC hour (the usage is stored by
+    the hour), and the response's ``start``, ``end`` and cost window state the window used. A
+    window that holds no whole hour then is a 400 naming ``end``."""
+    now = timezone.now()
+    end = _parse_time(request.query_params.get("end"), "end") or now
     start = _parse_time(request.query_params.get("start"), "start")
+    if tenant_id is None:
+        tenant_id = next(iter(_own_tenant(request)), None)
+    tz = time_zone_of(tenant_id)
     if start is None:
-        if tenant_id is None:
-            tenant_id = next(iter(_own_tenant(request)), None)
-        start = month_to_date(time_zone_of(tenant_id), end)[0]
+        start = month_to_date(tz, end)[0]
     if end <= start:
         raise InvalidInput("end must be after start", code="invalid_time_range", field="end")
+    start, end = usage_window(tz, start, end, now)
+    if end <= start:
+        raise InvalidInput(
+            f"the window holds no whole hour of usage: usage is stored by the hour, so a start "
+            f"or an end inside an hour moves to a whole hour ({start.isoformat()} .. "
+            f"{end.isoformat()}); give an end at least one whole hour after start",
+            code="invalid_time_range",
+            field="end",
+        )
     return start, end
 
 
@@ -172,7 +188,10 @@ class UsageView(APIView):
 
     The window defaults to this billing month so far (``end`` now, ``start`` the start of its
     month in the tenant's billing time zone), as the utilization API and the portal.
-    A record counts when its bucket (an hour or less) starts in ``[start, end)``; ``day`` is the
+    A record counts when its bucket (an hour or less) starts in ``[start, end)``; a ``start``
+    or past ``end`` inside an hour first moves to a whole UTC hour (as in the utilization
+    API; the response's ``start``/``end`` and ``totals.cost_window`` give the window used);
+    ``day`` is the
     day in the tenant's billing time zone. Records are refreshed by the ``billing`` beat task
     (``aggregated_at`` says when); ``billable_gpu_hours`` = ``gpu_hours`` - SLA credit.
     ``cost`` (``{currency: amount}``) is rated as the invoice rates it (:mod:`billing.costs`):

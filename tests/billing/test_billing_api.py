@@ -224,10 +224,11 @@ def test_a_utilization_window_that_has_not_begun_is_empty_not_a_server_error(
     assert response.status_code == 200
     assert response.json()["groups"] == []
     assert response.json()["idle_gpus"] == []
-    # the same window from the start of this hour holds the running allocation
+    # the same window from the start of the hour the allocation began holds it (a start
+    # inside an hour would move up to the next whole hour, as usage counts it)
+    hour = (now - timedelta(hours=1)).replace(minute=0, second=0)
     body = owner.get(
-        "/api/v1/utilization",
-        {"start": (now - timedelta(hours=1)).isoformat(), "end": tomorrow.isoformat()},
+        "/api/v1/utilization", {"start": hour.isoformat(), "end": tomorrow.isoformat()}
     ).json()
     (group,) = body["groups"]
     # 2 GPUs x 1 h: up to the aggregation at ``now``, where the usage view's cost window ends
