@@ -51,7 +51,8 @@ def _scale_up(
     surge: bool = False,
     moving: int = 0,
 ) -> float | None:
-    """Place the missing nodes, all or none. ``moving``: nodes moving off draining hosts
+    """Place the missing nodes, all or none; a serving pool growing short takes what fits,
+    one node a step (:func:`_place_one`). ``moving``: nodes moving off draining hosts
     beside ``live``; without capacity the pool then runs short
     (:data:`~nodepools.step_result.SHORT`)
     instead of failing; a pool that serves nodes and grows waits for capacity
@@ -70,6 +71,11 @@ def _scale_up(
         if moving:  # a host drain took the nodes: run short
             return host_moves.capacity_short(pool, live, str(exc), now)
         if live and (growing_short(pool) or not host_moves.runs_short(pool)):
+            # a serving pool takes what fits, one node a step (each placement all or none):
+            # a fresh-user trial's pool stayed at 2 of 4 while its CapacityShort said 1 more
+            # could be placed and a dry run and the fragmentation view agreed
+            if missing > 1 and _place_one(pool, now):
+                return 0.0
             return _grow_short(pool, live, str(exc), now)  # serve what it has, retry
         if host_moves.runs_short(pool):
             return host_moves.capacity_short(pool, live, str(exc), now)
@@ -91,6 +97,17 @@ def _scale_up(
         pool.save(update_fields=fields)
     progress_operation(pool.id, stage="nodes", done=0, total=pool.node_count, now=now)
     return 0.0
+
+
+def _place_one(pool: NodePool, now: datetime) -> bool:
+    """Place one more node of a serving pool whose missing nodes do not all fit: True when it
+    was placed (the next step places the next one, or waits for capacity), False when not
+    even one fits or the provider refused (nothing held either way)."""
+    try:
+        _place_nodes(pool, 1, now)
+    except (InsufficientCapacity, ProviderError):
+        return False
+    return True
 
 
 #: ``CapacityShort``'s reason while a serving pool waits for capacity to grow

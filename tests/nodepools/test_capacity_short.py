@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import running_h100_pool
+from tests.helpers import drive_pool, make_cluster, running_h100_pool
 
 pytestmark = pytest.mark.django_db
 
@@ -117,6 +117,31 @@ def test_a_short_pool_scaled_back_is_not_short_any_more(owner, make_host):
     assert (row.phase, row.observed_generation) == ("RUNNING", row.generation)
     assert condition(pool, "CapacityShort")["status"] == "False"
     assert condition(pool, "Ready")["message"] == "1 of 1 nodes ready"
+
+
+def test_a_short_pool_places_the_nodes_that_fit(owner, make_host):
+    """Trial 5 of issue 33: pool ``short`` (4-GPU nodes) scaled from 1 to 3 with room for one
+    more node stayed at 1, its CapacityShort saying one could be placed. By hand: one 8-GPU
+    host, one 4-GPU node on it, 4 GPUs free: 1 more node placed, 1 still missing."""
+    from nodepools.models import Node
+    from nodepools.reconcile import reconcile_nodepool
+
+    make_host("h100-sxm5-80gb", gpus=8, zone="us-east-1a")
+    cluster = make_cluster(owner, "c1")
+    op = owner.post(
+        f"/api/v1/clusters/{cluster}/nodepools",
+        {"name": "short", "gpu_model": "h100-sxm5-80gb", "gpus_per_node": 4, "node_count": 1},
+    ).json()
+    pool = op["target_id"]
+    drive_pool(pool)
+    owner.post(f"/api/v1/clusters/{cluster}/nodepools/{pool}/set-size", {"node_count": 3})
+    for _ in range(10):
+        if reconcile_nodepool(pool) == 30.0:  # waiting for capacity for the last one
+            break
+    assert Node.objects.live().filter(nodepool_id=pool).count() == 2
+    short = condition(pool, "CapacityShort")
+    assert (short["status"], short["reason"]) == ("True", "WaitingForCapacity")
+    assert short["message"].startswith("2 of 3 nodes placed: ")
 
 
 def test_a_new_pool_without_capacity_still_fails(owner, make_host):
