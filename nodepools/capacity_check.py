@@ -171,6 +171,8 @@ def capacity_answer(
             ):  # fmt: skip
                 answer["message"] += f": {driver}"
         else:
+            # placeable now: from now, as an on-demand answer says (None reads as "never")
+            answer["placeable_from"] = now
             answer["message"] = f"placeable now on reservation {reservation.label}"
         return answer
     room = capacity.on_demand_room(gpu_model, region, now)

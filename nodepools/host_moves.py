@@ -199,7 +199,7 @@ def clear_short(pool: NodePool, now: datetime) -> None:
             "CapacityRestored",
             # no count: the condition outlives the size (a trial read "runs 3 of 3 node(s)"
             # on a pool scaled to 0 since, beside NodesReady's "0 of 0")
-            "no node missing: capacity came back for the nodes the pool was short of",
+            "no node missing: the pool has the nodes its size asks for",
             now,
         )
         moved = get_condition(pool.conditions, "HostMaintenance")

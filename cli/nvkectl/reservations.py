@@ -142,11 +142,16 @@ def capacity_line(cap: dict[str, Any]) -> str:
             f"  needed {needed} GPU instance(s), free {free} on shared hosts, "
             f"placeable from {cap.get('placeable_from')}"
         )
+    # on a reservation, reserved_gpus is its size and the others' nodes hold the rest; else
+    # the region's reserved GPUs (a trial read "reserved 4" beside another reservation's 8)
+    on = bool(cap.get("reservation_id"))
+    reserved = "reservation of" if on else "reserved"
+    held = "held by other reservations" if on else "held by reservations"
     return (
         f"  needed {cap.get('needed_gpus')} GPU(s), free {cap.get('free_gpus')}, "
-        f"reserved {cap.get('reserved_gpus')}, held by reservations "
+        f"{reserved} {cap.get('reserved_gpus')}, {held} "
         f"{cap.get('held_by_reservations', 0)}, placeable from {cap.get('placeable_from')}"
-        + (f", reservation {cap['reservation_id']}" if cap.get("reservation_id") else "")
+        + (f", reservation {cap['reservation_id']}" if on else "")
     )
 
 

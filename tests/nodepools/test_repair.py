@@ -217,7 +217,7 @@ def test_a_replacement_without_capacity_runs_short_and_completes_when_capacity_r
     assert done.phase == "RUNNING"
     assert (conds["CapacityShort"]["status"], conds["CapacityShort"]["message"]) == (
         "False",
-        "no node missing: capacity came back for the nodes the pool was short of",
+        "no node missing: the pool has the nodes its size asks for",
     )
     assert (conds["RepairPending"]["status"], conds["RepairPending"]["message"]) == (
         "False",

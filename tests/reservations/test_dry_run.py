@@ -6,7 +6,7 @@ Fleet: 16 H100 (2 simulated hosts x 8). Price sheet: list 2.50 USD per GPU-hour 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -248,5 +248,16 @@ def test_dry_run_on_a_reservation_without_room_quotes_no_covered_cost(owner, wor
     html = " ".join(render_to_string("portal/partials/dry_run.html", {"dry_run": answer}).split())
     assert f"no cost: {error['detail']}" in html
     # what fits still gets its cost: 2 nodes x 4 = 8 GPUs, covered, at 0 more per hour
+    before = timezone.now()
     fits = dry(owner, world["a"], pool_body("p", 2, gpus=4, reservation=r["id"]))
     assert "cost_error" not in fits and fits["cost"]["basis"] == "reservation"
+    # placeable now on it: from now, as on demand (trial 5 read None, which means never), and
+    # nvkectl says which "reserved" it is (the reservation's size, others' nodes apart)
+    from nvkectl.reservations import capacity_line
+
+    cap = fits["capacity"]
+    assert cap["placeable_now"] is True
+    assert before <= datetime.fromisoformat(cap["placeable_from"]) <= timezone.now()
+    assert capacity_line(cap).startswith(
+        "  needed 8 GPU(s), free 8, reservation of 8, held by other reservations 0, "
+    )
