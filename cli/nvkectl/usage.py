@@ -143,6 +143,7 @@ def invoice_rows(invoices: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 INVOICES_EMPTY = (
-    "no invoices yet: invoices are built by an operator (monthly drafts, or the console's "
-    "'Build drafts now'), not on request; `nvkectl usage` shows the cost so far"
+    "no invoices yet: the month's draft is built every hour from its aggregated usage (an "
+    "operator can build drafts now and finalizes them after the month ends), not on request; "
+    "`nvkectl usage` shows the cost so far"
 )

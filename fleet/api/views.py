@@ -250,7 +250,9 @@ class HostViewSet(
 
 
 class FragmentationView(APIView):
-    """GET: free GPUs that cannot serve the common shapes, and moves that free whole hosts."""
+    """GET: free GPUs that cannot serve the common shapes, and moves that free whole hosts.
+    The fleet as it physically is: capacity reservations are not deducted (what unreserved
+    pools may take is the reservations calendar's ``free``, and a dry run's)."""
 
     permission_classes = [IsOperator]
 

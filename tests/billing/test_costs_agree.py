@@ -337,4 +337,9 @@ def test_nvkectl_says_why_usage_is_empty(tenant_a, owner):
     assert body["results"] == [] and body["aggregated_every_s"] == 300
     (note,) = usage_cli.usage_notes(body)
     assert "usage is aggregated every 5 min" in note
-    assert "operator" in usage_cli.INVOICES_EMPTY
+    # as the portal's empty list says, and the beat does (NVKE_BILLING_INVOICE_INTERVAL_S,
+    # 3600 s by default): trial 6 read "built by an operator" here, "every hour" there
+    assert "draft is built every hour" in usage_cli.INVOICES_EMPTY
+    from django.conf import settings
+
+    assert settings.NVKE_BILLING_INVOICE_INTERVAL_S == 3600
