@@ -112,7 +112,11 @@ def test_reservations_from_the_command_line(live_server, worker, make_host, nvke
         *("--gpus-per-node", "8", "--nodes", "1", "--reservation", rid),
     )
     on_res = nvkectl(*pool_on_reservation, "--dry-run").stdout
-    assert "capacity: placeable now: placeable now on reservation" in on_res
+    # the verdict once, the reservation by its default name and id (r- + its first 8 hex)
+    name = "r-" + rid.replace("-", "")[:8]
+    assert made["name"] == name
+    assert f"capacity: placeable now on reservation {name} ({rid})" in on_res
+    assert "needed 8 GPU(s), free 8, reservation of 8, held by other reservations 0" in on_res
     assert "left after 504" in on_res  # 512 - 8
     assert "cost: 0.00 USD per hour (its 8 GPU-h per hour are covered by the reservation)" in on_res
     assert (

@@ -113,5 +113,6 @@ def test_the_node_pool_form_offers_a_model_with_gpus_free_first(fleet):
 
     models = region_gpu_models("us-east-1")
     assert [m.slug for m, _ in models] == [H100, A100]  # A100 sorts first by name, has 0 free
-    assert "6 of 16 GPUs free" in models[0][1]
+    # 6 of the dedicated host's 8 (one UNHEALTHY, one scrubbing); the shared host's 8 apart
+    assert "6 of 8 GPUs free, up to 8 per node; + 8 GPUs on 1 shared host(s)" in models[0][1]
     assert "0 of 8 GPUs free" in models[1][1]
