@@ -50,20 +50,17 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
     gets). Models with free GPUs come first (the form's default is the first).
     """
     hosts = Host.objects.filter(Host.in_region_q(region)).exclude(state=HostState.RETIRED)
-    all_totals = dict(
-        hosts.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
-    )
-    dedicated = hosts.filter(tenancy=HostTenancy.DEDICATED)
-    totals = dict(
-        dedicated.values_list("gpu_model_id").annotate(n=Sum("gpu_count")).order_by("gpu_model_id")
-    )
-    shared = {
-        model: (gpus, count)
-        for model, gpus, count in hosts.filter(tenancy=HostTenancy.SHARED)
-        .values_list("gpu_model_id")
+    totals: dict[str, int] = {}  # dedicated hosts' GPUs per model
+    shared: dict[str, tuple[int, int]] = {}  # (GPUs, hosts) of shared hosts per model
+    for model, tenancy, gpus, count in (
+        hosts.values_list("gpu_model_id", "tenancy")
         .annotate(n=Sum("gpu_count"), c=Count("id"))
-        .order_by("gpu_model_id")
-    }
+        .order_by("gpu_model_id", "tenancy")
+    ):  # one query for both tenancies
+        if tenancy == HostTenancy.SHARED:
+            shared[model] = (gpus, count)
+        else:
+            totals[model] = gpus
     free = dict(
         Gpu.objects.filter(placeable_gpus_q(), host__in=hosts)
         .values_list("gpu_model_id")
@@ -71,7 +68,7 @@ def region_gpu_models(region: str) -> list[tuple[GpuModel, str]]:
         .order_by("gpu_model_id")
     )
     out = []
-    for model in GpuModel.objects.filter(slug__in=all_totals).order_by("slug"):
+    for model in GpuModel.objects.filter(slug__in=[*totals, *shared]).order_by("slug"):
         label = (
             f"{model.name} ({model.slug}): {free.get(model.slug, 0)} of "
             f"{totals.get(model.slug, 0)} GPUs free, up to {max_host_gpus(model.slug)} per node"
