@@ -280,12 +280,13 @@ def _drain_then_release(pool: NodePool, surplus: list[Node], now: datetime) -> f
     op = active_operation(pool.id)
     total = max(int((op.progress or {}).get("total") or 0), len(surplus)) if op else len(surplus)
     removed = total - len(surplus) + len(ready)
-    if blocked:  # the operation runs and says what holds it (pods, or the tenant's checkpoint)
-        stage = f"removing {len(surplus)} node(s): {'; '.join(blocked)}"
-        progress_operation(pool.id, stage=stage, done=removed, total=total, now=now)
-    elif ready:
-        stage = f"removed {removed} of {total} node(s)"
-        progress_operation(pool.id, stage=stage, done=removed, total=total, now=now)
+    # the operation runs and says what holds it (pods, or the tenant's checkpoint)
+    stage = (
+        f"removing {len(surplus)} node(s): {'; '.join(blocked)}"
+        if blocked
+        else f"removed {removed} of {total} node(s)"
+    )
+    progress_operation(pool.id, stage=stage, done=removed, total=total, now=now)
     if blocked:
         why = "WaitingForCheckpoint" if len(held) == len(blocked) else "DrainBlocked"
         save_conditions(pool, now, ("ScaleDownBlocked", True, why, "; ".join(blocked)))
